@@ -1,0 +1,502 @@
+//! Control-channel commands (RFC 959, 2389, 2428, 3659; GridFTP GFD.20).
+//! A line from the network is hostile until [`Command::parse`] accepts it.
+
+use crate::hostport::{parse_eprt, parse_port, AddrError};
+use crate::ranges::{RangeError, RangeSet};
+use std::net::SocketAddr;
+
+/// A path argument exactly as the client sent it (may be any bytes but CR/LF/NUL).
+pub type RawPath = Vec<u8>;
+
+/// Why a command line was refused (turned into a 500/501 reply).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// Verb not known.
+    #[error("'{0}': command not understood")]
+    Unknown(String),
+    /// Verb known, arguments wrong.
+    #[error("syntax error in parameters: {0}")]
+    Syntax(String),
+    /// Bad host-port.
+    #[error(transparent)]
+    Addr(#[from] AddrError),
+    /// Bad range list.
+    #[error(transparent)]
+    Range(#[from] RangeError),
+}
+
+impl CommandError {
+    /// The FTP reply code for this error.
+    pub fn code(&self) -> u16 {
+        match self {
+            CommandError::Unknown(_) => 500,
+            _ => 501,
+        }
+    }
+}
+
+/// Argument of `REST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restart {
+    /// Stream-mode byte offset.
+    Offset(u64),
+    /// GridFTP MODE E restart marker: ranges the receiver already has.
+    Ranges(RangeSet),
+}
+
+/// `OPTS` sub-commands we act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opts {
+    /// `OPTS RETR Parallelism=n,min,max;` and friends.
+    Retr {
+        /// Streams the server should open for RETR.
+        parallelism: Option<u32>,
+        /// Perf marker interval on RETR (seconds).
+        markers: Option<u32>,
+    },
+    /// `OPTS MLST fact;fact;`
+    Mlst(String),
+    /// `OPTS CKSM markers=n;` and anything else we accept blindly.
+    Other(String),
+}
+
+/// `SITE` sub-commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Site {
+    /// SITE HELP
+    Help,
+    /// SITE BUFSIZE / RETRBUFSIZE / STORBUFSIZE / SBUF ... n
+    BufSize(u64),
+    /// SITE CLIENTINFO k=v;...
+    ClientInfo(String),
+    /// SITE VERSION
+    Version,
+    /// SITE WHOAMI
+    Whoami,
+    /// SITE CHMOD mode path
+    Chmod(u32, RawPath),
+    /// Anything else (answered with 500).
+    Other(String),
+}
+
+/// Checksum request (`CKSM alg offset length path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CksumArgs {
+    /// Algorithm name, upper-cased.
+    pub alg: String,
+    /// Start offset.
+    pub offset: u64,
+    /// Length, `None` for `-1` (to the end).
+    pub len: Option<u64>,
+    /// File.
+    pub path: RawPath,
+}
+
+/// One parsed command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Command {
+    User(String),
+    Pass(String),
+    Syst,
+    Feat,
+    Help,
+    Opts(Opts),
+    /// TYPE A or I (the representation code only).
+    Type(char),
+    /// MODE S or E.
+    Mode(char),
+    Stru(char),
+    Pasv,
+    /// EPSV, EPSV 1/2, EPSV ALL
+    Epsv(Option<String>),
+    /// SPAS (striped passive).
+    Spas,
+    Port(SocketAddr),
+    Eprt(SocketAddr),
+    Spor(Vec<SocketAddr>),
+    Retr(RawPath),
+    Stor(RawPath),
+    Appe(RawPath),
+    /// ERET P offset length path
+    Eret {
+        offset: u64,
+        len: u64,
+        path: RawPath,
+    },
+    /// ESTO A offset path
+    Esto {
+        offset: u64,
+        path: RawPath,
+    },
+    Rest(Restart),
+    Size(RawPath),
+    Mdtm(RawPath),
+    Mlst(Option<RawPath>),
+    Mlsd(Option<RawPath>),
+    List(Option<RawPath>),
+    Nlst(Option<RawPath>),
+    Stat(Option<RawPath>),
+    Cwd(RawPath),
+    Cdup,
+    Pwd,
+    Mkd(RawPath),
+    Rmd(RawPath),
+    Dele(RawPath),
+    Rnfr(RawPath),
+    Rnto(RawPath),
+    Allo(u64),
+    Sbuf(u64),
+    Site(Site),
+    Cksm(CksumArgs),
+    Dcau(String),
+    Pbsz(u64),
+    Prot(char),
+    Lang(String),
+    Trev(String),
+    Abor,
+    Noop,
+    Quit,
+}
+
+impl Command {
+    /// Parse one line (CR LF already stripped).
+    pub fn parse(line: &[u8]) -> Result<Command, CommandError> {
+        if line.contains(&0) {
+            return Err(CommandError::Syntax("NUL byte in command".into()));
+        }
+        let (verb, arg) = match line.iter().position(|&b| b == b' ') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, &[][..]),
+        };
+        let verb = std::str::from_utf8(verb)
+            .ok()
+            .filter(|v| v.len() <= 8 && v.chars().all(|c| c.is_ascii_alphabetic()))
+            .ok_or_else(|| CommandError::Unknown(String::from_utf8_lossy(&line[..line.len().min(16)]).into()))?
+            .to_ascii_uppercase();
+        parse_verb(&verb, arg)
+    }
+
+    /// The verb, for logs (never includes a password).
+    pub fn verb(&self) -> &'static str {
+        verb_name(self)
+    }
+}
+
+fn text(arg: &[u8]) -> Result<String, CommandError> {
+    String::from_utf8(arg.to_vec()).map_err(|_| CommandError::Syntax("argument is not UTF-8".into()))
+}
+
+fn num(arg: &[u8]) -> Result<u64, CommandError> {
+    let t = text(arg)?;
+    let t = t.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CommandError::Syntax(format!("not a number: {:.32}", t)));
+    }
+    t.parse().map_err(|_| CommandError::Syntax("number too large".into()))
+}
+
+fn path(arg: &[u8]) -> Result<RawPath, CommandError> {
+    if arg.is_empty() {
+        return Err(CommandError::Syntax("missing path".into()));
+    }
+    Ok(arg.to_vec())
+}
+
+fn opt_path(arg: &[u8]) -> Option<RawPath> {
+    // Clients send `LIST -la`; options are ignored.
+    if arg.is_empty() || arg.starts_with(b"-") {
+        None
+    } else {
+        Some(arg.to_vec())
+    }
+}
+
+fn one_char(arg: &[u8], allowed: &str) -> Result<char, CommandError> {
+    let t = text(arg)?.to_ascii_uppercase();
+    let c = t.chars().next().ok_or_else(|| CommandError::Syntax("missing argument".into()))?;
+    if allowed.contains(c) {
+        Ok(c)
+    } else {
+        Err(CommandError::Syntax(format!("'{:.16}' unrecognized", t)))
+    }
+}
+
+fn parse_verb(verb: &str, arg: &[u8]) -> Result<Command, CommandError> {
+    use Command as C;
+    Ok(match verb {
+        "USER" => C::User(text(arg)?),
+        "PASS" => C::Pass(String::from_utf8_lossy(arg).into_owned()),
+        "SYST" => C::Syst,
+        "FEAT" => C::Feat,
+        "HELP" => C::Help,
+        "OPTS" => C::Opts(parse_opts(&text(arg)?)?),
+        "TYPE" => C::Type(one_char(arg, "AIL")?),
+        "MODE" => C::Mode(one_char(arg, "SE")?),
+        "STRU" => C::Stru(one_char(arg, "F")?),
+        "PASV" => C::Pasv,
+        "EPSV" => C::Epsv(if arg.is_empty() { None } else { Some(text(arg)?) }),
+        "SPAS" => C::Spas,
+        "PORT" => C::Port(parse_port(&text(arg)?)?),
+        "EPRT" => C::Eprt(parse_eprt(&text(arg)?)?),
+        "SPOR" => C::Spor(parse_spor(&text(arg)?)?),
+        "RETR" => C::Retr(path(arg)?),
+        "STOR" => C::Stor(path(arg)?),
+        "APPE" => C::Appe(path(arg)?),
+        "ERET" => parse_eret(arg)?,
+        "ESTO" => parse_esto(arg)?,
+        "REST" => C::Rest(parse_rest(&text(arg)?)?),
+        _ => return parse_verb2(verb, arg),
+    })
+}
+
+fn parse_verb2(verb: &str, arg: &[u8]) -> Result<Command, CommandError> {
+    use Command as C;
+    Ok(match verb {
+        "SIZE" => C::Size(path(arg)?),
+        "MDTM" => C::Mdtm(path(arg)?),
+        "MLST" => C::Mlst(opt_path(arg)),
+        "MLSD" => C::Mlsd(opt_path(arg)),
+        "LIST" => C::List(opt_path(arg)),
+        "NLST" => C::Nlst(opt_path(arg)),
+        "STAT" => C::Stat(opt_path(arg)),
+        "CWD" => C::Cwd(path(arg)?),
+        "CDUP" => C::Cdup,
+        "PWD" => C::Pwd,
+        "MKD" => C::Mkd(path(arg)?),
+        "RMD" => C::Rmd(path(arg)?),
+        "DELE" => C::Dele(path(arg)?),
+        "RNFR" => C::Rnfr(path(arg)?),
+        "RNTO" => C::Rnto(path(arg)?),
+        "ALLO" => C::Allo(num(arg.split(|&b| b == b' ').next().unwrap_or(arg))?),
+        "SBUF" => C::Sbuf(num(arg)?),
+        "SITE" => C::Site(parse_site(arg)?),
+        "CKSM" => C::Cksm(parse_cksm(arg)?),
+        "DCAU" => C::Dcau(text(arg)?),
+        "PBSZ" => C::Pbsz(num(arg)?),
+        "PROT" => C::Prot(one_char(arg, "CSEP")?),
+        "LANG" => C::Lang(text(arg)?),
+        "TREV" => C::Trev(text(arg)?),
+        "ABOR" => C::Abor,
+        "NOOP" => C::Noop,
+        "QUIT" => C::Quit,
+        other => return Err(CommandError::Unknown(other.to_string())),
+    })
+}
+
+fn parse_rest(t: &str) -> Result<Restart, CommandError> {
+    let t = t.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(Restart::Offset(num(t.as_bytes())?));
+    }
+    if t.eq_ignore_ascii_case("STREAM") {
+        return Err(CommandError::Syntax("REST STREAM is a feature, not an argument".into()));
+    }
+    Ok(Restart::Ranges(RangeSet::parse(t)?))
+}
+
+fn parse_spor(t: &str) -> Result<Vec<SocketAddr>, CommandError> {
+    let addrs: Vec<SocketAddr> = t.split_whitespace().map(parse_port).collect::<Result<_, _>>()?;
+    if addrs.is_empty() || addrs.len() > 64 {
+        return Err(CommandError::Syntax("SPOR needs 1 to 64 host-ports".into()));
+    }
+    Ok(addrs)
+}
+
+/// Split `n1 n2 ... rest` into `count` numbers and the rest (a path with spaces).
+fn split_nums(arg: &[u8], count: usize) -> Result<(Vec<&[u8]>, &[u8]), CommandError> {
+    let mut parts = Vec::with_capacity(count);
+    let mut rest = arg;
+    for _ in 0..count {
+        let i = rest.iter().position(|&b| b == b' ').ok_or_else(|| CommandError::Syntax("too few arguments".into()))?;
+        parts.push(&rest[..i]);
+        rest = &rest[i + 1..];
+    }
+    Ok((parts, rest))
+}
+
+fn parse_eret(arg: &[u8]) -> Result<Command, CommandError> {
+    let (p, rest) = split_nums(arg, 3)?;
+    if !p[0].eq_ignore_ascii_case(b"P") {
+        return Err(CommandError::Syntax("only ERET P (partial) is supported".into()));
+    }
+    Ok(Command::Eret { offset: num(p[1])?, len: num(p[2])?, path: path(rest)? })
+}
+
+fn parse_esto(arg: &[u8]) -> Result<Command, CommandError> {
+    let (p, rest) = split_nums(arg, 2)?;
+    if !p[0].eq_ignore_ascii_case(b"A") {
+        return Err(CommandError::Syntax("only ESTO A (adjusted) is supported".into()));
+    }
+    Ok(Command::Esto { offset: num(p[1])?, path: path(rest)? })
+}
+
+fn parse_cksm(arg: &[u8]) -> Result<CksumArgs, CommandError> {
+    let (p, rest) = split_nums(arg, 3)?;
+    let alg = text(p[0])?.to_ascii_uppercase();
+    let len = if p[2] == b"-1" { None } else { Some(num(p[2])?) };
+    Ok(CksumArgs { alg, offset: num(p[1])?, len, path: path(rest)? })
+}
+
+fn parse_site(arg: &[u8]) -> Result<Site, CommandError> {
+    let (sub, rest) = match arg.iter().position(|&b| b == b' ') {
+        Some(i) => (&arg[..i], &arg[i + 1..]),
+        None => (arg, &[][..]),
+    };
+    let sub = text(sub)?.to_ascii_uppercase();
+    Ok(match sub.as_str() {
+        "HELP" => Site::Help,
+        "BUFSIZE" | "SBUF" | "RETRBUFSIZE" | "RBUFSZ" | "RBUFSIZ" | "STORBUFSIZE" | "SBUFSZ" | "SBUFSIZ" => {
+            Site::BufSize(num(rest)?)
+        }
+        "CLIENTINFO" => Site::ClientInfo(String::from_utf8_lossy(rest).into_owned()),
+        "VERSION" => Site::Version,
+        "WHOAMI" => Site::Whoami,
+        "CHMOD" => {
+            let (m, p) = split_nums(rest, 1)?;
+            let mode = u32::from_str_radix(&text(m[0])?, 8).map_err(|_| CommandError::Syntax("bad mode".into()))?;
+            if mode > 0o7777 {
+                return Err(CommandError::Syntax("bad mode".into()));
+            }
+            Site::Chmod(mode, path(p)?)
+        }
+        other => Site::Other(other.chars().take(32).collect()),
+    })
+}
+
+fn parse_opts(t: &str) -> Result<Opts, CommandError> {
+    let (sub, rest) = t.split_once(' ').unwrap_or((t, ""));
+    match sub.to_ascii_uppercase().as_str() {
+        "RETR" => parse_opts_retr(rest),
+        "MLST" | "MLSD" | "MLSR" => Ok(Opts::Mlst(rest.to_string())),
+        _ => Ok(Opts::Other(t.to_string())),
+    }
+}
+
+/// `Parallelism=4,4,4;markers=5;` — every option ends with `;` (GCT rejects
+/// it otherwise, and so do we).
+fn parse_opts_retr(rest: &str) -> Result<Opts, CommandError> {
+    let bad = || CommandError::Syntax(format!("bad OPTS RETR: {:.64}", rest));
+    if !rest.trim_end().ends_with(';') {
+        return Err(bad());
+    }
+    let (mut parallelism, mut markers) = (None, None);
+    for opt in rest.trim().split(';').filter(|s| !s.is_empty()) {
+        let (k, v) = opt.split_once('=').ok_or_else(bad)?;
+        let first = v.split(',').next().unwrap_or("");
+        match k.trim().to_ascii_lowercase().as_str() {
+            "parallelism" => {
+                let n: u32 = first.trim().parse().map_err(|_| bad())?;
+                if n == 0 || n as u64 > crate::modee::MAX_STREAMS {
+                    return Err(bad());
+                }
+                parallelism = Some(n);
+            }
+            "markers" => markers = Some(first.trim().parse().map_err(|_| bad())?),
+            _ => {}
+        }
+    }
+    Ok(Opts::Retr { parallelism, markers })
+}
+
+fn verb_name(c: &Command) -> &'static str {
+    use Command as C;
+    match c {
+        C::User(_) => "USER",
+        C::Pass(_) => "PASS",
+        C::Syst => "SYST",
+        C::Feat => "FEAT",
+        C::Help => "HELP",
+        C::Opts(_) => "OPTS",
+        C::Type(_) => "TYPE",
+        C::Mode(_) => "MODE",
+        C::Stru(_) => "STRU",
+        C::Pasv => "PASV",
+        C::Epsv(_) => "EPSV",
+        C::Spas => "SPAS",
+        C::Port(_) => "PORT",
+        C::Eprt(_) => "EPRT",
+        C::Spor(_) => "SPOR",
+        C::Retr(_) => "RETR",
+        C::Stor(_) => "STOR",
+        C::Appe(_) => "APPE",
+        C::Eret { .. } => "ERET",
+        C::Esto { .. } => "ESTO",
+        C::Rest(_) => "REST",
+        C::Size(_) => "SIZE",
+        C::Mdtm(_) => "MDTM",
+        C::Mlst(_) => "MLST",
+        C::Mlsd(_) => "MLSD",
+        C::List(_) => "LIST",
+        C::Nlst(_) => "NLST",
+        C::Stat(_) => "STAT",
+        C::Cwd(_) => "CWD",
+        C::Cdup => "CDUP",
+        C::Pwd => "PWD",
+        C::Mkd(_) => "MKD",
+        C::Rmd(_) => "RMD",
+        C::Dele(_) => "DELE",
+        C::Rnfr(_) => "RNFR",
+        C::Rnto(_) => "RNTO",
+        C::Allo(_) => "ALLO",
+        C::Sbuf(_) => "SBUF",
+        C::Site(_) => "SITE",
+        C::Cksm(_) => "CKSM",
+        C::Dcau(_) => "DCAU",
+        C::Pbsz(_) => "PBSZ",
+        C::Prot(_) => "PROT",
+        C::Lang(_) => "LANG",
+        C::Trev(_) => "TREV",
+        C::Abor => "ABOR",
+        C::Noop => "NOOP",
+        C::Quit => "QUIT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guc_commands_parse() {
+        assert_eq!(
+            Command::parse(b"OPTS RETR Parallelism=4,4,4;").unwrap(),
+            Command::Opts(Opts::Retr { parallelism: Some(4), markers: None })
+        );
+        assert!(Command::parse(b"OPTS RETR Parallelism=4,4,4").is_err());
+        assert_eq!(
+            Command::parse(b"ERET P 1000 5000 /a b").unwrap(),
+            Command::Eret { offset: 1000, len: 5000, path: b"/a b".to_vec() }
+        );
+        assert_eq!(Command::parse(b"ESTO A 7 /x").unwrap(), Command::Esto { offset: 7, path: b"/x".to_vec() });
+        assert_eq!(
+            Command::parse(b"rest 0-1000,2000-3000").unwrap(),
+            Command::Rest(Restart::Ranges(RangeSet::parse("0-1000,2000-3000").unwrap()))
+        );
+        assert_eq!(Command::parse(b"REST 100").unwrap(), Command::Rest(Restart::Offset(100)));
+        let c = Command::parse(b"CKSM ADLER32 0 -1 /f").unwrap();
+        assert_eq!(c, Command::Cksm(CksumArgs { alg: "ADLER32".into(), offset: 0, len: None, path: b"/f".to_vec() }));
+        assert_eq!(Command::parse(b"SITE RETRBUFSIZE 1048576").unwrap(), Command::Site(Site::BufSize(1 << 20)));
+        assert_eq!(Command::parse(b"SPOR 127,0,0,1,4,1 127,0,0,1,4,2").unwrap().verb(), "SPOR");
+    }
+
+    #[test]
+    fn hostile_lines() {
+        for bad in [
+            &b"XYZZY"[..],
+            b"TYPE E",
+            b"MODE B",
+            b"RETR",
+            b"REST 5-3",
+            b"PORT 1,2,3",
+            b"ERET X 1 2 /p",
+            b"ALLO -5",
+            b"\xff\xfe",
+            b"RETR a\0b",
+            b"OPTS RETR Parallelism=0;",
+        ] {
+            assert!(Command::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}

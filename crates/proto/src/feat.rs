@@ -1,0 +1,100 @@
+//! `FEAT` (RFC 2389): what we advertise and what we learn from a peer.
+//! Features are taken from FEAT, never assumed.
+
+use crate::reply::Reply;
+
+/// Our own extension, advertised only by lightpath servers.
+pub const LIGHTPATH_FEAT: &str = "LIGHTPATH";
+
+/// Features a peer advertised.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Features {
+    /// MODE E with parallel streams (`PARALLEL`).
+    pub parallel: bool,
+    /// `ERET` partial retrieve.
+    pub eret: bool,
+    /// `ESTO` adjusted store.
+    pub esto: bool,
+    /// `REST STREAM`.
+    pub rest_stream: bool,
+    /// `SIZE`.
+    pub size: bool,
+    /// `MDTM`.
+    pub mdtm: bool,
+    /// `MLST` (and so `MLSD`).
+    pub mlst: bool,
+    /// `SPAS`/`SPOR` striping.
+    pub spas: bool,
+    /// Checksum algorithms from `CKSM alg:..;alg:..;` (upper case).
+    pub cksm: Vec<String>,
+    /// `LIGHTPATH <version>` if the peer is lightpath.
+    pub lightpath: Option<String>,
+}
+
+impl Features {
+    /// Learn features from a 211 reply.
+    pub fn from_reply(r: &Reply) -> Features {
+        let mut f = Features::default();
+        if r.code != 211 {
+            return f;
+        }
+        for line in r.lines.iter().skip(1) {
+            f.learn(line.trim());
+        }
+        f
+    }
+
+    fn learn(&mut self, line: &str) {
+        let (name, arg) = line.split_once(' ').unwrap_or((line, ""));
+        match name.to_ascii_uppercase().as_str() {
+            "PARALLEL" => self.parallel = true,
+            "ERET" => self.eret = true,
+            "ESTO" => self.esto = true,
+            "REST" => self.rest_stream = arg.trim().eq_ignore_ascii_case("STREAM"),
+            "SIZE" => self.size = true,
+            "MDTM" => self.mdtm = true,
+            "MLST" => self.mlst = true,
+            "SPAS" => self.spas = true,
+            "CKSM" => {
+                self.cksm = arg
+                    .split(';')
+                    .filter_map(|a| a.split(':').next())
+                    .map(|a| a.trim().to_ascii_uppercase())
+                    .filter(|a| !a.is_empty())
+                    .collect()
+            }
+            LIGHTPATH_FEAT => self.lightpath = Some(arg.trim().to_string()),
+            _ => {}
+        }
+    }
+
+    /// Whether the peer computes `alg` with CKSM.
+    pub fn has_cksm(&self, alg: &str) -> bool {
+        self.cksm.iter().any(|a| a.eq_ignore_ascii_case(alg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gct_feat() {
+        let r = Reply::multi(
+            211,
+            "Extensions supported",
+            [
+                " CKSM MD5:10;ADLER32:10;SHA1:10;SHA256:11;SHA512:12;",
+                " PARALLEL",
+                " REST STREAM",
+                " ERET",
+                " MLST Type*;Size*;",
+            ]
+            .map(String::from),
+        );
+        let f = Features::from_reply(&r);
+        assert!(f.parallel && f.rest_stream && f.eret && f.mlst && !f.esto);
+        assert!(f.has_cksm("adler32") && !f.has_cksm("CRC32C"));
+        assert_eq!(f.lightpath, None);
+    }
+}

@@ -1,0 +1,187 @@
+//! FTP replies (RFC 959 section 4.2): building them on the server, parsing
+//! them on the client. Multi-line replies are written the way the Globus
+//! clients parse them: `NNN-first`, continuation lines, `NNN End.`.
+
+/// A complete reply: code, first line, continuation lines, last line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// Three-digit reply code.
+    pub code: u16,
+    /// All text lines without the code prefix. One entry: a single-line
+    /// reply. Several: the first is after `NNN-`, the last after `NNN `.
+    pub lines: Vec<String>,
+}
+
+impl Reply {
+    /// A single-line reply.
+    pub fn new(code: u16, text: impl Into<String>) -> Self {
+        Reply { code, lines: vec![clean(&text.into())] }
+    }
+
+    /// A multi-line reply with `body` lines between `first` and `NNN End.`.
+    /// Body lines are sent with one leading space (as GCT does).
+    pub fn multi(code: u16, first: &str, body: impl IntoIterator<Item = String>) -> Self {
+        let mut lines = vec![clean(first)];
+        lines.extend(body.into_iter().map(|l| clean(&l)));
+        lines.push("End.".to_string());
+        Reply { code, lines }
+    }
+
+    /// The first line of text.
+    pub fn text(&self) -> &str {
+        self.lines.first().map(String::as_str).unwrap_or("")
+    }
+
+    /// Every line joined with newlines (for error messages).
+    pub fn full_text(&self) -> String {
+        self.lines.join("\n")
+    }
+
+    /// Preliminary (1yz).
+    pub fn is_preliminary(&self) -> bool {
+        self.code / 100 == 1
+    }
+
+    /// Completion (2yz).
+    pub fn is_ok(&self) -> bool {
+        self.code / 100 == 2
+    }
+
+    /// Intermediate (3yz).
+    pub fn is_intermediate(&self) -> bool {
+        self.code / 100 == 3
+    }
+
+    /// Error (4yz or 5yz).
+    pub fn is_error(&self) -> bool {
+        self.code >= 400
+    }
+
+    /// Wire form with CRLF line ends.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = String::new();
+        let n = self.lines.len();
+        if n <= 1 {
+            out.push_str(&format!("{} {}\r\n", self.code, self.text()));
+            return out.into_bytes();
+        }
+        out.push_str(&format!("{}-{}\r\n", self.code, self.lines[0]));
+        for l in &self.lines[1..n - 1] {
+            out.push(' ');
+            out.push_str(l.strip_prefix(' ').unwrap_or(l));
+            out.push_str("\r\n");
+        }
+        out.push_str(&format!("{} {}\r\n", self.code, self.lines[n - 1]));
+        out.into_bytes()
+    }
+}
+
+/// Remove CR, LF and other control bytes so one line cannot become two.
+fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+/// Error in a reply stream from a server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// A multi-line reply that never ends.
+    #[error("multi-line reply longer than {0} lines")]
+    TooLong(usize),
+}
+
+/// Most lines accepted in one multi-line reply.
+pub const MAX_REPLY_LINES: usize = 100_000;
+
+/// Assembles replies from control-channel lines (client side).
+#[derive(Debug, Default)]
+pub struct ReplyParser {
+    pending: Option<Reply>,
+}
+
+impl ReplyParser {
+    /// A parser with nothing buffered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed one line (without CRLF). Returns a reply when one completes.
+    /// Lines outside a reply that do not start with a code are ignored
+    /// (GCT echoes raw CRLF inside some 501 texts).
+    pub fn handle_line(&mut self, line: &str) -> Result<Option<Reply>, ReplyError> {
+        let code = line_code(line);
+        if let Some(p) = self.pending.as_mut() {
+            if let Some((c, ' ')) = code {
+                if c == p.code {
+                    p.lines.push(line[4..].to_string());
+                    return Ok(self.pending.take());
+                }
+            }
+            if p.lines.len() >= MAX_REPLY_LINES {
+                return Err(ReplyError::TooLong(MAX_REPLY_LINES));
+            }
+            let body = match code {
+                Some((c, '-')) if c == p.code => &line[4..],
+                _ => line,
+            };
+            p.lines.push(body.to_string());
+            return Ok(None);
+        }
+        match code {
+            Some((c, '-')) => {
+                self.pending = Some(Reply { code: c, lines: vec![line[4..].to_string()] });
+                Ok(None)
+            }
+            Some((c, _)) => Ok(Some(Reply { code: c, lines: vec![line.get(4..).unwrap_or("").to_string()] })),
+            None => Ok(None),
+        }
+    }
+}
+
+fn line_code(line: &str) -> Option<(u16, char)> {
+    let b = line.as_bytes();
+    if b.len() < 3 || !b[..3].iter().all(u8::is_ascii_digit) || !(b'1'..=b'5').contains(&b[0]) {
+        return None;
+    }
+    let sep = match b.get(3) {
+        None => ' ',
+        Some(b' ') => ' ',
+        Some(b'-') => '-',
+        Some(_) => return None,
+    };
+    Some((line[..3].parse().ok()?, sep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_roundtrip() {
+        let r = Reply::multi(211, "Extensions supported", vec![" PARALLEL".into(), "SIZE".into()]);
+        let wire = String::from_utf8(r.encode()).unwrap();
+        assert_eq!(wire, "211-Extensions supported\r\n PARALLEL\r\n SIZE\r\n211 End.\r\n");
+        let mut p = ReplyParser::new();
+        let mut got = None;
+        for l in wire.split("\r\n").filter(|l| !l.is_empty()) {
+            got = p.handle_line(l).unwrap();
+        }
+        let got = got.unwrap();
+        assert_eq!(got.code, 211);
+        assert_eq!(got.lines[1], " PARALLEL");
+    }
+
+    #[test]
+    fn gct_echoed_crlf_is_ignored() {
+        let mut p = ReplyParser::new();
+        assert_eq!(p.handle_line("501 'TYPE E").unwrap().unwrap().code, 501);
+        assert_eq!(p.handle_line("' unrecognized type.").unwrap(), None);
+        assert_eq!(p.handle_line("200 ok").unwrap().unwrap().code, 200);
+    }
+
+    #[test]
+    fn injected_newlines_are_neutralised() {
+        let r = Reply::new(550, "no such file: a\r\n230 evil");
+        assert_eq!(r.encode().iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+}

@@ -1,0 +1,577 @@
+//! The server protocol interpreter (RFC 959 "server-PI"), sans-IO.
+//!
+//! Call order: [`ServerPi::new`] queues the 220 greeting; feed every framed
+//! control line to [`ServerPi::handle_line`]; drain [`ServerPi::poll_output`]
+//! until `None` after every input. Pure commands are answered here. Commands
+//! that need the file system, sockets or credentials come out as an
+//! [`Action`]; the driver performs it, answers with the reply builders in
+//! this crate, and reports state changes back (`handle_login`, `set_cwd`).
+//! Commands are processed strictly in arrival order, so pipelined commands
+//! are answered in order.
+
+use crate::command::{CksumArgs, Command, CommandError, Opts, Restart, Site};
+use crate::feat::LIGHTPATH_FEAT;
+use crate::line::Line;
+use crate::reply::Reply;
+use crate::vpath::VPath;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// Static configuration of a server session.
+#[derive(Debug, Clone)]
+pub struct PiConfig {
+    /// Text after `220 `.
+    pub banner: String,
+    /// Whether `USER anonymous`/`ftp` logs in with any password.
+    pub anonymous: bool,
+    /// Refuse every command that writes.
+    pub read_only: bool,
+    /// Version string for `SITE VERSION` and FEAT.
+    pub version: String,
+    /// Checksum algorithms the driver implements (upper case).
+    pub cksum_algs: Vec<String>,
+}
+
+/// Transfer mode (RFC 959 3.4, GFD.20 MODE E).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Stream mode: one connection, EOF by close.
+    Stream,
+    /// Extended block mode: parallel streams, 17-byte headers.
+    Extended,
+}
+
+/// Per-session transfer settings that apply to the next transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferSettings {
+    /// MODE S or E.
+    pub mode: Mode,
+    /// Streams the server opens for RETR in MODE E.
+    pub parallelism: u32,
+    /// TCP buffer size asked for with SBUF / SITE BUFSIZE (0 = autotune).
+    pub tcp_buffer: u64,
+    /// Seconds between 112 perf markers when receiving.
+    pub perf_interval: u32,
+    /// Seconds between 111 restart markers when receiving.
+    pub restart_interval: u32,
+    /// Seconds between perf markers on RETR (`OPTS RETR markers=N;`), if asked.
+    pub retr_markers: Option<u32>,
+}
+
+impl Default for TransferSettings {
+    fn default() -> Self {
+        TransferSettings {
+            mode: Mode::Stream,
+            parallelism: 1,
+            tcp_buffer: 0,
+            perf_interval: 5,
+            restart_interval: 5,
+            retr_markers: None,
+        }
+    }
+}
+
+/// How the server should listen for data connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassiveKind {
+    /// PASV: reply 227 with h1,..,p2.
+    Pasv,
+    /// EPSV: reply 229 (|||port|).
+    Epsv,
+    /// SPAS: multi-line 229 with one h1,..,p2 per stripe.
+    Spas,
+}
+
+/// What a transfer command asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransferKind {
+    /// RETR (whole file, or the parts REST leaves).
+    Retr,
+    /// STOR (replace).
+    Stor,
+    /// APPE (append).
+    Appe,
+    /// ERET P: a part of the file, sent as a new virtual file.
+    Eret {
+        /// Start of the part.
+        offset: u64,
+        /// Length of the part.
+        len: u64,
+    },
+    /// ESTO A: block offset 0 lands at file offset `offset`.
+    Esto {
+        /// Where block offset 0 is written.
+        offset: u64,
+    },
+    /// MLSD listing over the data channel.
+    Mlsd,
+    /// LIST listing.
+    List,
+    /// NLST listing.
+    Nlst,
+}
+
+impl TransferKind {
+    /// Whether the server receives data (and so must send 111/112 markers).
+    pub fn is_upload(&self) -> bool {
+        matches!(self, TransferKind::Stor | TransferKind::Appe | TransferKind::Esto { .. })
+    }
+}
+
+/// A data transfer to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transfer {
+    /// What to do.
+    pub kind: TransferKind,
+    /// Which file or directory.
+    pub path: VPath,
+    /// REST given before the command, consumed by it.
+    pub restart: Option<Restart>,
+    /// Size announced by ALLO, if any.
+    pub allo: Option<u64>,
+    /// Settings in force.
+    pub settings: TransferSettings,
+}
+
+/// File-system requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum FsOp {
+    Size(VPath),
+    Mdtm(VPath),
+    Mlst(VPath),
+    Stat(VPath),
+    Cwd(VPath),
+    Mkd(VPath),
+    Rmd(VPath),
+    Dele(VPath),
+    Rename { from: VPath, to: VPath },
+    Cksm { alg: String, offset: u64, len: Option<u64>, path: VPath },
+    Chmod { mode: u32, path: VPath },
+}
+
+/// Work for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Check credentials, then call [`ServerPi::handle_login`].
+    Login {
+        /// User name.
+        user: String,
+        /// Password (never log it).
+        pass: String,
+    },
+    /// Open a listener and reply with its address.
+    Passive(PassiveKind),
+    /// Connect to these addresses for the next transfer (already answered).
+    Active(Vec<SocketAddr>),
+    /// Run a data transfer; reply 150/125 ... 226.
+    Transfer(Transfer),
+    /// A file-system request; reply with its result.
+    Fs(FsOp),
+    /// ABOR with no transfer running (already answered).
+    Abort,
+}
+
+/// What the driver must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send this reply.
+    Reply(Reply),
+    /// Perform this action.
+    Action(Action),
+    /// Close the control connection (after sending queued replies).
+    Close,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Auth {
+    AwaitUser,
+    AwaitPass(String),
+    Checking,
+    LoggedIn(String),
+}
+
+/// Server protocol interpreter for one control connection.
+#[derive(Debug)]
+pub struct ServerPi {
+    cfg: PiConfig,
+    auth: Auth,
+    settings: TransferSettings,
+    cwd: VPath,
+    restart: Option<Restart>,
+    allo: Option<u64>,
+    rnfr: Option<VPath>,
+    out: VecDeque<Output>,
+}
+
+impl ServerPi {
+    /// A new session; the 220 greeting is queued.
+    pub fn new(cfg: PiConfig) -> ServerPi {
+        let mut pi = ServerPi {
+            auth: Auth::AwaitUser,
+            settings: TransferSettings::default(),
+            cwd: VPath::root(),
+            restart: None,
+            allo: None,
+            rnfr: None,
+            out: VecDeque::new(),
+            cfg,
+        };
+        let banner = format!("{} ready.", pi.cfg.banner);
+        pi.reply(220, banner);
+        pi
+    }
+
+    /// Next output, `None` when there is nothing to do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The logged-in user, if any.
+    pub fn user(&self) -> Option<&str> {
+        match &self.auth {
+            Auth::LoggedIn(u) => Some(u),
+            _ => None,
+        }
+    }
+
+    /// Current working directory.
+    pub fn cwd(&self) -> &VPath {
+        &self.cwd
+    }
+
+    /// Settings for the next transfer.
+    pub fn settings(&self) -> &TransferSettings {
+        &self.settings
+    }
+
+    /// Result of an [`Action::Login`].
+    pub fn handle_login(&mut self, user: &str, ok: bool) {
+        if ok {
+            self.auth = Auth::LoggedIn(user.to_string());
+            self.reply(230, format!("User {user} logged in."));
+        } else {
+            self.auth = Auth::AwaitUser;
+            self.reply(530, "Login incorrect.");
+        }
+    }
+
+    /// The driver checked an [`FsOp::Cwd`] target: make it the cwd.
+    pub fn set_cwd(&mut self, dir: VPath) {
+        self.cwd = dir;
+    }
+
+    /// Feed one framed control line.
+    pub fn handle_line(&mut self, line: Line) {
+        let bytes = match line {
+            Line::TooLong => return self.reply(500, "Command line too long."),
+            Line::Text(b) => b,
+        };
+        match Command::parse(&bytes) {
+            Ok(cmd) => self.handle_command(cmd),
+            Err(e) => self.reply_error(&e),
+        }
+    }
+
+    fn reply(&mut self, code: u16, text: impl Into<String>) {
+        self.out.push_back(Output::Reply(Reply::new(code, text)));
+    }
+
+    fn action(&mut self, a: Action) {
+        self.out.push_back(Output::Action(a));
+    }
+
+    fn reply_error(&mut self, e: &CommandError) {
+        self.reply(e.code(), e.to_string());
+    }
+
+    fn handle_command(&mut self, cmd: Command) {
+        if self.handle_always(&cmd) {
+            return;
+        }
+        if self.user().is_none() {
+            return self.reply(530, "Please login with USER and PASS.");
+        }
+        if self.cfg.read_only && writes(&cmd) {
+            return self.reply(550, "Permission denied: this server is read-only.");
+        }
+        if !matches!(cmd, Command::Rnto(_)) {
+            self.rnfr = None;
+        }
+        self.handle_logged_in(cmd);
+    }
+
+    /// Commands allowed before login. Returns whether `cmd` was handled.
+    fn handle_always(&mut self, cmd: &Command) -> bool {
+        match cmd {
+            Command::User(u) => self.handle_user(u),
+            Command::Pass(p) => self.handle_pass(p),
+            Command::Feat => self.out.push_back(Output::Reply(self.feat())),
+            Command::Syst => self.reply(215, "UNIX Type: L8"),
+            Command::Noop => self.reply(200, "NOOP command successful."),
+            Command::Help => self.out.push_back(Output::Reply(site_help(214))),
+            Command::Lang(_) => self.reply(200, "lang set to EN."),
+            Command::Quit => {
+                self.reply(221, "Goodbye.");
+                self.out.push_back(Output::Close);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn handle_user(&mut self, user: &str) {
+        if user.is_empty() || user.len() > 256 {
+            return self.reply(501, "Bad user name.");
+        }
+        self.auth = Auth::AwaitPass(user.to_string());
+        self.reply(331, format!("Password required for {user}."));
+    }
+
+    fn handle_pass(&mut self, pass: &str) {
+        match std::mem::replace(&mut self.auth, Auth::Checking) {
+            Auth::AwaitPass(user) => self.action(Action::Login { user, pass: pass.to_string() }),
+            Auth::LoggedIn(u) => {
+                self.auth = Auth::LoggedIn(u);
+                self.reply(503, "Already logged in.");
+            }
+            other => {
+                self.auth = if other == Auth::Checking { Auth::Checking } else { Auth::AwaitUser };
+                self.reply(503, "Login with USER first.");
+            }
+        }
+    }
+
+    /// Whether the config lets `user` in without a password check.
+    pub fn is_anonymous_user(&self, user: &str) -> bool {
+        self.cfg.anonymous && (user.eq_ignore_ascii_case("anonymous") || user.eq_ignore_ascii_case("ftp"))
+    }
+
+    fn feat(&self) -> Reply {
+        let algs: String = self.cfg.cksum_algs.iter().map(|a| format!("{a}:10;")).collect();
+        let mut lines = vec![
+            format!("CKSM {algs}"),
+            "PARALLEL".into(),
+            "ERET".into(),
+            "ESTO".into(),
+            "SPAS".into(),
+            "SPOR".into(),
+            "REST STREAM".into(),
+            "SIZE".into(),
+            "MDTM".into(),
+            "MLST Type*;Size*;Modify*;Perm*;UNIX.mode*;Unique*;".into(),
+            "UTF8".into(),
+            "LANG EN".into(),
+        ];
+        lines.push(format!("{LIGHTPATH_FEAT} {}", self.cfg.version));
+        Reply::multi(211, "Extensions supported", lines)
+    }
+
+    fn handle_logged_in(&mut self, cmd: Command) {
+        match cmd {
+            Command::Type(c) => self.reply(200, format!("Type set to {c}.")),
+            Command::Mode(c) => self.handle_mode(c),
+            Command::Stru(_) => self.reply(200, "STRU F ok."),
+            Command::Opts(o) => self.handle_opts(o),
+            Command::Rest(r) => {
+                self.restart = Some(r);
+                self.reply(350, "Restart Marker OK. Send STORE or RETR to initiate transfer.");
+            }
+            Command::Allo(n) => {
+                self.allo = Some(n);
+                self.reply(200, "ALLO command successful.");
+            }
+            Command::Sbuf(n) => self.set_buffer(n, "SBUF Command Successful."),
+            Command::Site(s) => self.handle_site(s),
+            Command::Pwd => {
+                let cwd = self.cwd.display().replace('"', "\"\"");
+                self.reply(257, format!("\"{cwd}\" is current directory."));
+            }
+            Command::Pasv => self.action(Action::Passive(PassiveKind::Pasv)),
+            Command::Epsv(arg) => self.handle_epsv(arg),
+            Command::Spas => self.action(Action::Passive(PassiveKind::Spas)),
+            Command::Port(a) | Command::Eprt(a) => self.set_active(vec![a]),
+            Command::Spor(addrs) => self.set_active(addrs),
+            Command::Dcau(m) => self.handle_dcau(&m),
+            Command::Pbsz(n) => self.reply(200, format!("PBSZ={n}")),
+            Command::Prot(c) => self.handle_prot(c),
+            Command::Trev(_) => self.reply(200, "Command Successful."),
+            Command::Abor => {
+                self.reply(226, "Abort successful");
+                self.action(Action::Abort);
+            }
+            other => self.handle_path_command(other),
+        }
+    }
+
+    fn handle_mode(&mut self, c: char) {
+        self.settings.mode = if c == 'E' { Mode::Extended } else { Mode::Stream };
+        self.reply(200, format!("Mode set to {c}."));
+    }
+
+    fn handle_epsv(&mut self, arg: Option<String>) {
+        match arg.as_deref().map(str::trim) {
+            Some(a) if a.eq_ignore_ascii_case("ALL") => self.reply(229, "EPSV ALL Successful."),
+            None | Some("1") | Some("2") => self.action(Action::Passive(PassiveKind::Epsv)),
+            Some(_) => self.reply(522, "Network protocol not supported, use (1,2)"),
+        }
+    }
+
+    fn handle_dcau(&mut self, m: &str) {
+        if m.trim().eq_ignore_ascii_case("N") {
+            self.reply(200, "DCAU N.");
+        } else {
+            self.reply(504, "Only DCAU N is supported without GSI.");
+        }
+    }
+
+    fn handle_prot(&mut self, c: char) {
+        if c == 'C' {
+            self.reply(200, "Protection level set to C.");
+        } else {
+            self.reply(536, format!("{c} protection level not supported."));
+        }
+    }
+
+    fn set_active(&mut self, addrs: Vec<SocketAddr>) {
+        self.reply(200, "PORT Command successful.");
+        self.action(Action::Active(addrs));
+    }
+
+    fn set_buffer(&mut self, n: u64, text: &str) {
+        self.settings.tcp_buffer = n.min(1 << 30);
+        self.reply(200, text.to_string());
+    }
+
+    fn handle_opts(&mut self, o: Opts) {
+        match o {
+            Opts::Retr { parallelism, markers } => {
+                if let Some(p) = parallelism {
+                    self.settings.parallelism = p;
+                }
+                if markers.is_some() {
+                    self.settings.retr_markers = markers;
+                }
+                self.reply(200, "OPTS Command Successful.");
+            }
+            Opts::Mlst(_) => self.reply(200, "OPTS Command Successful."),
+            Opts::Other(t) if t.to_ascii_uppercase().starts_with("CKSM") => self.reply(200, "OPTS Command Successful."),
+            Opts::Other(_) => self.reply(500, "OPTS failed."),
+        }
+    }
+
+    fn handle_site(&mut self, s: Site) {
+        match s {
+            Site::Help => self.out.push_back(Output::Reply(site_help(214))),
+            Site::BufSize(n) => self.set_buffer(n, "Site Command Successful."),
+            Site::ClientInfo(_) => self.reply(250, "OK."),
+            Site::Version => self.reply(200, format!("lightpath {}", self.cfg.version)),
+            Site::Whoami => {
+                let u = self.user().unwrap_or("").to_string();
+                self.reply(200, u)
+            }
+            Site::Chmod(mode, p) => self.with_path(&p, |path| Action::Fs(FsOp::Chmod { mode, path })),
+            Site::Other(name) => self.reply(500, format!("SITE {name}: command not understood.")),
+        }
+    }
+
+    fn with_path(&mut self, raw: &[u8], make: impl FnOnce(VPath) -> Action) {
+        match self.cwd.join(raw) {
+            Ok(p) => self.action(make(p)),
+            Err(e) => self.reply(553, format!("Bad path: {e}.")),
+        }
+    }
+
+    fn handle_path_command(&mut self, cmd: Command) {
+        use Command as C;
+        let cwd = self.cwd.clone();
+        let opt = move |p: Option<Vec<u8>>| p.unwrap_or_else(|| cwd.as_bytes().to_vec());
+        match cmd {
+            C::Retr(p) => self.transfer(&p, TransferKind::Retr),
+            C::Stor(p) => self.transfer(&p, TransferKind::Stor),
+            C::Appe(p) => self.transfer(&p, TransferKind::Appe),
+            C::Eret { offset, len, path } => self.transfer(&path, TransferKind::Eret { offset, len }),
+            C::Esto { offset, path } => self.transfer(&path, TransferKind::Esto { offset }),
+            C::Mlsd(p) => self.transfer(&opt(p), TransferKind::Mlsd),
+            C::List(p) => self.transfer(&opt(p), TransferKind::List),
+            C::Nlst(p) => self.transfer(&opt(p), TransferKind::Nlst),
+            C::Size(p) => self.with_path(&p, |p| Action::Fs(FsOp::Size(p))),
+            C::Mdtm(p) => self.with_path(&p, |p| Action::Fs(FsOp::Mdtm(p))),
+            C::Mlst(p) => self.with_path(&opt(p), |p| Action::Fs(FsOp::Mlst(p))),
+            C::Stat(p) => self.handle_stat(p),
+            C::Cwd(p) => self.with_path(&p, |p| Action::Fs(FsOp::Cwd(p))),
+            C::Cdup => self.with_path(b"..", |p| Action::Fs(FsOp::Cwd(p))),
+            C::Mkd(p) => self.with_path(&p, |p| Action::Fs(FsOp::Mkd(p))),
+            C::Rmd(p) => self.with_path(&p, |p| Action::Fs(FsOp::Rmd(p))),
+            C::Dele(p) => self.with_path(&p, |p| Action::Fs(FsOp::Dele(p))),
+            C::Rnfr(p) => self.handle_rnfr(&p),
+            C::Rnto(p) => self.handle_rnto(&p),
+            C::Cksm(a) => self.handle_cksm(a),
+            other => self.reply(502, format!("{} not implemented.", other.verb())),
+        }
+    }
+
+    fn handle_stat(&mut self, p: Option<Vec<u8>>) {
+        match p {
+            None => self.reply(212, "lightpath server status."),
+            Some(p) => self.with_path(&p, |p| Action::Fs(FsOp::Stat(p))),
+        }
+    }
+
+    fn handle_rnfr(&mut self, raw: &[u8]) {
+        match self.cwd.join(raw) {
+            Ok(p) => {
+                self.rnfr = Some(p);
+                self.reply(350, "OK. Send RNTO with destination name.");
+            }
+            Err(e) => self.reply(553, format!("Bad path: {e}.")),
+        }
+    }
+
+    fn handle_rnto(&mut self, raw: &[u8]) {
+        let Some(from) = self.rnfr.take() else {
+            return self.reply(503, "RNTO without RNFR.");
+        };
+        self.with_path(raw, |to| Action::Fs(FsOp::Rename { from, to }));
+    }
+
+    fn handle_cksm(&mut self, a: CksumArgs) {
+        if !self.cfg.cksum_algs.iter().any(|x| *x == a.alg) {
+            return self.reply(504, "Unknown checksum algorithm requested.");
+        }
+        let CksumArgs { alg, offset, len, path } = a;
+        self.with_path(&path, |path| Action::Fs(FsOp::Cksm { alg, offset, len, path }));
+    }
+
+    fn transfer(&mut self, raw: &[u8], kind: TransferKind) {
+        let restart = self.restart.take();
+        let allo = self.allo.take();
+        if let (Some(Restart::Ranges(_)), Mode::Stream) = (&restart, self.settings.mode) {
+            return self.reply(501, "Range restart markers need MODE E.");
+        }
+        let settings = self.settings.clone();
+        self.with_path(raw, |path| Action::Transfer(Transfer { kind, path, restart, allo, settings }));
+    }
+}
+
+fn writes(cmd: &Command) -> bool {
+    use Command as C;
+    matches!(
+        cmd,
+        C::Stor(_) | C::Appe(_) | C::Esto { .. } | C::Mkd(_) | C::Rmd(_) | C::Dele(_) | C::Rnfr(_) | C::Rnto(_)
+    ) || matches!(cmd, C::Site(Site::Chmod(..)))
+}
+
+fn site_help(code: u16) -> Reply {
+    let lines = [
+        "ALLO    APPE    REST    CWD     CDUP    DCAU    EPSV    FEAT",
+        "ERET    MDTM    STAT    ESTO    HELP    LIST    MODE    NLST",
+        "MLSD    PASV    RNFR    MLST    NOOP    OPTS    STOR    PASS",
+        "PBSZ    PORT    PROT    SITE    EPRT    RETR    SPOR    TREV",
+        "PWD     QUIT    SBUF    SIZE    SPAS    STRU    SYST    RNTO",
+        "TYPE    USER    LANG    MKD     RMD     DELE    CKSM    ABOR",
+        "SITE HELP, SITE BUFSIZE, SITE RETRBUFSIZE, SITE STORBUFSIZE, SITE SBUF,",
+        "SITE CLIENTINFO, SITE VERSION, SITE WHOAMI, SITE CHMOD",
+    ];
+    Reply::multi(code, "The following commands are recognized:", lines.map(String::from))
+}
