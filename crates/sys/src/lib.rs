@@ -1,3 +1,7 @@
-//! The only crate with `unsafe` and OS-specific calls: socket options, zero-copy
-//! syscalls, aligned buffers, TUN devices, CPU affinity.
+//! The only crate with `unsafe` and OS-specific calls: served-root
+//! confinement (openat2), zero-copy sends, socket options, TUN devices for
+//! the WAN lab. Everything else in lightpath is portable safe Rust on top.
+
+pub mod net;
+pub mod root;
 pub mod tun;

@@ -1,0 +1,199 @@
+//! The data channel of one control session: where connections come from
+//! (a listener after PASV/SPAS, addresses after PORT/SPOR) and the cache of
+//! MODE E connections kept between transfers (GFD.20 data channel reuse:
+//! `125` instead of `150`). A new endpoint drops the cache, as in GCT.
+
+use crate::error::{EngineError, Result};
+use crate::io::{Sink, Source};
+use crate::modee::{self, RecvOpts, SendPlan};
+use crate::progress::Control;
+use crate::stream;
+use lightpath_proto::RangeSet;
+use lightpath_sys::net::{tune, wait_readable, SockOpts};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Which way the cached connections carry data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// We send (we connected).
+    Send,
+    /// We receive (the peer connected).
+    Recv,
+}
+
+#[derive(Debug)]
+enum Endpoint {
+    Listen(TcpListener),
+    Connect(Vec<SocketAddr>),
+}
+
+/// Data connections of one session.
+#[derive(Debug)]
+pub struct DataChannel {
+    endpoint: Option<Endpoint>,
+    cached: Vec<TcpStream>,
+    cached_dir: Option<Direction>,
+    /// Socket options for new data connections.
+    pub opts: SockOpts,
+    /// How long to wait for connections and for bytes.
+    pub idle: Duration,
+}
+
+impl Default for DataChannel {
+    fn default() -> Self {
+        DataChannel {
+            endpoint: None,
+            cached: Vec::new(),
+            cached_dir: None,
+            opts: SockOpts::default(),
+            idle: Duration::from_secs(120),
+        }
+    }
+}
+
+impl DataChannel {
+    /// A channel with no endpoint yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Listen on `l` for the next transfers (PASV/SPAS, or a client's PORT).
+    pub fn listen(&mut self, l: TcpListener) {
+        self.drop_cache();
+        self.endpoint = Some(Endpoint::Listen(l));
+    }
+
+    /// Connect to `addrs` for the next transfers (PORT/SPOR, or a client's PASV).
+    pub fn connect_to(&mut self, addrs: Vec<SocketAddr>) {
+        self.drop_cache();
+        self.endpoint = Some(Endpoint::Connect(addrs));
+    }
+
+    /// Forget cached connections (after errors, or on a new endpoint).
+    pub fn drop_cache(&mut self) {
+        self.cached.clear();
+        self.cached_dir = None;
+    }
+
+    /// Cached connections available for a transfer in `dir`.
+    pub fn cached(&self, dir: Direction) -> usize {
+        if self.cached_dir == Some(dir) {
+            self.cached.len()
+        } else {
+            0
+        }
+    }
+
+    /// Get MODE E connections ready to send on `n` streams. Returns whether
+    /// cached connections are reused (reply 125) or new ones opened (150).
+    pub fn prepare_send(&mut self, n: u32) -> Result<bool> {
+        if self.cached(Direction::Send) > 0 {
+            return Ok(true);
+        }
+        self.drop_cache();
+        let addrs = match &self.endpoint {
+            Some(Endpoint::Connect(a)) => a.clone(),
+            Some(Endpoint::Listen(_)) => {
+                return Err(EngineError::Setup("MODE E sender must connect: send PORT/SPOR, not PASV".into()))
+            }
+            None => return Err(EngineError::Setup("no data connection set up: send PORT or PASV first".into())),
+        };
+        for i in 0..n.max(1) as usize {
+            let c = self.connect(addrs[i % addrs.len()])?;
+            self.cached.push(c);
+        }
+        self.cached_dir = Some(Direction::Send);
+        Ok(false)
+    }
+
+    /// Get ready to receive in MODE E. Returns whether cached connections are reused.
+    pub fn prepare_recv(&mut self) -> Result<bool> {
+        if self.cached(Direction::Recv) > 0 {
+            return Ok(true);
+        }
+        self.drop_cache();
+        match &self.endpoint {
+            Some(Endpoint::Listen(_)) => Ok(false),
+            Some(Endpoint::Connect(_)) => {
+                Err(EngineError::Setup("MODE E receiver must listen: send PASV/SPAS, not PORT".into()))
+            }
+            None => Err(EngineError::Setup("no data connection set up: send PORT or PASV first".into())),
+        }
+    }
+
+    /// Send in MODE E on the prepared connections.
+    pub fn send_e(&mut self, src: &dyn Source, plan: &SendPlan, ctl: &Control) -> Result<u64> {
+        let r = modee::send(&mut self.cached, src, plan, ctl);
+        self.keep_if_ok(&r, Direction::Send);
+        r
+    }
+
+    /// Receive in MODE E on cached connections and new ones from the listener.
+    pub fn recv_e(&mut self, sink: &dyn Sink, opts: &RecvOpts, ctl: &Control) -> Result<RangeSet> {
+        let listener = match &self.endpoint {
+            Some(Endpoint::Listen(l)) => Some(l),
+            _ => None,
+        };
+        let r = modee::recv(&mut self.cached, listener, sink, opts, ctl);
+        for c in &self.cached {
+            let _ = c.set_read_timeout(None);
+        }
+        self.keep_if_ok(&r, Direction::Recv);
+        r
+    }
+
+    fn keep_if_ok<T>(&mut self, r: &Result<T>, dir: Direction) {
+        if r.is_ok() && !self.cached.is_empty() {
+            self.cached_dir = Some(dir);
+        } else {
+            self.drop_cache();
+        }
+    }
+
+    /// Open the single MODE S connection (accept or connect).
+    pub fn open_stream(&mut self) -> Result<TcpStream> {
+        self.drop_cache();
+        match &self.endpoint {
+            Some(Endpoint::Listen(l)) => self.accept(l),
+            Some(Endpoint::Connect(a)) => self.connect(a[0]),
+            None => Err(EngineError::Setup("no data connection set up: send PORT or PASV first".into())),
+        }
+    }
+
+    /// MODE S send of `[start, end)`.
+    pub fn send_s(&mut self, conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
+        stream::send(conn, src, start, end, ctl)
+    }
+
+    /// MODE S receive from `base` on, at most `max` bytes.
+    pub fn recv_s(&mut self, conn: TcpStream, sink: &dyn Sink, base: u64, max: u64, ctl: &Control) -> Result<u64> {
+        stream::recv(conn, sink, base, max, self.idle, ctl)
+    }
+
+    fn connect(&self, addr: SocketAddr) -> Result<TcpStream> {
+        let c = TcpStream::connect_timeout(&addr, Duration::from_secs(30))
+            .map_err(|e| EngineError::io(format!("connecting data channel to {addr}"), e))?;
+        self.prepare_socket(&c);
+        Ok(c)
+    }
+
+    fn accept(&self, l: &TcpListener) -> Result<TcpStream> {
+        let start = Instant::now();
+        while start.elapsed() < self.idle {
+            if wait_readable(l, Duration::from_millis(200)).map_err(|e| EngineError::io("data listener", e))? {
+                let (c, _) = l.accept().map_err(|e| EngineError::io("accepting data connection", e))?;
+                self.prepare_socket(&c);
+                return Ok(c);
+            }
+        }
+        Err(EngineError::Idle(self.idle))
+    }
+
+    fn prepare_socket(&self, c: &TcpStream) {
+        for note in tune(c, &self.opts) {
+            tracing::debug!("data socket: {note}");
+        }
+        let _ = c.set_write_timeout(Some(self.idle));
+    }
+}

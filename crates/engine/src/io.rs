@@ -1,0 +1,144 @@
+//! Where bytes come from and go to: files, memory, listings.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
+
+/// Something the sender reads blocks from.
+pub trait Source: Sync {
+    /// Total length (for REST/missing-range computation).
+    fn len(&self) -> u64;
+    /// Whether the source is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Fill `buf` from `offset`; a short source is an error.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// The file behind the source, for zero-copy `sendfile`.
+    fn file(&self) -> Option<&File> {
+        None
+    }
+}
+
+/// Something the receiver writes blocks to.
+pub trait Sink: Sync {
+    /// Write all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+}
+
+/// A regular file. The length is taken once; a file that shrinks while
+/// being read makes the read fail instead of sending short data.
+#[derive(Debug)]
+pub struct FileSource {
+    file: File,
+    len: u64,
+    zero_copy: bool,
+}
+
+impl FileSource {
+    /// Wrap an open file; `zero_copy` allows `sendfile`.
+    pub fn new(file: File, zero_copy: bool) -> io::Result<Self> {
+        let len = file.metadata()?.len();
+        Ok(FileSource { file, len, zero_copy })
+    }
+}
+
+impl Source for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being read")
+            } else {
+                e
+            }
+        })
+    }
+    fn file(&self) -> Option<&File> {
+        self.zero_copy.then_some(&self.file)
+    }
+}
+
+/// Endless zeros (`/dev/zero` for memory-to-memory runs).
+#[derive(Debug, Clone, Copy)]
+pub struct ZeroSource(pub u64);
+
+impl Source for ZeroSource {
+    fn len(&self) -> u64 {
+        self.0
+    }
+    fn read_exact_at(&self, buf: &mut [u8], _offset: u64) -> io::Result<()> {
+        buf.fill(0);
+        Ok(())
+    }
+}
+
+/// Bytes in memory (listings).
+#[derive(Debug, Clone)]
+pub struct BytesSource(pub Vec<u8>);
+
+impl Source for BytesSource {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let start = offset as usize;
+        let src = self.0.get(start..start + buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// Writes into a file at block offsets.
+#[derive(Debug)]
+pub struct FileSink<'a>(pub &'a File);
+
+impl Sink for FileSink<'_> {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+}
+
+/// Discards everything (`/dev/null`).
+#[derive(Debug, Default)]
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Collects bytes in memory (listings), bounded.
+#[derive(Debug)]
+pub struct MemorySink {
+    data: Mutex<Vec<u8>>,
+    limit: u64,
+}
+
+impl MemorySink {
+    /// A sink that refuses to grow past `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        MemorySink { data: Mutex::new(Vec::new()), limit }
+    }
+    /// The bytes received.
+    pub fn into_inner(self) -> Vec<u8> {
+        self.data.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Sink for MemorySink {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.limit);
+        let end = end.ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "listing too large"))? as usize;
+        let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner());
+        if d.len() < end {
+            d.resize(end, 0);
+        }
+        d[offset as usize..end].copy_from_slice(buf);
+        Ok(())
+    }
+}

@@ -1,0 +1,46 @@
+//! Progress and cancellation shared between the data mover and its driver
+//! (perf markers, restart markers, progress bars, ABOR).
+
+use lightpath_proto::RangeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Counters a running transfer updates and its driver reads.
+#[derive(Debug, Default)]
+pub struct Control {
+    bytes: AtomicU64,
+    cancel: AtomicBool,
+    fresh: Mutex<RangeSet>,
+}
+
+impl Control {
+    /// A fresh control block.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Bytes moved so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+    /// Ask the transfer to stop.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+    /// Whether cancel was asked.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+    /// Record `len` bytes moved (sender side).
+    pub fn add(&self, len: u64) {
+        self.bytes.fetch_add(len, Ordering::Relaxed);
+    }
+    /// Record a range written to its destination (receiver side).
+    pub fn add_written(&self, start: u64, end: u64) {
+        self.add(end - start);
+        self.fresh.lock().unwrap_or_else(|e| e.into_inner()).insert(start, end);
+    }
+    /// Ranges written since the last call (for `111 Range Marker`).
+    pub fn take_written(&self) -> RangeSet {
+        std::mem::take(&mut *self.fresh.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

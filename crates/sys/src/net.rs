@@ -1,0 +1,63 @@
+//! Socket helpers for the data mover: zero-copy sends, readiness, tuning.
+
+use std::fs::File;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+/// Send `len` bytes of `file` starting at `offset` with `sendfile(2)`: the
+/// bytes go from the page cache to the socket without a user-space copy.
+pub fn sendfile_all(sock: &TcpStream, file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let mut off = offset;
+    let end = offset + len;
+    while off < end {
+        let chunk = (end - off).min(1 << 30) as usize;
+        match rustix::fs::sendfile(sock.as_fd(), file.as_fd(), Some(&mut off), chunk) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")),
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::AGAIN) => return Err(io::Error::new(io::ErrorKind::TimedOut, "send timed out")),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Wait until `fd` is readable (or has a pending connection). `Ok(false)` on timeout.
+pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let ts = rustix::event::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Options applied to every data connection.
+#[derive(Debug, Clone, Default)]
+pub struct SockOpts {
+    /// Fixed SO_SNDBUF/SO_RCVBUF; `None` keeps kernel autotuning (the default:
+    /// a fixed size disables autotuning, which long fat paths need).
+    pub buffer: Option<usize>,
+    /// TCP congestion control to ask for (e.g. "bbr"); failures are ignored.
+    pub congestion: Option<String>,
+}
+
+/// Apply [`SockOpts`]; returns what could not be applied, for verbose output.
+pub fn tune(sock: &TcpStream, opts: &SockOpts) -> Vec<String> {
+    let s = socket2::SockRef::from(sock);
+    let mut notes = Vec::new();
+    if let Some(b) = opts.buffer {
+        if let Err(e) = s.set_send_buffer_size(b).and_then(|_| s.set_recv_buffer_size(b)) {
+            notes.push(format!("buffer size {b}: {e}"));
+        }
+    }
+    if let Some(cc) = &opts.congestion {
+        if let Err(e) = s.set_tcp_congestion(cc.as_bytes()) {
+            notes.push(format!("congestion control {cc}: {e}"));
+        }
+    }
+    notes
+}

@@ -1,0 +1,251 @@
+//! Confinement to a served root directory.
+//!
+//! Every path from the network is opened relative to a directory fd with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so neither `..` nor a
+//! symlink (planted before or during a session) can reach outside the root:
+//! the kernel checks every component, which a lexical check cannot do
+//! without races. Operations on a name (mkdir, unlink, rename) first open
+//! its parent the same way and then act with the `*at` calls on the last
+//! component only.
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use rustix::fs::{FileType, Stat};
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
+
+/// A directory that paths may not leave.
+#[derive(Debug)]
+pub struct Root {
+    dir: OwnedFd,
+    path: PathBuf,
+}
+
+/// How to open a file for writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Open an existing file or create it, without truncating (ESTO, REST).
+    InPlace,
+    /// Append (APPE).
+    Append,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Root {
+    /// Open `path` as the root.
+    pub fn open(path: &Path) -> io::Result<Root> {
+        let dir = rustix::fs::open(path, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(Root { dir, path: path.to_path_buf() })
+    }
+
+    /// The root's path on the local file system (for logs).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn rel(rel: &[u8]) -> &OsStr {
+        if rel.is_empty() {
+            OsStr::new(".")
+        } else {
+            OsStr::from_bytes(rel)
+        }
+    }
+
+    fn open_at(&self, rel: &[u8], flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+        let fd = rustix::fs::openat2(
+            &self.dir,
+            Self::rel(rel),
+            flags | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+            RESOLVE,
+        )?;
+        Ok(fd)
+    }
+
+    /// Open a file for reading.
+    pub fn open_read(&self, rel: &[u8]) -> io::Result<File> {
+        let f = File::from(self.open_at(rel, OFlags::RDONLY, 0)?);
+        if f.metadata()?.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+        }
+        Ok(f)
+    }
+
+    /// Open a file for writing in place or appending (created if missing).
+    pub fn open_write(&self, rel: &[u8], how: WriteMode) -> io::Result<File> {
+        let extra = if how == WriteMode::Append { OFlags::APPEND } else { OFlags::empty() };
+        Ok(File::from(self.open_at(rel, OFlags::WRONLY | OFlags::CREATE | extra, 0o644)?))
+    }
+
+    /// Open a directory (for listing).
+    pub fn open_dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+        self.open_at(rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+    }
+
+    /// Status of a path, following symlinks that stay beneath the root.
+    pub fn stat(&self, rel: &[u8]) -> io::Result<Stat> {
+        let fd = self.open_at(rel, OFlags::PATH, 0)?;
+        Ok(rustix::fs::fstat(&fd)?)
+    }
+
+    /// Split `rel` into an open parent directory and the last component.
+    fn parent<'a>(&self, rel: &'a [u8]) -> io::Result<(OwnedFd, &'a OsStr)> {
+        let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name"));
+        }
+        Ok((self.open_at(dir, OFlags::PATH | OFlags::DIRECTORY, 0)?, OsStr::from_bytes(name)))
+    }
+
+    /// Create a directory.
+    pub fn mkdir(&self, rel: &[u8]) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        Ok(rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755))?)
+    }
+
+    /// Remove a file (or a symlink itself).
+    pub fn unlink(&self, rel: &[u8]) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        Ok(rustix::fs::unlinkat(&dir, name, AtFlags::empty())?)
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, rel: &[u8]) -> io::Result<()> {
+        let (dir, name) = self.parent(rel)?;
+        Ok(rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR)?)
+    }
+
+    /// Rename within the root.
+    pub fn rename(&self, from: &[u8], to: &[u8]) -> io::Result<()> {
+        let (fdir, fname) = self.parent(from)?;
+        let (tdir, tname) = self.parent(to)?;
+        Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
+    }
+
+    /// Change permission bits (of the file a path resolves to beneath the root).
+    pub fn chmod(&self, rel: &[u8], mode: u32) -> io::Result<()> {
+        let fd = self.open_at(rel, OFlags::RDONLY, 0)?;
+        Ok(rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?)
+    }
+
+    /// Entries of a directory with their `lstat`, sorted by name.
+    pub fn read_dir(&self, rel: &[u8]) -> io::Result<Vec<(Vec<u8>, Stat)>> {
+        let fd = self.open_dir(rel)?;
+        let mut out = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&fd)? {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if let Ok(st) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                out.push((name.to_vec(), st));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// Create a hidden temporary file next to `rel`; it becomes `rel` with
+    /// [`TempFile::commit`] and disappears when dropped uncommitted.
+    pub fn create_temp(&self, rel: &[u8]) -> io::Result<TempFile> {
+        let (dir, name) = self.parent(rel)?;
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let stem: Vec<u8> = name.as_bytes().iter().copied().take(180).collect();
+        let mut tmp = b".".to_vec();
+        tmp.extend_from_slice(&stem);
+        tmp.extend_from_slice(format!(".lp{}-{n}.part", std::process::id()).as_bytes());
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(0o644))?;
+        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+    }
+}
+
+/// A file being received under a temporary name.
+#[derive(Debug)]
+pub struct TempFile {
+    dir: OwnedFd,
+    tmp: Vec<u8>,
+    name: Vec<u8>,
+    file: Option<File>,
+}
+
+impl TempFile {
+    /// The open file.
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("file present until commit")
+    }
+
+    /// Give the file its final name (atomically replacing an old one).
+    pub fn commit(mut self) -> io::Result<()> {
+        self.file.take();
+        let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
+        if r.is_ok() {
+            self.tmp.clear();
+        }
+        Ok(r?)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.tmp.is_empty() {
+            let _ = rustix::fs::unlinkat(self.dir.as_fd(), OsStr::from_bytes(&self.tmp), AtFlags::empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch() -> (PathBuf, Root) {
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("lp-root-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(p.join("root/sub")).unwrap();
+        std::fs::write(p.join("secret"), b"outside").unwrap();
+        let r = Root::open(&p.join("root")).unwrap();
+        (p, r)
+    }
+
+    #[test]
+    fn symlinks_out_of_root_are_refused() {
+        let (p, r) = scratch();
+        std::os::unix::fs::symlink(p.join("secret"), p.join("root/abs")).unwrap();
+        std::os::unix::fs::symlink("../secret", p.join("root/rel")).unwrap();
+        std::os::unix::fs::symlink("..", p.join("root/sub/up")).unwrap();
+        assert!(r.open_read(b"abs").is_err());
+        assert!(r.open_read(b"rel").is_err());
+        assert!(r.open_read(b"../secret").is_err());
+        assert!(r.open_write(b"sub/up/up/secret", WriteMode::InPlace).is_err());
+        assert!(r.mkdir(b"rel/x").is_err());
+        assert_eq!(std::fs::read(p.join("secret")).unwrap(), b"outside");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn temp_file_commit_and_drop() {
+        let (p, r) = scratch();
+        let t = r.create_temp(b"sub/f").unwrap();
+        std::io::Write::write_all(&mut t.file(), b"data").unwrap();
+        drop(t);
+        assert_eq!(std::fs::read_dir(p.join("root/sub")).unwrap().count(), 0, "dropped temp removed");
+        let t = r.create_temp(b"sub/f").unwrap();
+        std::io::Write::write_all(&mut t.file(), b"data").unwrap();
+        t.commit().unwrap();
+        assert_eq!(std::fs::read(p.join("root/sub/f")).unwrap(), b"data");
+        assert_eq!(r.read_dir(b"sub").unwrap().len(), 1);
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+}
