@@ -1,1 +1,84 @@
-fn main() {}
+//! `lightpath`: GridFTP server, client, demo, WAN lab and benchmarks in one binary.
+
+mod cp;
+mod demo;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Bulk data mover for long fat networks, speaking GridFTP.
+#[derive(Debug, Parser)]
+#[command(name = "lightpath", version, about, propagate_version = true)]
+struct Cli {
+    /// More output (-v: info, -vv: debug); LIGHTPATH_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the GridFTP server (DTN daemon).
+    Serve(serve::ServeArgs),
+    /// Copy files and trees: local <-> remote, remote -> remote (third party).
+    Cp(cp::CpArgs),
+    /// List a remote directory.
+    Ls(cp::LsArgs),
+    /// Server-side checksum of a remote file.
+    Sum(cp::SumArgs),
+    /// The embedded default: a local server and a real multi-stream transfer.
+    Demo(demo::DemoArgs),
+    /// Hash a password for `serve --users FILE` (reads it from stdin).
+    Passwd {
+        /// User name written before the hash.
+        user: String,
+    },
+    /// WAN emulator between network namespaces.
+    Lab(lightpath_wan::LabArgs),
+    /// Benchmark scenarios: lightpath and the real peers, side by side.
+    Bench(lightpath_bench::BenchArgs),
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LIGHTPATH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let r = match cli.cmd {
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Cp(a) => return cp::run(a),
+        Cmd::Ls(a) => cp::ls(a),
+        Cmd::Sum(a) => cp::sum(a),
+        Cmd::Demo(a) => demo::run(a),
+        Cmd::Passwd { user } => passwd(&user),
+        Cmd::Lab(a) => lightpath_wan::run(a),
+        Cmd::Bench(a) => lightpath_bench::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lightpath: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn passwd(user: &str) -> anyhow::Result<()> {
+    let mut pass = String::new();
+    std::io::stdin().read_line(&mut pass)?;
+    let pass = pass.trim_end_matches(['\r', '\n']);
+    anyhow::ensure!(!pass.is_empty(), "empty password on stdin");
+    println!("{user}:{}", lightpath_server::users::hash_password(pass));
+    Ok(())
+}

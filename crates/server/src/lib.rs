@@ -1,1 +1,114 @@
-//! placeholder
+//! The lightpath GridFTP server: listener, authentication, sessions, and
+//! confinement of every path to the served root.
+
+pub mod fsops;
+pub mod listing;
+pub mod session;
+pub mod transfer;
+pub mod users;
+
+use lightpath_proto::PiConfig;
+use lightpath_sys::root::Root;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use users::Users;
+
+/// Server errors at start-up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The served root cannot be opened.
+    #[error("cannot open served root {0}: {1}")]
+    Root(PathBuf, std::io::Error),
+    /// The listen address cannot be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// The users file is wrong.
+    #[error(transparent)]
+    Users(#[from] users::UsersError),
+    /// Neither anonymous access nor a users file.
+    #[error("no way to log in: give --anonymous and/or --users FILE")]
+    NoAuth,
+}
+
+/// How the server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Control-channel address.
+    pub listen: SocketAddr,
+    /// The served root.
+    pub root: PathBuf,
+    /// Allow `anonymous`/`ftp` logins.
+    pub anonymous: bool,
+    /// Refuse writes.
+    pub read_only: bool,
+    /// Users file.
+    pub users: Option<PathBuf>,
+    /// Expose /dev/zero and /dev/null for memory-to-memory runs.
+    pub memory_paths: bool,
+    /// Address to announce in PASV replies (behind NAT).
+    pub public_ip: Option<IpAddr>,
+    /// TCP congestion control for data connections (e.g. "bbr").
+    pub congestion: Option<String>,
+}
+
+/// Shared by all sessions.
+#[derive(Debug)]
+pub struct ServerCtx {
+    /// Configuration.
+    pub cfg: ServerConfig,
+    /// The confined root.
+    pub root: Root,
+    /// Users, if a users file was given.
+    pub users: Option<Arc<Users>>,
+}
+
+impl ServerCtx {
+    /// Per-session protocol configuration.
+    pub fn pi_config(&self) -> PiConfig {
+        PiConfig {
+            banner: format!("lightpath GridFTP Server {}", env!("CARGO_PKG_VERSION")),
+            anonymous: self.cfg.anonymous,
+            read_only: self.cfg.read_only,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            cksum_algs: lightpath_engine::checksum::ALGORITHMS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// A bound server.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    ctx: Arc<ServerCtx>,
+}
+
+impl Server {
+    /// Check the configuration and bind the control port.
+    pub async fn bind(cfg: ServerConfig) -> Result<Server, ServerError> {
+        if !cfg.anonymous && cfg.users.is_none() {
+            return Err(ServerError::NoAuth);
+        }
+        let root = Root::open(&cfg.root).map_err(|e| ServerError::Root(cfg.root.clone(), e))?;
+        let users = match &cfg.users {
+            Some(p) => Some(Arc::new(Users::load(p)?)),
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|e| ServerError::Bind(cfg.listen, e))?;
+        Ok(Server { listener, ctx: Arc::new(ServerCtx { cfg, root, users }) })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accept sessions forever.
+    pub async fn run(self) -> std::io::Result<()> {
+        loop {
+            let (stream, _) = self.listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(session::run(stream, self.ctx.clone()));
+        }
+    }
+}

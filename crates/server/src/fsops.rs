@@ -1,0 +1,102 @@
+//! File-system commands (SIZE, MDTM, MLST, STAT, CWD, MKD, RMD, DELE,
+//! RNFR/RNTO, CKSM, SITE CHMOD), always through the confined [`Root`].
+
+use crate::listing::{facts, ftp_time, list_line};
+use lightpath_engine::checksum::checksum;
+use lightpath_engine::{FileSource, ZeroSource};
+use lightpath_proto::{FsOp, Reply, VPath};
+use lightpath_sys::root::{FileType, Root};
+use std::io;
+
+/// Memory paths (`--memory-paths`) exposed in the served tree.
+pub const DEV_ZERO: &[u8] = b"/dev/zero";
+/// Write sink for memory-to-memory runs.
+pub const DEV_NULL: &[u8] = b"/dev/null";
+
+/// The reply for a failed file operation on `p`.
+pub fn io_reply(p: &VPath, e: &io::Error) -> Reply {
+    let what = match e.raw_os_error() {
+        Some(libc_exdev) if libc_exdev == 18 => "path leaves the served root".to_string(),
+        Some(40) => "too many levels of symbolic links".to_string(),
+        _ => e.to_string(),
+    };
+    let code = if e.kind() == io::ErrorKind::AlreadyExists { 553 } else { 550 };
+    Reply::new(code, format!("{}: {what}", p.display()))
+}
+
+/// Run one file-system request. Returns the reply and, for CWD, the new cwd.
+pub fn run(root: &Root, memory: bool, op: FsOp) -> (Reply, Option<VPath>) {
+    let r = match op {
+        FsOp::Cwd(p) => return cwd(root, p),
+        FsOp::Size(p) => size(root, memory, &p),
+        FsOp::Mdtm(p) => {
+            root.stat(p.relative()).map(|st| Reply::new(213, ftp_time(st.st_mtime))).map_err(|e| io_reply(&p, &e))
+        }
+        FsOp::Mlst(p) => mlst(root, &p),
+        FsOp::Stat(p) => stat(root, &p),
+        FsOp::Mkd(p) => {
+            let msg = format!("Directory \"{}\" created successfully.", p.display().replace('"', "\"\""));
+            root.mkdir(p.relative()).map(|_| Reply::new(257, msg)).map_err(|e| io_reply(&p, &e))
+        }
+        FsOp::Rmd(p) => root.rmdir(p.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&p, &e)),
+        FsOp::Dele(p) => dele(root, &p),
+        FsOp::Rename { from, to } => {
+            root.rename(from.relative(), to.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&from, &e))
+        }
+        FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, &alg, offset, len, &path),
+        FsOp::Chmod { mode, path } => {
+            root.chmod(path.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&path, &e))
+        }
+    };
+    (r.unwrap_or_else(|e| e), None)
+}
+
+fn cwd(root: &Root, p: VPath) -> (Reply, Option<VPath>) {
+    match root.stat(p.relative()) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            (Reply::new(250, "CWD command successful."), Some(p))
+        }
+        Ok(_) => (Reply::new(550, format!("{}: Not a directory", p.display())), None),
+        Err(e) => (io_reply(&p, &e), None),
+    }
+}
+
+fn size(root: &Root, memory: bool, p: &VPath) -> Result<Reply, Reply> {
+    if memory && (p.as_bytes() == DEV_ZERO || p.as_bytes() == DEV_NULL) {
+        return Ok(Reply::new(213, "0"));
+    }
+    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    Ok(Reply::new(213, st.st_size.to_string()))
+}
+
+fn dele(root: &Root, p: &VPath) -> Result<Reply, Reply> {
+    let st = root.stat(p.relative()).ok();
+    if st.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory) {
+        return Err(Reply::new(550, format!("{}: Is a directory (use RMD)", p.display())));
+    }
+    root.unlink(p.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
+}
+
+fn mlst(root: &Root, p: &VPath) -> Result<Reply, Reply> {
+    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    let line = format!(" {} {}", facts(&st, p.file_name(), true), p.display());
+    Ok(Reply::multi(250, &format!("status of {}", p.display()), vec![line]))
+}
+
+fn stat(root: &Root, p: &VPath) -> Result<Reply, Reply> {
+    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    let line = String::from_utf8_lossy(&list_line(&st, p.file_name())).trim_end().to_string();
+    Ok(Reply::multi(213, &format!("status of {}", p.display()), vec![line]))
+}
+
+fn cksm(root: &Root, memory: bool, alg: &str, offset: u64, len: Option<u64>, p: &VPath) -> Result<Reply, Reply> {
+    let sum = if memory && p.as_bytes() == DEV_ZERO {
+        let l = len.ok_or_else(|| Reply::new(501, "CKSM of /dev/zero needs a length"))?;
+        checksum(&ZeroSource(offset.saturating_add(l)), alg, offset, Some(l))
+    } else {
+        let f = root.open_read(p.relative()).map_err(|e| io_reply(p, &e))?;
+        let src = FileSource::new(f, false).map_err(|e| io_reply(p, &e))?;
+        checksum(&src, alg, offset, len)
+    };
+    sum.map(|s| Reply::new(213, s)).map_err(|e| Reply::new(501, format!("{}: {e}", p.display())))
+}

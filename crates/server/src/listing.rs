@@ -1,0 +1,94 @@
+//! Directory listings and facts: MLST/MLSD (RFC 3659 section 7), LIST, NLST,
+//! and the `YYYYMMDDHHMMSS` UTC times of MDTM/Modify.
+
+use lightpath_sys::root::{FileType, Stat};
+
+/// `YYYYMMDDHHMMSS` in UTC for seconds since the epoch.
+pub fn ftp_time(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Gregorian date from days since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn type_fact(st: &Stat, name: &[u8]) -> &'static str {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory if name == b"." => "cdir",
+        FileType::Directory => "dir",
+        FileType::RegularFile => "file",
+        _ => "OS.unix=special",
+    }
+}
+
+/// MLST/MLSD facts for one entry (without the name).
+pub fn facts(st: &Stat, name: &[u8], writable: bool) -> String {
+    let t = type_fact(st, name);
+    let perm = match (t, writable) {
+        ("file", true) => "adfrw",
+        ("file", false) => "r",
+        (_, true) => "cdeflmp",
+        _ => "el",
+    };
+    format!(
+        "Type={t};Size={};Modify={};Perm={perm};UNIX.mode=0{:o};Unique={:x}-{:x};",
+        st.st_size,
+        ftp_time(st.st_mtime),
+        st.st_mode & 0o7777,
+        st.st_dev,
+        st.st_ino
+    )
+}
+
+/// One `ls -l` style line (LIST).
+pub fn list_line(st: &Stat, name: &[u8]) -> Vec<u8> {
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => 'd',
+        FileType::Symlink => 'l',
+        _ => '-',
+    };
+    let mut perms = String::new();
+    for shift in [6, 3, 0] {
+        let bits = (st.st_mode >> shift) & 7;
+        perms.push(if bits & 4 != 0 { 'r' } else { '-' });
+        perms.push(if bits & 2 != 0 { 'w' } else { '-' });
+        perms.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    let t = ftp_time(st.st_mtime);
+    let mut line = format!(
+        "{kind}{perms} 1 lightpath lightpath {:>12} {}-{}-{} {}:{} ",
+        st.st_size,
+        &t[..4],
+        &t[4..6],
+        &t[6..8],
+        &t[8..10],
+        &t[10..12]
+    )
+    .into_bytes();
+    line.extend_from_slice(name);
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times() {
+        assert_eq!(ftp_time(0), "19700101000000");
+        assert_eq!(ftp_time(1_795_288_682), "20261121191802");
+        assert_eq!(ftp_time(951_782_400), "20000229000000");
+    }
+}

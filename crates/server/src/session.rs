@@ -1,0 +1,249 @@
+//! One control connection: a reader task frames lines (and acts on ABOR at
+//! once), the session loop feeds them in order to the sans-IO [`ServerPi`]
+//! and performs the actions it asks for. Pipelined commands wait in the
+//! queue while a transfer runs, so replies always come in order.
+
+use crate::fsops;
+use crate::transfer;
+use crate::ServerCtx;
+use lightpath_engine::{Control, DataChannel};
+use lightpath_proto::{
+    Action, Line, LineBuffer, Output, PassiveKind, PerfMarker, Reply, RestartMarker, ServerPi, Transfer,
+};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// Control connections idle longer than this are closed.
+const IDLE: Duration = Duration::from_secs(900);
+/// Pipelined commands queued at most (back-pressure beyond).
+const QUEUE: usize = 64;
+
+type Current = Arc<Mutex<Option<Arc<Control>>>>;
+
+struct Session {
+    ctx: Arc<ServerCtx>,
+    pi: ServerPi,
+    out: OwnedWriteHalf,
+    dc: DataChannel,
+    local: SocketAddr,
+    current: Current,
+}
+
+/// Serve one control connection to the end.
+pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
+    let peer = stream.peer_addr().ok();
+    let Ok(local) = stream.local_addr() else { return };
+    let (rd, out) = stream.into_split();
+    let current: Current = Arc::default();
+    let (tx, rx) = mpsc::channel(QUEUE);
+    tokio::spawn(read_lines(rd, tx, current.clone()));
+    let mut dc = DataChannel::new();
+    dc.opts.congestion = ctx.cfg.congestion.clone();
+    let pi = ServerPi::new(ctx.pi_config());
+    let mut s = Session { ctx, pi, out, dc, local, current };
+    tracing::info!(?peer, "session start");
+    if let Err(e) = s.drive(rx).await {
+        tracing::debug!(?peer, "session ended: {e}");
+    }
+    tracing::info!(?peer, user = s.pi.user(), "session end");
+}
+
+async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Line>, current: Current) {
+    let mut lb = LineBuffer::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match rd.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        lb.handle_bytes(&buf[..n]);
+        while let Some(line) = lb.poll_line() {
+            if is_abor(&line) {
+                if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    c.cancel();
+                }
+            }
+            if tx.send(line).await.is_err() {
+                return;
+            }
+        }
+    }
+    // The control connection is gone: stop whatever transfer runs.
+    if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        c.cancel();
+    }
+}
+
+fn is_abor(line: &Line) -> bool {
+    matches!(line, Line::Text(t) if t.len() >= 4 && t[..4].eq_ignore_ascii_case(b"ABOR"))
+}
+
+impl Session {
+    async fn drive(&mut self, mut rx: mpsc::Receiver<Line>) -> std::io::Result<()> {
+        loop {
+            if self.flush().await? {
+                return Ok(());
+            }
+            let line = match tokio::time::timeout(IDLE, rx.recv()).await {
+                Ok(Some(l)) => l,
+                Ok(None) => return Ok(()),
+                Err(_) => {
+                    self.send(&Reply::new(421, "Idle timeout, closing control connection.")).await?;
+                    return Ok(());
+                }
+            };
+            self.pi.handle_line(line);
+        }
+    }
+
+    /// Drain the PI. Returns true when the session must close.
+    async fn flush(&mut self) -> std::io::Result<bool> {
+        while let Some(o) = self.pi.poll_output() {
+            match o {
+                Output::Reply(r) => self.send(&r).await?,
+                Output::Action(a) => self.act(a).await?,
+                Output::Close => return Ok(true),
+            }
+        }
+        Ok(false)
+    }
+
+    async fn send(&mut self, r: &Reply) -> std::io::Result<()> {
+        self.out.write_all(&r.encode()).await
+    }
+
+    async fn act(&mut self, a: Action) -> std::io::Result<()> {
+        match a {
+            Action::Login { user, pass } => self.login(user, pass).await,
+            Action::Passive(kind) => self.passive(kind).await?,
+            Action::Active(addrs) => self.dc.connect_to(addrs),
+            Action::Transfer(t) => self.transfer(t).await?,
+            Action::Fs(op) => {
+                let (ctx, memory) = (self.ctx.clone(), self.ctx.cfg.memory_paths);
+                let (reply, cwd) = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, op))
+                    .await
+                    .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));
+                if let Some(c) = cwd {
+                    self.pi.set_cwd(c);
+                }
+                self.send(&reply).await?;
+            }
+            Action::Abort => self.dc.drop_cache(),
+        }
+        Ok(())
+    }
+
+    async fn login(&mut self, user: String, pass: String) {
+        let ok = if self.pi.is_anonymous_user(&user) {
+            true
+        } else if let Some(users) = self.ctx.users.clone() {
+            let u = user.clone();
+            tokio::task::spawn_blocking(move || users.verify(&u, &pass)).await.unwrap_or(false)
+        } else {
+            false
+        };
+        if !ok {
+            tokio::time::sleep(Duration::from_millis(500)).await; // slow down guessing
+        }
+        self.pi.handle_login(&user, ok);
+    }
+
+    async fn passive(&mut self, kind: PassiveKind) -> std::io::Result<()> {
+        let ip = self.ctx.cfg.public_ip.unwrap_or(self.local.ip());
+        let l = match TcpListener::bind(SocketAddr::new(self.local.ip(), 0)) {
+            Ok(l) => l,
+            Err(e) => return self.send(&Reply::new(425, format!("Cannot listen for data: {e}"))).await,
+        };
+        let port = l.local_addr()?.port();
+        let addr = SocketAddr::new(ip, port);
+        let hp = lightpath_proto::hostport::format_port(addr);
+        let reply = match (kind, hp) {
+            (PassiveKind::Pasv, Some(hp)) => Reply::new(227, format!("Entering Passive Mode ({hp})")),
+            (PassiveKind::Spas, Some(hp)) => Reply::multi(229, "Entering Striped Passive Mode.", vec![hp]),
+            (PassiveKind::Epsv, _) => Reply::new(229, format!("Entering Extended Passive Mode (|||{port}|)")),
+            (_, None) => Reply::new(522, "IPv6 control connection: use EPSV"),
+        };
+        self.dc.listen(l);
+        self.send(&reply).await
+    }
+
+    async fn transfer(&mut self, t: Transfer) -> std::io::Result<()> {
+        let ctl = Arc::new(Control::new());
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctl.clone());
+        let r = self.run_transfer(t, ctl).await;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        r
+    }
+
+    async fn run_transfer(&mut self, t: Transfer, ctl: Arc<Control>) -> std::io::Result<()> {
+        let markers = t.kind.is_upload() && t.settings.mode == lightpath_proto::Mode::Extended;
+        let (perf_s, restart_s) = (t.settings.perf_interval.max(1), t.settings.restart_interval.max(1));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let mut dc = std::mem::take(&mut self.dc);
+        let (ctx, c2) = (self.ctx.clone(), ctl.clone());
+        let mut job = tokio::task::spawn_blocking(move || {
+            let r = transfer::execute(&ctx.root, ctx.cfg.memory_paths, &mut dc, t, &c2, ready_tx);
+            (dc, r)
+        });
+        let ready = ready_rx.await.unwrap_or_else(|_| Err(Reply::new(451, "Internal error.")));
+        let started = match ready {
+            Ok(reused) => {
+                let text = if reused {
+                    "Beginning transfer; reusing existing data connection."
+                } else {
+                    "Beginning transfer."
+                };
+                self.send(&Reply::new(if reused { 125 } else { 150 }, text)).await?;
+                true
+            }
+            Err(r) => {
+                self.send(&r).await?;
+                false
+            }
+        };
+        if started && markers {
+            self.send(&perf(0)).await?;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(u64::from(perf_s.min(restart_s))));
+        tick.tick().await;
+        let (dc, result) = loop {
+            tokio::select! {
+                done = &mut job => break done.unwrap_or_else(|_| (DataChannel::new(), Err(Reply::new(451, "Internal error.")))),
+                _ = tick.tick(), if started && markers => self.markers(&ctl).await?,
+            }
+        };
+        self.dc = dc;
+        self.dc.opts.congestion = self.ctx.cfg.congestion.clone();
+        if !started {
+            return Ok(());
+        }
+        match result {
+            Ok(_) => {
+                if markers {
+                    self.markers(&ctl).await?;
+                }
+                self.send(&Reply::new(226, "Transfer Complete.")).await
+            }
+            Err(r) => self.send(&r).await,
+        }
+    }
+
+    async fn markers(&mut self, ctl: &Control) -> std::io::Result<()> {
+        self.send(&perf(ctl.bytes())).await?;
+        let fresh = ctl.take_written();
+        if !fresh.is_empty() {
+            self.send(&RestartMarker(fresh).to_reply()).await?;
+        }
+        Ok(())
+    }
+}
+
+fn perf(bytes: u64) -> Reply {
+    let ts = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    PerfMarker { timestamp: ts, stripe_index: 0, bytes, total_stripes: 1 }.to_reply()
+}

@@ -1,0 +1,241 @@
+//! Running one data transfer for a session (on a blocking thread): open the
+//! file or listing, get the data connections, move the bytes, and make an
+//! upload visible under its name only when it is complete.
+
+use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
+use crate::listing::{facts, list_line};
+use lightpath_engine::{
+    BytesSource, Control, DataChannel, EngineError, FileSink, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source,
+    ZeroSource, DEFAULT_BLOCK,
+};
+use lightpath_proto::{Mode, Reply, Restart, Transfer, TransferKind, VPath};
+use lightpath_sys::root::{FileType, Root, TempFile, WriteMode};
+use std::fs::File;
+use tokio::sync::oneshot;
+
+/// Largest file we accept (offset bound for hostile block headers).
+pub const MAX_FILE: u64 = 1 << 50;
+
+/// Sent once the data connection is ready: whether it is reused.
+pub type Ready = oneshot::Sender<Result<bool, Reply>>;
+
+enum Target {
+    Temp(TempFile),
+    InPlace(File),
+    Null,
+}
+
+impl Target {
+    fn sink(&self) -> Box<dyn Sink + '_> {
+        match self {
+            Target::Temp(t) => Box::new(FileSink(t.file())),
+            Target::InPlace(f) => Box::new(FileSink(f)),
+            Target::Null => Box::new(NullSink),
+        }
+    }
+}
+
+/// Run `t`. Returns bytes moved, or the error reply.
+pub fn execute(
+    root: &Root,
+    memory: bool,
+    dc: &mut DataChannel,
+    t: Transfer,
+    ctl: &Control,
+    ready: Ready,
+) -> Result<u64, Reply> {
+    if t.kind.is_upload() {
+        match open_target(root, memory, &t) {
+            Ok(target) => receive(dc, &t, target, ctl, ready),
+            Err(r) => fail_early(ready, r),
+        }
+    } else {
+        match open_source(root, memory, &t) {
+            Ok(src) => send(dc, &t, src.as_ref(), ctl, ready),
+            Err(r) => fail_early(ready, r),
+        }
+    }
+}
+
+fn fail_early(ready: Ready, r: Reply) -> Result<u64, Reply> {
+    let _ = ready.send(Err(r));
+    Err(Reply::new(0, ""))
+}
+
+fn is_mem(memory: bool, p: &VPath, name: &[u8]) -> bool {
+    memory && p.as_bytes() == name
+}
+
+fn open_source(root: &Root, memory: bool, t: &Transfer) -> Result<Box<dyn Source>, Reply> {
+    match t.kind {
+        TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst => {
+            return listing(root, t).map(|b| Box::new(BytesSource(b)) as _)
+        }
+        _ => {}
+    }
+    if is_mem(memory, &t.path, DEV_ZERO) {
+        return match t.kind {
+            TransferKind::Eret { offset, len } => Ok(Box::new(ZeroSource(offset.saturating_add(len)))),
+            _ => Err(Reply::new(501, "/dev/zero needs ERET with a length")),
+        };
+    }
+    let f = root.open_read(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
+    let src = FileSource::new(f, true).map_err(|e| io_reply(&t.path, &e))?;
+    Ok(Box::new(src))
+}
+
+fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply> {
+    if is_mem(memory, &t.path, DEV_NULL) {
+        return Ok(Target::Null);
+    }
+    let rel = t.path.relative();
+    let in_place = matches!(t.kind, TransferKind::Esto { .. } | TransferKind::Appe) || t.restart.is_some();
+    let r = if in_place {
+        root.open_write(rel, WriteMode::InPlace).map(Target::InPlace)
+    } else {
+        root.create_temp(rel).map(Target::Temp)
+    };
+    r.map_err(|e| io_reply(&t.path, &e))
+}
+
+/// File ranges to send and the wire offset base.
+fn send_ranges(t: &Transfer, len: u64) -> (Vec<(u64, u64)>, u64) {
+    match (&t.kind, &t.restart) {
+        (TransferKind::Eret { offset, len: l }, _) => {
+            let start = (*offset).min(len);
+            (vec![(start, offset.saturating_add(*l).min(len))], *offset)
+        }
+        (_, Some(Restart::Offset(o))) => (vec![((*o).min(len), len)], 0),
+        (_, Some(Restart::Ranges(have))) => (have.missing(len).ranges().to_vec(), 0),
+        _ => (vec![(0, len)], 0),
+    }
+}
+
+fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
+    let (ranges, wire_base) = send_ranges(t, src.len());
+    if t.settings.mode == Mode::Stream {
+        let _ = ready.send(Ok(false));
+        let conn = dc.open_stream().map_err(data_reply)?;
+        let (s, e) = ranges.first().copied().unwrap_or((0, 0));
+        return dc.send_s(conn, src, s, e, ctl).map_err(data_reply);
+    }
+    let reused = match dc.prepare_send(t.settings.parallelism) {
+        Ok(r) => r,
+        Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
+    };
+    let _ = ready.send(Ok(reused));
+    let plan = SendPlan { ranges, wire_base, block: DEFAULT_BLOCK };
+    dc.send_e(src, &plan, ctl).map_err(data_reply)
+}
+
+fn receive(dc: &mut DataChannel, t: &Transfer, target: Target, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
+    let base = match (&t.kind, &t.restart) {
+        (TransferKind::Esto { offset }, _) => *offset,
+        (_, Some(Restart::Offset(o))) => *o,
+        (TransferKind::Appe, _) => match &target {
+            Target::InPlace(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        },
+        _ => 0,
+    };
+    let moved = if t.settings.mode == Mode::Stream {
+        let _ = ready.send(Ok(false));
+        let conn = dc.open_stream().map_err(data_reply)?;
+        dc.recv_s(conn, target.sink().as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(data_reply)?
+    } else {
+        let reused = match dc.prepare_recv() {
+            Ok(r) => r,
+            Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
+        };
+        let _ = ready.send(Ok(reused));
+        let opts = RecvOpts { base, max_offset: MAX_FILE, idle: dc.idle };
+        let got = dc.recv_e(target.sink().as_ref(), &opts, ctl).map_err(data_reply)?;
+        check_complete(t, &got)?;
+        got.covered()
+    };
+    if let Some(n) = t.allo.filter(|_| t.restart.is_none() && t.settings.mode == Mode::Stream) {
+        if moved != n {
+            return Err(Reply::new(451, format!("Transfer incomplete: got {moved} of {n} bytes announced by ALLO.")));
+        }
+    }
+    finish(target, &t.path)?;
+    Ok(moved)
+}
+
+/// In MODE E the sender says when it is done; with ALLO we also know the
+/// size and refuse a file with holes.
+fn check_complete(t: &Transfer, got: &lightpath_proto::RangeSet) -> Result<(), Reply> {
+    match (t.allo, &t.kind, &t.restart) {
+        (Some(n), TransferKind::Stor, None) if n > 0 && !got.contains_range(0, n) => {
+            Err(Reply::new(451, format!("Transfer incomplete: ranges {got} of {n} bytes announced by ALLO.")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn finish(target: Target, p: &VPath) -> Result<(), Reply> {
+    match target {
+        Target::Temp(tmp) => {
+            tmp.file().sync_data().map_err(|e| io_reply(p, &e))?;
+            tmp.commit().map_err(|e| io_reply(p, &e))
+        }
+        Target::InPlace(f) => f.sync_data().map_err(|e| io_reply(p, &e)),
+        Target::Null => Ok(()),
+    }
+}
+
+fn data_reply(e: EngineError) -> Reply {
+    match e {
+        EngineError::Setup(_) => Reply::new(425, format!("Can't open data connection: {e}")),
+        EngineError::Aborted => Reply::new(426, "Transfer aborted."),
+        EngineError::Io { ref context, .. } if context.starts_with("writing") || context.starts_with("reading") => {
+            Reply::new(451, format!("Local error: {e}"))
+        }
+        _ => Reply::new(426, format!("Data connection failed: {e}")),
+    }
+}
+
+fn listing(root: &Root, t: &Transfer) -> Result<Vec<u8>, Reply> {
+    let p = &t.path;
+    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return match t.kind {
+            TransferKind::Mlsd => Err(Reply::new(501, format!("{}: Not a directory", p.display()))),
+            TransferKind::List => Ok(list_line(&st, p.file_name())),
+            _ => Ok([p.file_name(), b"\r\n"].concat()),
+        };
+    }
+    let mut out = Vec::new();
+    if t.kind == TransferKind::Mlsd {
+        out.extend_from_slice(format!("{} .\r\n", facts(&st, b".", true)).as_bytes());
+    }
+    for (name, lst) in root.read_dir(p.relative()).map_err(|e| io_reply(p, &e))? {
+        let child = [p.relative(), b"/", &name].concat();
+        let st = if FileType::from_raw_mode(lst.st_mode) == FileType::Symlink {
+            match root.stat(&child) {
+                Ok(st) => st,
+                Err(_) => continue, // dangling or leaving the root: not shown
+            }
+        } else {
+            lst
+        };
+        entry_line(&mut out, t.kind.clone(), &st, &name);
+    }
+    Ok(out)
+}
+
+fn entry_line(out: &mut Vec<u8>, kind: TransferKind, st: &lightpath_sys::root::Stat, name: &[u8]) {
+    match kind {
+        TransferKind::Mlsd => {
+            out.extend_from_slice(facts(st, name, true).as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(name);
+            out.extend_from_slice(b"\r\n");
+        }
+        TransferKind::List => out.extend_from_slice(&list_line(st, name)),
+        _ => {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}

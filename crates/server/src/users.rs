@@ -1,0 +1,90 @@
+//! The `--users FILE`: one `name:hash` per line, `#` comments. Hashes are
+//! PHC argon2 strings (`$argon2id$...`, what `lightpath passwd` writes) or
+//! SHA-512 crypt (`$6$...`, what `mkpasswd -m sha-512` writes). Plain-text
+//! and DES hashes are refused when the file is loaded.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Errors reading the users file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UsersError {
+    /// File unreadable.
+    #[error("reading users file {0}: {1}")]
+    Io(String, std::io::Error),
+    /// A line that is not `name:hash` with a supported hash.
+    #[error("users file line {0}: {1}")]
+    Line(usize, String),
+}
+
+/// Users and their password hashes.
+#[derive(Debug, Default, Clone)]
+pub struct Users {
+    hashes: HashMap<String, String>,
+}
+
+impl Users {
+    /// Load and check a users file.
+    pub fn load(path: &Path) -> Result<Users, UsersError> {
+        let text = std::fs::read_to_string(path).map_err(|e| UsersError::Io(path.display().to_string(), e))?;
+        Users::parse(&text)
+    }
+
+    /// Parse users-file text.
+    pub fn parse(text: &str) -> Result<Users, UsersError> {
+        let mut hashes = HashMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, hash) =
+                line.split_once(':').ok_or_else(|| UsersError::Line(i + 1, "expected name:hash".into()))?;
+            if !(hash.starts_with("$argon2") && PasswordHash::new(hash).is_ok()) && !hash.starts_with("$6$") {
+                return Err(UsersError::Line(
+                    i + 1,
+                    "hash must be argon2 ($argon2id$...) or SHA-512 crypt ($6$...)".into(),
+                ));
+            }
+            if hashes.insert(name.to_string(), hash.to_string()).is_some() {
+                return Err(UsersError::Line(i + 1, format!("duplicate user {name}")));
+            }
+        }
+        Ok(Users { hashes })
+    }
+
+    /// Whether `pass` is `user`'s password. Slow by design (argon2).
+    pub fn verify(&self, user: &str, pass: &str) -> bool {
+        let Some(hash) = self.hashes.get(user) else { return false };
+        if hash.starts_with("$6$") {
+            return sha_crypt::sha512_check(pass, hash).is_ok();
+        }
+        PasswordHash::new(hash).is_ok_and(|h| argon2::Argon2::default().verify_password(pass.as_bytes(), &h).is_ok())
+    }
+}
+
+/// An argon2id PHC string for `pass` (for `lightpath passwd`).
+pub fn hash_password(pass: &str) -> String {
+    let salt = SaltString::generate(&mut argon2::password_hash::rand_core::OsRng);
+    argon2::Argon2::default().hash_password(pass.as_bytes(), &salt).map(|h| h.to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argon2_and_sha512_crypt() {
+        let a = hash_password("s3cret");
+        // mkpasswd -m sha-512 -S saltsalt s3cret
+        let six = "$6$saltsalt$As4wrv0kZlfch1du9WeH7qhskyLriQWySXrZzynnvi46nFnNxjdpl6ksRegrrKexvhIa/Iny8S8uF3fVWTMuC1";
+        let u = Users::parse(&format!("# users\nalice:{a}\nbob:{six}\n")).unwrap();
+        assert!(u.verify("alice", "s3cret") && !u.verify("alice", "wrong"));
+        assert!(!u.verify("carol", "s3cret"));
+        assert!(Users::parse("eve:abQ9Xkq3bjvR.").is_err(), "DES refused");
+        assert!(Users::parse("eve:plain").is_err());
+        assert!(u.verify("bob", "s3cret") && !u.verify("bob", "s3cret "));
+    }
+}
