@@ -1,23 +1,170 @@
-//! `lightpath cp`, `ls`, `sum` (being written).
+//! `lightpath cp`, `ls`, `sum`.
+
+use crate::units::parse_size;
+use anyhow::Context;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use lightpath_client::{copy, CopyOptions, Location, Progress, Session, SessionOpts};
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Options of `lightpath cp`.
 #[derive(Debug, Args)]
-pub struct CpArgs {}
+pub struct CpArgs {
+    /// Sources (ftp://host[:port]/path or local paths), then the destination.
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<String>,
+    /// Parallel MODE E streams per transfer.
+    #[arg(short = 'p', long = "parallel", default_value_t = 4, env = "LIGHTPATH_PARALLEL")]
+    pub parallel: u32,
+    /// Files in flight, each over its own control session.
+    #[arg(long, default_value_t = 4, env = "LIGHTPATH_CC")]
+    pub cc: usize,
+    /// Copy directories recursively.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Commands kept in flight per session (1 = no pipelining).
+    #[arg(long, default_value_t = 16, env = "LIGHTPATH_PIPELINE")]
+    pub pipeline: usize,
+    /// MODE E block size (e.g. 256K, 1M).
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub block: u64,
+    /// Partial copy: start offset (with --len).
+    #[arg(long, value_parser = parse_size, requires = "len")]
+    pub off: Option<u64>,
+    /// Partial copy: length (alone: from offset 0).
+    #[arg(long, value_parser = parse_size)]
+    pub len: Option<u64>,
+    /// Verify each file afterwards with this checksum (MD5, ADLER32, CRC32C, SHA256...).
+    #[arg(long, value_name = "ALG")]
+    pub verify: Option<String>,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Run a copy; exit code 0 only when every file arrived complete.
+pub fn run(a: CpArgs) -> ExitCode {
+    match run_inner(a) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("lightpath: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
+    let dst = Location::parse(&a.paths.pop().unwrap_or_default())?;
+    let srcs = a.paths.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let part = a.len.map(|l| (a.off.unwrap_or(0), l));
+    let opts = CopyOptions {
+        streams: a.parallel,
+        cc: a.cc,
+        recursive: a.recursive,
+        pipeline: a.pipeline,
+        block: a.block,
+        part,
+        verify: a.verify.clone(),
+    };
+    let progress = Arc::new(Progress::default());
+    let bar = (!a.quiet).then(|| start_bar(progress.clone()));
+    let started = Instant::now();
+    let rt = tokio::runtime::Runtime::new()?;
+    let results = rt.block_on(copy(srcs, dst, opts, progress.clone()));
+    if let Some((pb, stop)) = bar {
+        stop.store(true, Ordering::Relaxed);
+        pb.finish_and_clear();
+    }
+    let results = results?;
+    let failed: Vec<_> = results.iter().filter(|r| r.result.is_err()).collect();
+    for f in &failed {
+        eprintln!(
+            "lightpath: FAILED {} -> {}: {}",
+            f.src,
+            f.dst,
+            f.result.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
+        );
+    }
+    let bytes: u64 = results.iter().filter_map(|r| r.result.as_ref().ok()).sum();
+    summary(results.len() - failed.len(), failed.len(), bytes, started.elapsed());
+    Ok(failed.is_empty())
+}
+
+fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBool>) {
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (pb2, stop2) = (pb.clone(), stop.clone());
+    std::thread::spawn(move || {
+        while !stop2.load(Ordering::Relaxed) {
+            pb2.set_length(p.planned.load(Ordering::Relaxed));
+            pb2.set_position(p.bytes.load(Ordering::Relaxed));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    (pb, stop)
+}
+
+/// Print the throughput summary.
+pub fn summary(ok: usize, failed: usize, bytes: u64, t: Duration) {
+    let secs = t.as_secs_f64().max(1e-9);
+    eprintln!(
+        "lightpath: {ok} file(s) copied, {failed} failed, {bytes} bytes in {secs:.2} s = {:.1} MB/s ({:.2} Gbit/s)",
+        bytes as f64 / secs / 1e6,
+        bytes as f64 * 8.0 / secs / 1e9
+    );
+}
+
 /// Options of `lightpath ls`.
 #[derive(Debug, Args)]
-pub struct LsArgs {}
+pub struct LsArgs {
+    /// Directory URL.
+    pub url: String,
+}
+
 /// Options of `lightpath sum`.
 #[derive(Debug, Args)]
-pub struct SumArgs {}
+pub struct SumArgs {
+    /// File URL.
+    pub url: String,
+    /// Algorithm (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512).
+    #[arg(long, default_value = "MD5")]
+    pub alg: String,
+}
 
-pub fn run(_a: CpArgs) -> ExitCode {
-    ExitCode::FAILURE
+fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)> {
+    let Location::Remote(r) = Location::parse(url)? else { anyhow::bail!("{url}: not an ftp:// URL") };
+    let rt = tokio::runtime::Runtime::new()?;
+    let opts = SessionOpts { streams: 1, block: 1 << 20, pipeline: 1, total: Arc::default() };
+    let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
+    Ok((rt, s, r.path))
 }
-pub fn ls(_a: LsArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+
+/// List a remote directory.
+pub fn ls(a: LsArgs) -> anyhow::Result<()> {
+    let (rt, mut s, path) = open(&a.url)?;
+    for e in rt.block_on(s.list(&path))? {
+        let kind = if e.is_dir { "d" } else { "-" };
+        println!("{kind} {:>14} {}", e.size, String::from_utf8_lossy(&e.name));
+    }
+    rt.block_on(s.quit());
+    Ok(())
 }
-pub fn sum(_a: SumArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+
+/// Print a server-side checksum.
+pub fn sum(a: SumArgs) -> anyhow::Result<()> {
+    let (rt, mut s, path) = open(&a.url)?;
+    let sum = rt.block_on(s.checksum(&a.alg.to_ascii_uppercase(), &path))?;
+    println!("{sum}  {}", a.url);
+    rt.block_on(s.quit());
+    Ok(())
 }

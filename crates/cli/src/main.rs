@@ -3,6 +3,7 @@
 mod cp;
 mod demo;
 mod serve;
+mod units;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -1,1 +1,73 @@
-//! placeholder
+//! The lightpath GridFTP client: URLs, sessions, two-party and third-party
+//! copies of files and trees with parallel streams, concurrency and
+//! pipelining. Works with any GridFTP server: features come from FEAT.
+
+pub mod control;
+pub mod job;
+pub mod local;
+pub mod location;
+pub mod plan;
+pub mod session;
+pub mod thirdparty;
+
+pub use job::{copy, CopyOptions, FileResult, Progress};
+pub use location::{Location, Remote};
+pub use session::{Session, SessionOpts};
+
+/// Client errors; `Clone` so one failure can be reported for every file it affects.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+    /// Could not reach the server.
+    #[error("connecting to {0}: {1}")]
+    Connect(String, String),
+    /// Control connection failed.
+    #[error("control connection to {0}: {1}")]
+    Control(String, String),
+    /// Login refused.
+    #[error("login to {0} refused: {1}")]
+    Login(String, String),
+    /// The server refused a command.
+    #[error("{server}: {cmd} refused: {reply}")]
+    Refused {
+        /// Server.
+        server: String,
+        /// Command (password redacted).
+        cmd: String,
+        /// Reply text.
+        reply: String,
+        /// Reply code.
+        code: u16,
+    },
+    /// Local file or data-channel trouble.
+    #[error("{0}")]
+    Local(String),
+    /// Data moved but the checksums differ.
+    #[error("{alg} checksum mismatch: {local} != {remote}")]
+    Checksum {
+        /// Algorithm.
+        alg: String,
+        /// One side.
+        local: String,
+        /// Other side.
+        remote: String,
+    },
+    /// Invalid source or destination.
+    #[error(transparent)]
+    Location(std::sync::Arc<location::LocationError>),
+}
+
+impl From<lightpath_engine::EngineError> for ClientError {
+    fn from(e: lightpath_engine::EngineError) -> Self {
+        ClientError::Local(format!("data channel: {e}"))
+    }
+}
+
+impl From<location::LocationError> for ClientError {
+    fn from(e: location::LocationError) -> Self {
+        ClientError::Location(std::sync::Arc::new(e))
+    }
+}

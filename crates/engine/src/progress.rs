@@ -3,7 +3,7 @@
 
 use lightpath_proto::RangeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Counters a running transfer updates and its driver reads.
 #[derive(Debug, Default)]
@@ -11,12 +11,17 @@ pub struct Control {
     bytes: AtomicU64,
     cancel: AtomicBool,
     fresh: Mutex<RangeSet>,
+    parent: Option<Arc<AtomicU64>>,
 }
 
 impl Control {
     /// A fresh control block.
     pub fn new() -> Self {
         Self::default()
+    }
+    /// A control block that also adds every byte to `total` (job-wide progress).
+    pub fn with_total(total: Arc<AtomicU64>) -> Self {
+        Control { parent: Some(total), ..Self::default() }
     }
     /// Bytes moved so far.
     pub fn bytes(&self) -> u64 {
@@ -33,6 +38,9 @@ impl Control {
     /// Record `len` bytes moved (sender side).
     pub fn add(&self, len: u64) {
         self.bytes.fetch_add(len, Ordering::Relaxed);
+        if let Some(p) = &self.parent {
+            p.fetch_add(len, Ordering::Relaxed);
+        }
     }
     /// Record a range written to its destination (receiver side).
     pub fn add_written(&self, start: u64, end: u64) {

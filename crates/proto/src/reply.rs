@@ -113,7 +113,8 @@ impl ReplyParser {
         if let Some(p) = self.pending.as_mut() {
             if let Some((c, ' ')) = code {
                 if c == p.code {
-                    p.lines.push(line[4..].to_string());
+                    // A bare "NNN" (no text) also ends the reply.
+                    p.lines.push(line.get(4..).unwrap_or("").to_string());
                     return Ok(self.pending.take());
                 }
             }
@@ -177,6 +178,15 @@ mod tests {
         assert_eq!(p.handle_line("501 'TYPE E").unwrap().unwrap().code, 501);
         assert_eq!(p.handle_line("' unrecognized type.").unwrap(), None);
         assert_eq!(p.handle_line("200 ok").unwrap().unwrap().code, 200);
+    }
+
+    #[test]
+    fn bare_code_ends_multi_line_reply() {
+        // Found by the property tests: this used to panic slicing "211"[4..].
+        let mut p = ReplyParser::new();
+        assert_eq!(p.handle_line("211-Extensions supported").unwrap(), None);
+        let r = p.handle_line("211").unwrap().unwrap();
+        assert_eq!(r, Reply { code: 211, lines: vec!["Extensions supported".into(), String::new()] });
     }
 
     #[test]

@@ -41,7 +41,10 @@ impl VPath {
         if arg.iter().any(|&b| b < 0x20 || b == 0x7f) {
             return Err(PathError::ControlBytes);
         }
-        if arg.len() + self.0.len() > MAX_PATH {
+        // Bound the work on the argument; the limit that matters is on the
+        // result (adding the cwd length here refused valid paths, e.g.
+        // `LIST` in a cwd longer than MAX_PATH / 2 or `CDUP` from a deep one).
+        if arg.len() > MAX_PATH {
             return Err(PathError::TooLong);
         }
         let mut parts: Vec<&[u8]> = if arg.starts_with(b"/") { Vec::new() } else { self.components().collect() };
@@ -54,7 +57,11 @@ impl VPath {
                 name => parts.push(name),
             }
         }
-        Ok(VPath::from_parts(&parts))
+        let path = VPath::from_parts(&parts);
+        if path.0.len() > MAX_PATH {
+            return Err(PathError::TooLong);
+        }
+        Ok(path)
     }
 
     fn from_parts(parts: &[&[u8]]) -> VPath {
@@ -124,5 +131,18 @@ mod tests {
         assert_eq!(VPath::root().relative(), b".");
         assert!(cwd.join(b"a\nb").is_err());
         assert_eq!(cwd.join(b"\xff\xfe").unwrap().file_name(), b"\xff\xfe");
+    }
+
+    #[test]
+    fn length_limit_applies_to_the_result() {
+        // A cwd longer than MAX_PATH / 2 used to make `cwd.join(cwd)` (LIST
+        // without argument) fail, and one of MAX_PATH bytes could not CDUP.
+        let deep = VPath::root().join(&[b'd'; MAX_PATH - 1]).unwrap();
+        assert_eq!(deep.as_bytes().len(), MAX_PATH);
+        assert_eq!(deep.join(deep.as_bytes()).unwrap(), deep);
+        assert_eq!(VPath::root().join(deep.as_bytes()).unwrap(), deep);
+        assert_eq!(deep.join(b"..").unwrap(), VPath::root());
+        assert_eq!(deep.join(b"x"), Err(PathError::TooLong));
+        assert_eq!(VPath::root().join(&[b'e'; MAX_PATH + 1]), Err(PathError::TooLong));
     }
 }

@@ -101,6 +101,23 @@ fn set_iff(fd: &OwnedFd, name: &str, flags: libc::c_short) -> io::Result<String>
     Ok(cstr.to_string_lossy().into_owned())
 }
 
+/// Gives the calling thread real-time `SCHED_FIFO` priority `prio`
+/// (1..=99), so that an emulated wire is not starved by the processes whose
+/// packets it carries. Needs root (CAP_SYS_NICE). The kernel's RT throttling
+/// (`kernel.sched_rt_runtime_us`) still leaves other tasks some CPU.
+pub fn set_current_thread_fifo(prio: i32) -> io::Result<()> {
+    // SAFETY: `sched_param` is a plain C struct of integers; zero is valid.
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = prio;
+    // SAFETY: pid 0 means the calling thread only; `param` is a valid,
+    // initialized `sched_param` that outlives the call, which only reads it.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,37 @@
+//! Sizes as users type them: `64M`, `1G`, `4096`, `1.5G` (powers of 1024).
+
+/// Parse a size with an optional K/M/G/T suffix (binary multiples).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("unknown size suffix in {s:?} (use K, M, G, T)")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    if !(v >= 0.0 && v.is_finite()) {
+        return Err(format!("not a size: {s:?}"));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1.5k"), Ok(1536));
+        assert!(parse_size("12X").is_err() && parse_size("-1").is_err() && parse_size("").is_err());
+    }
+}

@@ -1,0 +1,305 @@
+//! Running a copy: `--cc` workers with their own control sessions pull files
+//! from a shared queue; each worker pipelines commands over a reused MODE E
+//! channel; third-party copies link a source and a destination session.
+
+use crate::local::{LocalSource, LocalTarget};
+use crate::plan::{describe, make_plan, Item, Plan};
+use crate::session::{FileOp, Session, SessionOpts};
+use crate::{ClientError, Location, Remote};
+use lightpath_engine::checksum::checksum;
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    /// Parallel MODE E streams per transfer.
+    pub streams: u32,
+    /// Concurrent control sessions (files in flight).
+    pub cc: usize,
+    /// Copy directories recursively.
+    pub recursive: bool,
+    /// Commands in flight per session.
+    pub pipeline: usize,
+    /// MODE E block size.
+    pub block: u64,
+    /// Partial copy: offset and length.
+    pub part: Option<(u64, u64)>,
+    /// Verify each file with this CKSM algorithm afterwards.
+    pub verify: Option<String>,
+}
+
+/// Outcome for one file.
+#[derive(Debug)]
+pub struct FileResult {
+    /// Source, for messages.
+    pub src: String,
+    /// Destination, for messages.
+    pub dst: String,
+    /// Bytes, or why it failed.
+    pub result: Result<u64, ClientError>,
+}
+
+/// Progress counters the caller may watch while the copy runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Bytes moved so far.
+    pub bytes: Arc<AtomicU64>,
+    /// Bytes planned (known after planning).
+    pub planned: AtomicU64,
+    /// Files planned.
+    pub files: AtomicU64,
+}
+
+type Queue = Arc<Mutex<VecDeque<Item>>>;
+
+/// Copy `srcs` to `dst`.
+pub async fn copy(
+    srcs: Vec<Location>,
+    dst: Location,
+    opts: CopyOptions,
+    progress: Arc<Progress>,
+) -> Result<Vec<FileResult>, ClientError> {
+    let sopts = SessionOpts {
+        streams: opts.streams.max(1),
+        block: opts.block,
+        pipeline: opts.pipeline,
+        total: progress.bytes.clone(),
+    };
+    let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
+    if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {
+        return Err(ClientError::Usage("sources must be all local or all remote".into()));
+    }
+    let mut lister = match &remote_src {
+        Some(r) => Some(Session::open(r, sopts.clone()).await?),
+        None => None,
+    };
+    let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut()).await?;
+    if let Some(part) = opts.part {
+        plan.files.iter_mut().for_each(|f| f.size = part.1);
+    }
+    progress.planned.store(plan.bytes(), std::sync::atomic::Ordering::Relaxed);
+    progress.files.store(plan.files.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    make_dirs(&plan, &dst, &sopts).await?;
+    if let Some(l) = lister {
+        l.quit().await;
+    }
+    run_workers(plan, opts, sopts).await
+}
+
+async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<(), ClientError> {
+    if plan.dirs.is_empty() {
+        return Ok(());
+    }
+    match dst {
+        Location::Local(_) => {
+            for d in &plan.dirs {
+                if let Location::Local(p) = d {
+                    std::fs::create_dir_all(p).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))?;
+                }
+            }
+        }
+        Location::Remote(r) => {
+            let mut s = Session::open(r, sopts.clone()).await?;
+            for d in &plan.dirs {
+                if let Location::Remote(dr) = d {
+                    s.mkdir(dr.path.strip_suffix(b"/").unwrap_or(&dr.path)).await?;
+                }
+            }
+            s.quit().await;
+        }
+    }
+    Ok(())
+}
+
+async fn run_workers(plan: Plan, opts: CopyOptions, sopts: SessionOpts) -> Result<Vec<FileResult>, ClientError> {
+    let n = opts.cc.max(1).min(plan.files.len().max(1));
+    let queue: Queue = Arc::new(Mutex::new(plan.files.into()));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (q, o, s) = (queue.clone(), opts.clone(), sopts.clone());
+        tasks.push(tokio::spawn(async move { worker(q, o, s).await }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.extend(t.await.map_err(|e| ClientError::Local(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+fn take_batch(q: &Queue, n: usize) -> Vec<Item> {
+    let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
+    let k = n.min(q.len());
+    q.drain(..k).collect()
+}
+
+fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
+    FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r }
+}
+
+async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts) -> Vec<FileResult> {
+    let mut out = Vec::new();
+    let mut sessions: Option<(Option<Session>, Option<Session>)> = None;
+    let mut linked = false;
+    loop {
+        let batch = take_batch(&q, opts.pipeline.max(1));
+        if batch.is_empty() {
+            break;
+        }
+        if sessions.is_none() {
+            match open_sessions(&batch[0], &sopts).await {
+                Ok(s) => sessions = Some(s),
+                Err(e) => {
+                    out.extend(batch.iter().map(|i| result(i, Err(e.clone()))));
+                    continue;
+                }
+            }
+        }
+        let Some((src_s, dst_s)) = sessions.as_mut() else { continue };
+        let results = match (src_s.as_mut(), dst_s.as_mut()) {
+            (Some(s), None) => get_batch(s, &batch, &opts).await,
+            (None, Some(d)) => put_batch(d, &batch, &opts).await,
+            (Some(s), Some(d)) => tpt_batch(s, d, &batch, &opts, &mut linked).await,
+            (None, None) => batch.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),
+        };
+        let broken = results.iter().any(|r| matches!(r, Err(ClientError::Control(..))));
+        out.extend(batch.iter().zip(results).map(|(i, r)| result(i, r)));
+        if broken {
+            sessions = None;
+            linked = false;
+        }
+    }
+    if let Some((a, b)) = sessions {
+        for s in [a, b].into_iter().flatten() {
+            s.quit().await;
+        }
+    }
+    out
+}
+
+async fn open_sessions(item: &Item, sopts: &SessionOpts) -> Result<(Option<Session>, Option<Session>), ClientError> {
+    let open = |l: &Location| {
+        let r = if let Location::Remote(r) = l { Some(r.clone()) } else { None };
+        let o = sopts.clone();
+        async move {
+            match r {
+                Some(r) => Session::open(&r, o).await.map(Some),
+                None => Ok(None),
+            }
+        }
+    };
+    Ok((open(&item.src).await?, open(&item.dst).await?))
+}
+
+fn remote(l: &Location) -> &Remote {
+    match l {
+        Location::Remote(r) => r,
+        Location::Local(_) => unreachable!("checked by open_sessions"),
+    }
+}
+
+fn local(l: &Location) -> &std::path::Path {
+    match l {
+        Location::Local(p) => p,
+        Location::Remote(_) => unreachable!("checked by open_sessions"),
+    }
+}
+
+async fn get_batch(s: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<Result<u64, ClientError>> {
+    let ops = batch
+        .iter()
+        .map(|i| {
+            (
+                FileOp { remote: remote(&i.src).path.clone(), part: opts.part },
+                LocalTarget::for_path(local(&i.dst), opts.part.is_some()),
+            )
+        })
+        .collect();
+    let mut results = s.get_many(ops).await;
+    if let Some(alg) = &opts.verify {
+        for (i, r) in batch.iter().zip(results.iter_mut()) {
+            if r.is_ok() {
+                if let Err(e) = verify_local(s, alg, &remote(&i.src).path, local(&i.dst)).await {
+                    *r = Err(e);
+                }
+            }
+        }
+    }
+    results
+}
+
+async fn put_batch(d: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<Result<u64, ClientError>> {
+    let ops = batch
+        .iter()
+        .map(|i| {
+            let p = local(&i.src);
+            let src = if p == std::path::Path::new("/dev/zero") {
+                LocalSource::Zero(opts.part.map(|x| x.0 + x.1).unwrap_or(0))
+            } else {
+                LocalSource::File(p.to_path_buf())
+            };
+            (src, FileOp { remote: remote(&i.dst).path.clone(), part: opts.part })
+        })
+        .collect();
+    let mut results = d.put_many(ops).await;
+    if let Some(alg) = &opts.verify {
+        for (i, r) in batch.iter().zip(results.iter_mut()) {
+            if r.is_ok() {
+                if let Err(e) = verify_local(d, alg, &remote(&i.dst).path, local(&i.src)).await {
+                    *r = Err(e);
+                }
+            }
+        }
+    }
+    results
+}
+
+async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::path::Path) -> Result<(), ClientError> {
+    let theirs = s.checksum(alg, rpath).await?;
+    let (a, p) = (alg.to_string(), lpath.to_path_buf());
+    let ours = tokio::task::spawn_blocking(move || {
+        let src = LocalSource::File(p).open()?;
+        checksum(src.as_ref(), &a, 0, None).map_err(|e| ClientError::Local(e.to_string()))
+    })
+    .await
+    .map_err(|e| ClientError::Local(e.to_string()))??;
+    if theirs != ours {
+        return Err(ClientError::Checksum { alg: alg.into(), local: ours, remote: theirs });
+    }
+    Ok(())
+}
+
+async fn tpt_batch(
+    s: &mut Session,
+    d: &mut Session,
+    batch: &[Item],
+    opts: &CopyOptions,
+    linked: &mut bool,
+) -> Vec<Result<u64, ClientError>> {
+    let mut out = Vec::new();
+    for i in batch {
+        let mut r = crate::thirdparty::transfer(s, d, remote(&i.src), remote(&i.dst), i.size, opts, linked).await;
+        if r.is_err() {
+            *linked = false;
+        }
+        if let (Ok(_), Some(alg)) = (&r, &opts.verify) {
+            let a = s.checksum(alg, &remote(&i.src).path).await;
+            let b = d.checksum(alg, &remote(&i.dst).path).await;
+            match (a, b) {
+                (Ok(a), Ok(b)) if a == b => {}
+                (Ok(a), Ok(b)) => r = Err(ClientError::Checksum { alg: alg.clone(), local: a, remote: b }),
+                (Err(e), _) | (_, Err(e)) => r = Err(e),
+            }
+        }
+        let fatal = matches!(r, Err(ClientError::Control(..)));
+        out.push(r);
+        if fatal {
+            break;
+        }
+    }
+    while out.len() < batch.len() {
+        out.push(Err(ClientError::Control("session".into(), "control connection lost".into())));
+    }
+    out
+}

@@ -1,0 +1,146 @@
+//! The local side of a copy: files written under a temporary name and
+//! renamed into place only when complete; `/dev/null` and `/dev/zero` for
+//! memory-to-memory runs.
+
+use crate::ClientError;
+use lightpath_engine::{FileSink, FileSource, NullSink, Sink, Source, ZeroSource};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Where a download goes.
+#[derive(Debug, Clone)]
+pub enum LocalTarget {
+    /// Discard (`/dev/null`).
+    Null,
+    /// A file; `in_place` writes into it at offsets (partial transfers).
+    File {
+        /// Final path.
+        path: PathBuf,
+        /// Write into the existing file instead of a temporary one.
+        in_place: bool,
+    },
+}
+
+impl LocalTarget {
+    /// The target for a local path.
+    pub fn for_path(path: &Path, in_place: bool) -> LocalTarget {
+        if path == Path::new("/dev/null") {
+            LocalTarget::Null
+        } else {
+            LocalTarget::File { path: path.to_path_buf(), in_place }
+        }
+    }
+
+    /// Open it for writing.
+    pub fn open(self) -> Result<OpenTarget, ClientError> {
+        let (path, in_place) = match self {
+            LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None }),
+            LocalTarget::File { path, in_place } => (path, in_place),
+        };
+        let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", path.display()));
+        if in_place {
+            let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(err)?;
+            return Ok(OpenTarget { file: Some(f), temp: None });
+        }
+        let tmp = temp_name(&path);
+        let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(err)?;
+        Ok(OpenTarget { file: Some(f), temp: Some((tmp, path)) })
+    }
+}
+
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.as_encoded_bytes().iter().take(180).copied().collect::<Vec<u8>>())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut t = b".".to_vec();
+    t.extend_from_slice(&name);
+    t.extend_from_slice(format!(".lp{}-{n}.part", std::process::id()).as_bytes());
+    path.with_file_name(os_string(t))
+}
+
+fn os_string(b: Vec<u8>) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(b)
+}
+
+/// An open download target.
+#[derive(Debug)]
+pub struct OpenTarget {
+    file: Option<File>,
+    temp: Option<(PathBuf, PathBuf)>,
+}
+
+impl OpenTarget {
+    /// Where blocks are written.
+    pub fn sink(&self) -> Box<dyn Sink + '_> {
+        match &self.file {
+            Some(f) => Box::new(FileSink(f)),
+            None => Box::new(NullSink),
+        }
+    }
+
+    /// Complete: fix the length, sync, rename into place.
+    pub fn finish(mut self, len: Option<u64>) -> Result<(), ClientError> {
+        let Some(f) = self.file.take() else { return Ok(()) };
+        let err = |e: std::io::Error| ClientError::Local(e.to_string());
+        if let Some(l) = len {
+            f.set_len(l).map_err(err)?;
+        }
+        f.sync_data().map_err(err)?;
+        if let Some((tmp, path)) = self.temp.take() {
+            std::fs::rename(&tmp, &path).map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for OpenTarget {
+    fn drop(&mut self) {
+        if let Some((tmp, _)) = &self.temp {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Where an upload comes from.
+#[derive(Debug, Clone)]
+pub enum LocalSource {
+    /// Zeros (`/dev/zero` with `--len`).
+    Zero(u64),
+    /// A file.
+    File(PathBuf),
+}
+
+impl LocalSource {
+    /// Its length.
+    pub fn len(&self) -> Result<u64, ClientError> {
+        match self {
+            LocalSource::Zero(n) => Ok(*n),
+            LocalSource::File(p) => {
+                std::fs::metadata(p).map(|m| m.len()).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))
+            }
+        }
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> Result<bool, ClientError> {
+        self.len().map(|l| l == 0)
+    }
+
+    /// Open for reading.
+    pub fn open(self) -> Result<Box<dyn Source>, ClientError> {
+        match self {
+            LocalSource::Zero(n) => Ok(Box::new(ZeroSource(n))),
+            LocalSource::File(p) => {
+                let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", p.display()));
+                let f = File::open(&p).map_err(err)?;
+                Ok(Box::new(FileSource::new(f, true).map_err(err)?))
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Where a copy reads or writes: a local path or `ftp://[user[:pass]@]host[:port]/path`.
+
+use std::path::PathBuf;
+
+/// Errors in a source or destination argument.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocationError {
+    /// Not a URL we can use.
+    #[error("bad URL {0}: {1}")]
+    Url(String, String),
+}
+
+/// A GridFTP server and a path on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// Host name or address.
+    pub host: String,
+    /// Control port.
+    pub port: u16,
+    /// User (default `anonymous`).
+    pub user: String,
+    /// Password (default `lightpath@`).
+    pub pass: String,
+    /// Path on the server (percent-decoded bytes, starts with `/`).
+    pub path: Vec<u8>,
+}
+
+impl Remote {
+    /// The same server with another path.
+    pub fn with_path(&self, path: Vec<u8>) -> Remote {
+        Remote { path, ..self.clone() }
+    }
+
+    /// Server identity (for session reuse).
+    pub fn server_key(&self) -> (String, u16, String) {
+        (self.host.clone(), self.port, self.user.clone())
+    }
+
+    /// For messages.
+    pub fn display(&self) -> String {
+        format!("ftp://{}:{}{}", self.host, self.port, String::from_utf8_lossy(&self.path))
+    }
+}
+
+/// A copy endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A local file or directory.
+    Local(PathBuf),
+    /// A file or directory on a GridFTP server.
+    Remote(Remote),
+}
+
+impl Location {
+    /// Parse a command-line argument.
+    pub fn parse(arg: &str) -> Result<Location, LocationError> {
+        if let Some(p) = arg.strip_prefix("file://") {
+            return Ok(Location::Local(PathBuf::from(p)));
+        }
+        if !(arg.starts_with("ftp://") || arg.starts_with("gsiftp://")) {
+            return Ok(Location::Local(PathBuf::from(arg)));
+        }
+        if arg.starts_with("gsiftp://") {
+            return Err(LocationError::Url(arg.into(), "gsiftp:// (GSI) is not supported; use ftp://".into()));
+        }
+        let u = url::Url::parse(arg).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
+        let host = u.host_str().ok_or_else(|| LocationError::Url(arg.into(), "no host".into()))?;
+        let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
+        let pass = u.password().map(decode).unwrap_or_else(|| "lightpath@".to_string());
+        let path = percent_decode(u.path());
+        Ok(Location::Remote(Remote {
+            host: host.trim_matches(['[', ']']).to_string(),
+            port: u.port().unwrap_or(2811),
+            user,
+            pass,
+            path,
+        }))
+    }
+
+    /// Whether the argument names a directory by its trailing slash.
+    pub fn is_dir_syntax(&self) -> bool {
+        match self {
+            Location::Local(p) => p.as_os_str().as_encoded_bytes().ends_with(b"/"),
+            Location::Remote(r) => r.path.ends_with(b"/"),
+        }
+    }
+}
+
+fn decode(s: &str) -> String {
+    String::from_utf8_lossy(&percent_decode(s)).into_owned()
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let Location::Remote(r) = Location::parse("ftp://bob:p%40ss@host:2812/a%20b/c").unwrap() else { panic!() };
+        assert_eq!((r.host.as_str(), r.port, r.user.as_str(), r.pass.as_str()), ("host", 2812, "bob", "p@ss"));
+        assert_eq!(r.path, b"/a b/c");
+        assert_eq!(Location::parse("/tmp/x").unwrap(), Location::Local("/tmp/x".into()));
+        assert_eq!(Location::parse("file:///tmp/x").unwrap(), Location::Local("/tmp/x".into()));
+        assert!(Location::parse("gsiftp://h/x").is_err());
+        assert!(Location::parse("ftp://h/d/").unwrap().is_dir_syntax());
+        let Location::Remote(r) = Location::parse("ftp://[::1]/%ff").unwrap() else { panic!() };
+        assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
+    }
+}

@@ -1,0 +1,178 @@
+//! Turning `cp SRC... DST` into a list of files and directories: local
+//! walks and remote MLSD walks, destination naming as `cp` and
+//! `globus-url-copy` do it.
+
+use crate::session::Session;
+use crate::{ClientError, Location, Remote};
+use std::collections::VecDeque;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// One file to copy.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Source.
+    pub src: Location,
+    /// Destination.
+    pub dst: Location,
+    /// Size (from the listing or stat).
+    pub size: u64,
+}
+
+/// All the work of one copy.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Destination directories to create first, parents before children.
+    pub dirs: Vec<Location>,
+    /// Files.
+    pub files: Vec<Item>,
+}
+
+impl Plan {
+    /// Total bytes.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|i| i.size).sum()
+    }
+}
+
+fn join(loc: &Location, name: &[u8]) -> Location {
+    match loc {
+        Location::Local(p) => Location::Local(p.join(std::ffi::OsStr::from_bytes(name))),
+        Location::Remote(r) => {
+            let mut p = r.path.clone();
+            if !p.ends_with(b"/") {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            Location::Remote(r.with_path(p))
+        }
+    }
+}
+
+fn base_name(loc: &Location) -> Vec<u8> {
+    let raw: Vec<u8> = match loc {
+        Location::Local(p) => p.as_os_str().as_bytes().to_vec(),
+        Location::Remote(r) => r.path.clone(),
+    };
+    let trimmed: &[u8] = raw.strip_suffix(b"/").unwrap_or(&raw);
+    trimmed.rsplit(|&b| b == b'/').next().unwrap_or(b"").to_vec()
+}
+
+/// Whether `dst` is a directory the sources go into.
+fn dst_is_dir(dst: &Location, many: bool) -> bool {
+    many || dst.is_dir_syntax() || matches!(dst, Location::Local(p) if p.is_dir())
+}
+
+/// Expand sources into a plan. `lister` lists remote sources.
+pub async fn make_plan(
+    srcs: &[Location],
+    dst: &Location,
+    recursive: bool,
+    lister: Option<&mut Session>,
+) -> Result<Plan, ClientError> {
+    let mut plan = Plan::default();
+    let into_dir = dst_is_dir(dst, srcs.len() > 1);
+    let mut lister = lister;
+    for src in srcs {
+        let is_dir = match src {
+            Location::Local(p) => p.is_dir(),
+            Location::Remote(r) => remote_is_dir(r, lister.as_deref_mut()).await?,
+        };
+        let target =
+            if into_dir && !(is_dir && src.is_dir_syntax()) { join(dst, &base_name(src)) } else { dst.clone() };
+        if !is_dir {
+            let size = match src {
+                Location::Local(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+                Location::Remote(r) => remote_size(r, lister.as_deref_mut()).await?,
+            };
+            let target = if into_dir { join(dst, &base_name(src)) } else { dst.clone() };
+            plan.files.push(Item { src: src.clone(), dst: target, size });
+            continue;
+        }
+        if !recursive {
+            return Err(ClientError::Usage(format!("{}: is a directory (use -r)", describe(src))));
+        }
+        plan.dirs.push(target.clone());
+        match src {
+            Location::Local(p) => walk_local(p, &target, &mut plan)?,
+            Location::Remote(r) => walk_remote(r, &target, lister.as_deref_mut(), &mut plan).await?,
+        }
+    }
+    Ok(plan)
+}
+
+/// For messages.
+pub fn describe(l: &Location) -> String {
+    match l {
+        Location::Local(p) => p.display().to_string(),
+        Location::Remote(r) => r.display(),
+    }
+}
+
+async fn remote_is_dir(r: &Remote, lister: Option<&mut Session>) -> Result<bool, ClientError> {
+    if r.path.ends_with(b"/") {
+        return Ok(true);
+    }
+    let Some(s) = lister else { return Ok(false) };
+    let reply = s.ctl.cmd(&format!("MLST {}", String::from_utf8_lossy(&r.path))).await?;
+    if !reply.is_ok() {
+        return Ok(false); // e.g. /dev/zero on a server without MLST support for it
+    }
+    Ok(reply.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir")))
+}
+
+async fn remote_size(r: &Remote, lister: Option<&mut Session>) -> Result<u64, ClientError> {
+    match lister {
+        Some(s) => Ok(s.remote_size(&r.path).await?.unwrap_or(0)),
+        None => Ok(0),
+    }
+}
+
+fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
+    let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
+    while let Some((dir, t)) = queue.pop_front() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?
+            .filter_map(Result::ok)
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            let dst = join(&t, name.as_bytes());
+            let Ok(md) = std::fs::metadata(e.path()) else { continue };
+            if md.is_dir() {
+                plan.dirs.push(dst.clone());
+                queue.push_back((e.path(), dst));
+            } else if md.is_file() {
+                plan.files.push(Item { src: Location::Local(e.path()), dst, size: md.len() });
+            } else {
+                tracing::warn!("skipping special file {}", e.path().display());
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn walk_remote(
+    root: &Remote,
+    target: &Location,
+    lister: Option<&mut Session>,
+    plan: &mut Plan,
+) -> Result<(), ClientError> {
+    let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
+    let mut queue: VecDeque<(Remote, Location)> = VecDeque::from([(root.clone(), target.clone())]);
+    while let Some((dir, t)) = queue.pop_front() {
+        for e in s.list(&dir.path).await? {
+            let src = join(&Location::Remote(dir.clone()), &e.name);
+            let dst = join(&t, &e.name);
+            let Location::Remote(sr) = src else { continue };
+            if e.is_dir {
+                plan.dirs.push(dst.clone());
+                queue.push_back((sr, dst));
+            } else {
+                plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size });
+            }
+        }
+    }
+    Ok(())
+}

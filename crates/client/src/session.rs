@@ -1,0 +1,442 @@
+//! A logged-in client session with one server: mode and data-channel state,
+//! listings, and the two-party transfers (GET/PUT) with pipelined commands
+//! over a reused MODE E channel.
+
+use crate::control::ControlConn;
+use crate::local::{LocalSource, LocalTarget};
+use crate::{ClientError, Remote};
+use lightpath_engine::{Control, DataChannel, MemorySink, RecvOpts, SendPlan};
+use lightpath_proto::{hostport, Features};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings every session of a job shares.
+#[derive(Debug, Clone)]
+pub struct SessionOpts {
+    /// Parallel MODE E streams.
+    pub streams: u32,
+    /// MODE E block size.
+    pub block: u64,
+    /// Commands kept in flight.
+    pub pipeline: usize,
+    /// Job-wide byte counter for progress.
+    pub total: Arc<AtomicU64>,
+}
+
+/// One entry of a remote listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Name (raw bytes).
+    pub name: Vec<u8>,
+    /// Directory?
+    pub is_dir: bool,
+    /// Size in bytes (files).
+    pub size: u64,
+}
+
+/// A GET or PUT of one file.
+#[derive(Debug)]
+pub struct FileOp {
+    /// Path on the server.
+    pub remote: Vec<u8>,
+    /// Partial transfer: offset and length.
+    pub part: Option<(u64, u64)>,
+}
+
+/// A logged-in control session and its data channel.
+#[derive(Debug)]
+pub struct Session {
+    /// Control connection.
+    pub ctl: ControlConn,
+    /// What the server offers.
+    pub feat: Features,
+    /// Where the session points.
+    pub remote: Remote,
+    dc: Option<DataChannel>,
+    mode_e: Option<bool>,
+    parallelism: u32,
+    /// Shared options.
+    pub opts: SessionOpts,
+}
+
+impl Session {
+    /// Connect and log in.
+    pub async fn open(remote: &Remote, opts: SessionOpts) -> Result<Session, ClientError> {
+        let mut ctl = ControlConn::connect(&remote.host, remote.port).await?;
+        let feat = ctl.login(&remote.user, &remote.pass).await?;
+        let _ = ctl.cmd("SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await;
+        Ok(Session {
+            ctl,
+            feat,
+            remote: remote.clone(),
+            dc: Some(DataChannel::new()),
+            mode_e: None,
+            parallelism: 0,
+            opts,
+        })
+    }
+
+    /// Whether MODE E is available (taken from FEAT, never assumed).
+    pub fn can_mode_e(&self) -> bool {
+        self.feat.parallel
+    }
+
+    /// Put the server in MODE E (true) or S.
+    pub async fn set_mode(&mut self, e: bool) -> Result<(), ClientError> {
+        if self.mode_e != Some(e) {
+            self.ctl.ok(if e { "MODE E" } else { "MODE S" }).await?;
+            self.mode_e = Some(e);
+        }
+        Ok(())
+    }
+
+    /// Ask the server for `n` streams on RETR.
+    pub async fn set_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
+        if self.parallelism != n {
+            self.ctl.ok(&format!("OPTS RETR Parallelism={n},{n},{n};")).await?;
+            self.parallelism = n;
+        }
+        Ok(())
+    }
+
+    fn dc(&mut self) -> &mut DataChannel {
+        self.dc.get_or_insert_with(DataChannel::new)
+    }
+
+    /// PASV: the server listens; returns its address.
+    pub async fn pasv(&mut self) -> Result<SocketAddr, ClientError> {
+        let r = self.ctl.ok("PASV").await?;
+        let a = hostport::parse_pasv_reply(r.text()).map_err(|e| self.ctl.unexpected(&format!("PASV ({e})"), &r))?;
+        // A server behind NAT may announce a private address; use the control peer's.
+        let peer = self.ctl.peer_addr().map(|p| p.ip()).unwrap_or(a.ip());
+        Ok(if a.ip().is_unspecified() { SocketAddr::new(peer, a.port()) } else { a })
+    }
+
+    /// `SIZE path`, if the server supports it and the file exists.
+    pub async fn remote_size(&mut self, path: &[u8]) -> Result<Option<u64>, ClientError> {
+        let r = self.ctl.cmd(&format!("SIZE {}", String::from_utf8_lossy(path))).await?;
+        Ok(if r.code == 213 { r.text().trim().parse().ok() } else { None })
+    }
+
+    /// `MKD`, ignoring "already exists".
+    pub async fn mkdir(&mut self, path: &[u8]) -> Result<(), ClientError> {
+        let mut cmd = b"MKD ".to_vec();
+        cmd.extend_from_slice(path);
+        self.ctl.send(&cmd).await?;
+        let r = self.ctl.final_reply().await?;
+        if r.is_error() && r.code != 553 && r.code != 550 && r.code != 521 {
+            return Err(self.ctl.unexpected("MKD", &r));
+        }
+        Ok(())
+    }
+
+    /// `CKSM alg 0 -1 path`.
+    pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
+        let r = self.ctl.ok(&format!("CKSM {alg} 0 -1 {}", String::from_utf8_lossy(path))).await?;
+        Ok(r.text().trim().to_ascii_lowercase())
+    }
+
+    /// Directory listing with MLSD (MODE S, fresh PASV, as GCT expects).
+    pub async fn list(&mut self, path: &[u8]) -> Result<Vec<Entry>, ClientError> {
+        self.set_mode(false).await?;
+        let addr = self.pasv().await?;
+        let mut cmd = b"MLSD ".to_vec();
+        cmd.extend_from_slice(path);
+        self.ctl.send(&cmd).await?;
+        let mut dc = self.dc.take().unwrap_or_default();
+        dc.connect_to(vec![addr]);
+        let job = tokio::task::spawn_blocking(move || {
+            let sink = MemorySink::new(1 << 30);
+            let r = dc.open_stream().and_then(|c| dc.recv_s(c, &sink, 0, 1 << 30, &Control::new()));
+            (dc, r.map(|_| sink.into_inner()))
+        });
+        let first = self.ctl.reply().await?;
+        if first.is_error() {
+            job.abort();
+            self.dc = Some(DataChannel::new());
+            return Err(self.ctl.unexpected("MLSD", &first));
+        }
+        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+        self.dc = Some(dc);
+        let fin = if first.is_preliminary() { self.ctl.final_reply().await? } else { first };
+        if !fin.is_ok() {
+            return Err(self.ctl.unexpected("MLSD", &fin));
+        }
+        Ok(parse_mlsd(&data?))
+    }
+
+    /// Make sure the server has a way to reach our listener (GET in MODE E).
+    async fn ready_for_get(&mut self) -> Result<(), ClientError> {
+        if self.dc().cached(lightpath_engine::Direction::Recv) > 0 {
+            return Ok(());
+        }
+        let ip = self.ctl.local_addr().map_err(|e| ClientError::Local(e.to_string()))?.ip();
+        let l = TcpListener::bind(SocketAddr::new(ip, 0))
+            .map_err(|e| ClientError::Local(format!("listening for data: {e}")))?;
+        let addr = l.local_addr().map_err(|e| ClientError::Local(e.to_string()))?;
+        self.dc().listen(l);
+        let cmd = match hostport::format_port(addr) {
+            Some(hp) => format!("PORT {hp}"),
+            None => format!("EPRT {}", hostport::format_eprt(addr)),
+        };
+        self.ctl.ok(&cmd).await?;
+        Ok(())
+    }
+
+    /// Download files, keeping up to `pipeline` RETRs in flight on the reused
+    /// MODE E channel. Returns one result per file.
+    pub async fn get_many(&mut self, ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
+        if !self.can_mode_e() {
+            let mut out = Vec::new();
+            for (op, t) in ops {
+                out.push(self.get_stream(op, t).await);
+            }
+            return out;
+        }
+        match self.prepare_get().await {
+            Ok(()) => {}
+            Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
+        }
+        let cmds: Vec<Vec<u8>> = ops.iter().map(|(op, _)| retr_cmd(op)).collect();
+        let mut sent = 0;
+        let mut out = Vec::new();
+        for (i, (op, target)) in ops.into_iter().enumerate() {
+            while sent < cmds.len() && sent < i + self.opts.pipeline.max(1) {
+                if let Err(e) = self.ctl.send(&cmds[sent]).await {
+                    return fill_err(out, cmds.len(), e);
+                }
+                sent += 1;
+            }
+            let r = self.get_one_e(&op, target).await;
+            if matches!(r, Err(ClientError::Control(..))) {
+                let e = r.unwrap_err();
+                return fill_err(out, cmds.len(), e);
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    async fn prepare_get(&mut self) -> Result<(), ClientError> {
+        self.set_mode(true).await?;
+        let n = self.opts.streams;
+        self.set_parallelism(n).await?;
+        self.ready_for_get().await
+    }
+
+    /// Receive one file whose RETR was already sent.
+    async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        let first = self.ctl.reply().await?;
+        if !first.is_preliminary() {
+            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
+        }
+        let base = op.part.map(|p| p.0).unwrap_or(0);
+        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let mut dc = self.dc.take().unwrap_or_default();
+        let c2 = ctl.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let r = target.open().and_then(|w| {
+                let opts = RecvOpts { base, max_offset: u64::MAX >> 1, idle: dc.idle };
+                let got = dc.recv_e(w.sink().as_ref(), &opts, &c2).map_err(ClientError::from)?;
+                Ok((w, got))
+            });
+            (dc, r)
+        });
+        let fin = self.ctl.final_reply().await;
+        if !matches!(&fin, Ok(r) if r.is_ok()) {
+            ctl.cancel();
+        }
+        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+        self.dc = Some(dc);
+        let fin = fin?;
+        if !fin.is_ok() {
+            return Err(self.ctl.unexpected("RETR", &fin));
+        }
+        let (w, got) = data?;
+        w.finish(op.part.is_none().then_some(got.covered()))?;
+        Ok(got.covered())
+    }
+
+    /// MODE S download (servers without PARALLEL).
+    async fn get_stream(&mut self, op: FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        self.set_mode(false).await?;
+        let addr = self.pasv().await?;
+        self.ctl.send(&retr_cmd(&op)).await?;
+        let mut dc = self.dc.take().unwrap_or_default();
+        dc.connect_to(vec![addr]);
+        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let c2 = ctl.clone();
+        let base = op.part.map(|p| p.0).unwrap_or(0);
+        let job = tokio::task::spawn_blocking(move || {
+            let r = target.open().and_then(|w| {
+                let c = dc.open_stream()?;
+                let n = dc.recv_s(c, w.sink().as_ref(), base, u64::MAX >> 1, &c2)?;
+                Ok((w, n))
+            });
+            (dc, r)
+        });
+        self.finish_stream_job(job, &ctl, "RETR").await.and_then(|(w, n)| {
+            w.finish(op.part.is_none().then_some(n))?;
+            Ok(n)
+        })
+    }
+
+    async fn finish_stream_job<T: Send + 'static>(
+        &mut self,
+        job: tokio::task::JoinHandle<(DataChannel, Result<T, ClientError>)>,
+        ctl: &Control,
+        what: &str,
+    ) -> Result<T, ClientError> {
+        let fin = self.ctl.final_reply().await;
+        if !matches!(&fin, Ok(r) if r.is_ok()) {
+            ctl.cancel();
+        }
+        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+        self.dc = Some(dc);
+        let fin = fin?;
+        if !fin.is_ok() {
+            return Err(self.ctl.unexpected(what, &fin));
+        }
+        data
+    }
+
+    /// Upload files; STORs are sent ahead, data waits for each 1xx reply.
+    pub async fn put_many(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
+        let mut out = Vec::new();
+        for (src, op) in ops {
+            let r = if self.can_mode_e() { self.put_one_e(src, &op).await } else { self.put_stream(src, &op).await };
+            if matches!(r, Err(ClientError::Control(..))) {
+                let e = r.unwrap_err();
+                out.push(Err(e.clone()));
+                return fill_err(out, usize::MAX, e);
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    async fn put_one_e(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
+        self.set_mode(true).await?;
+        if self.dc().cached(lightpath_engine::Direction::Send) == 0 {
+            let addr = self.pasv().await?;
+            self.dc().connect_to(vec![addr]);
+        }
+        let size = src.len()?;
+        if op.part.is_none() {
+            self.ctl.ok(&format!("ALLO {size}")).await?;
+        }
+        self.ctl.send(&stor_cmd(op)).await?;
+        let (ranges, wire_base) = match op.part {
+            Some((off, len)) => (vec![(off, off.saturating_add(len).min(size))], off),
+            None => (vec![(0, size)], 0),
+        };
+        let plan = SendPlan { ranges, wire_base, block: self.opts.block };
+        let streams = self.opts.streams;
+        let mut dc = self.dc.take().unwrap_or_default();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let c2 = ctl.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let r = dc.prepare_send(streams).map_err(ClientError::from).and_then(|_| {
+                if !go_rx.recv().unwrap_or(false) {
+                    return Err(ClientError::Local("server refused the upload".into()));
+                }
+                let s = src.open()?;
+                dc.send_e(s.as_ref(), &plan, &c2).map_err(ClientError::from)
+            });
+            if r.is_err() {
+                dc.drop_cache();
+            }
+            (dc, r)
+        });
+        let first = self.ctl.reply().await;
+        let go = matches!(&first, Ok(r) if r.is_preliminary());
+        let _ = go_tx.send(go);
+        if !go {
+            ctl.cancel();
+            let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+            self.dc = Some(dc);
+            let r = first?;
+            return Err(self.ctl.unexpected("STOR", &r));
+        }
+        self.finish_stream_job(job, &ctl, "STOR").await
+    }
+
+    async fn put_stream(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
+        self.set_mode(false).await?;
+        let addr = self.pasv().await?;
+        self.ctl.send(&stor_cmd(op)).await?;
+        let mut dc = self.dc.take().unwrap_or_default();
+        dc.connect_to(vec![addr]);
+        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let c2 = ctl.clone();
+        let part = op.part;
+        let job = tokio::task::spawn_blocking(move || {
+            let r = src.open().and_then(|s| {
+                let (start, end) = match part {
+                    Some((o, l)) => (o, o.saturating_add(l).min(s.len())),
+                    None => (0, s.len()),
+                };
+                let c = dc.open_stream()?;
+                Ok(dc.send_s(c, s.as_ref(), start, end, &c2)?)
+            });
+            (dc, r)
+        });
+        self.finish_stream_job(job, &ctl, "STOR").await
+    }
+
+    /// Send QUIT (best effort).
+    pub async fn quit(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.ctl.cmd("QUIT")).await;
+    }
+}
+
+fn fill_err(mut out: Vec<Result<u64, ClientError>>, n: usize, e: ClientError) -> Vec<Result<u64, ClientError>> {
+    let n = if n == usize::MAX { out.len() } else { n };
+    while out.len() < n {
+        out.push(Err(e.clone()));
+    }
+    out
+}
+
+fn retr_cmd(op: &FileOp) -> Vec<u8> {
+    let mut c = match op.part {
+        Some((off, len)) => format!("ERET P {off} {len} ").into_bytes(),
+        None => b"RETR ".to_vec(),
+    };
+    c.extend_from_slice(&op.remote);
+    c
+}
+
+fn stor_cmd(op: &FileOp) -> Vec<u8> {
+    let mut c = match op.part {
+        Some((off, _)) => format!("ESTO A {off} ").into_bytes(),
+        None => b"STOR ".to_vec(),
+    };
+    c.extend_from_slice(&op.remote);
+    c
+}
+
+/// Parse MLSD lines (`facts; name`), skipping cdir/pdir.
+pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for line in data.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(sp) = line.iter().position(|&b| b == b' ') else { continue };
+        let (facts, name) = (String::from_utf8_lossy(&line[..sp]).to_ascii_lowercase(), &line[sp + 1..]);
+        let fact = |k: &str| facts.split(';').find_map(|f| f.strip_prefix(k).map(str::to_string));
+        let kind = fact("type=").unwrap_or_default();
+        if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
+            continue;
+        }
+        let is_dir = kind == "dir";
+        if !(is_dir || kind == "file") {
+            continue;
+        }
+        let size = fact("size=").and_then(|s| s.parse().ok()).unwrap_or(0);
+        out.push(Entry { name: name.to_vec(), is_dir, size });
+    }
+    out
+}
