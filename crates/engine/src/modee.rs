@@ -139,6 +139,7 @@ struct Shared<'a> {
     sink: &'a dyn Sink,
     opts: &'a RecvOpts,
     ctl: &'a Control,
+    waker: lightpath_sys::net::Waker,
 }
 
 impl Shared<'_> {
@@ -151,6 +152,7 @@ impl Shared<'_> {
             st.error = Some(e);
         }
         self.cv.notify_all();
+        self.waker.wake();
     }
     fn finished(&self) -> bool {
         let st = self.lock();
@@ -168,7 +170,8 @@ pub fn recv(
     opts: &RecvOpts,
     ctl: &Control,
 ) -> Result<RangeSet> {
-    let shared = Shared { st: Mutex::new(RecvState::default()), cv: Condvar::new(), sink, opts, ctl };
+    let waker = lightpath_sys::net::Waker::new().map_err(|e| EngineError::io("creating waker", e))?;
+    let shared = Shared { st: Mutex::new(RecvState::default()), cv: Condvar::new(), sink, opts, ctl, waker };
     let kept = std::thread::scope(|s| {
         let sh = &shared;
         let mut handles: Vec<_> = conns.drain(..).map(|c| s.spawn(move || recv_stream(c, sh))).collect();
@@ -200,7 +203,7 @@ fn accept_loop(l: &TcpListener, sh: &Shared, mut spawn: impl FnMut(TcpStream)) {
     let started = Instant::now();
     let mut accepted = 0u64;
     while !sh.finished() {
-        match lightpath_sys::net::wait_readable(l, Duration::from_millis(50)) {
+        match sh.waker.wait(l, Duration::from_millis(50)) {
             Ok(true) => match l.accept() {
                 Ok((c, _)) => {
                     accepted += 1;
@@ -318,6 +321,7 @@ fn handle_block(c: &mut TcpStream, raw: &[u8; HEADER_LEN], buf: &mut [u8], sh: &
     st.eods += 1;
     check_done(&mut st);
     sh.cv.notify_all();
+    sh.waker.wake();
     Ok(Some(!h.is_close()))
 }
 
@@ -345,6 +349,7 @@ fn note_eof(count: u64, sh: &Shared) -> Result<()> {
     }
     check_done(&mut st);
     sh.cv.notify_all();
+    sh.waker.wake();
     Ok(())
 }
 

@@ -35,6 +35,40 @@ pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
     }
 }
 
+/// Wakes a thread blocked in [`Waker::wait`] (a pipe, so it works with poll).
+#[derive(Debug)]
+pub struct Waker {
+    rx: std::os::fd::OwnedFd,
+    tx: std::os::fd::OwnedFd,
+}
+
+impl Waker {
+    /// A new waker.
+    pub fn new() -> io::Result<Waker> {
+        let (rx, tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)?;
+        Ok(Waker { rx, tx })
+    }
+
+    /// Wake the waiter (idempotent).
+    pub fn wake(&self) {
+        let _ = rustix::io::write(&self.tx, &[1]);
+    }
+
+    /// Wait until `fd` is readable or [`Waker::wake`] was called. Returns
+    /// `Ok(true)` if `fd` is readable.
+    pub fn wait(&self, fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = [PollFd::new(fd, PollFlags::IN), PollFd::new(&self.rx, PollFlags::IN)];
+        let ts =
+            rustix::event::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) => Ok(fds[0].revents().contains(PollFlags::IN)),
+            Err(rustix::io::Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 /// Options applied to every data connection.
 #[derive(Debug, Clone, Default)]
 pub struct SockOpts {
