@@ -195,19 +195,20 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
     ];
     const ENDS: &[&[u8]] = &[b"\r\n", b"\n", b"\r\r\n", b""];
     let end = proptest::sample::select(ENDS);
-    let line = (len, any::<u8>(), end, proptest::collection::vec(any::<u8>(), 0..6)).prop_map(|(n, fill, end, noise)| {
-        let fill = if fill == b'\n' { b'x' } else { fill };
-        let mut v = vec![fill; n];
-        // Sprinkle a few arbitrary bytes (possibly CR or LF) into the line.
-        for (i, b) in noise.into_iter().enumerate() {
-            if !v.is_empty() {
-                let at = (i * 7919) % v.len();
-                v[at] = b;
+    let line =
+        (len, any::<u8>(), end, proptest::collection::vec(any::<u8>(), 0..6)).prop_map(|(n, fill, end, noise)| {
+            let fill = if fill == b'\n' { b'x' } else { fill };
+            let mut v = vec![fill; n];
+            // Sprinkle a few arbitrary bytes (possibly CR or LF) into the line.
+            for (i, b) in noise.into_iter().enumerate() {
+                if !v.is_empty() {
+                    let at = (i * 7919) % v.len();
+                    v[at] = b;
+                }
             }
-        }
-        v.extend_from_slice(end);
-        v
-    });
+            v.extend_from_slice(end);
+            v
+        });
     proptest::collection::vec(line, 0..8).prop_map(|ls| ls.concat())
 }
 

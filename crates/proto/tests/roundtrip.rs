@@ -310,7 +310,9 @@ fn v6() -> impl Strategy<Value = Ipv6Addr> {
 
 /// RFC 2428 delimiters that cannot occur inside an address text.
 fn eprt_delim() -> impl Strategy<Value = char> {
-    proptest::sample::select((33u8..=126).map(char::from).filter(|c| !c.is_ascii_alphanumeric() && !".:".contains(*c)).collect::<Vec<_>>())
+    proptest::sample::select(
+        (33u8..=126).map(char::from).filter(|c| !c.is_ascii_alphanumeric() && !".:".contains(*c)).collect::<Vec<_>>(),
+    )
 }
 
 proptest! {

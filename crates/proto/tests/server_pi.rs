@@ -197,9 +197,28 @@ fn bad_user_names_refused() {
 fn commands_before_login_get_530() {
     let (mut s, _) = Session::new(cfg(true, false));
     for cmd in [
-        "PWD", "CWD /", "CDUP", "TYPE I", "MODE E", "PASV", "EPSV", "SPAS", "PORT 127,0,0,1,4,1", "RETR /f", "STOR /f",
-        "LIST", "MLSD", "SIZE /f", "REST 10", "OPTS RETR Parallelism=4,4,4;", "SITE CHMOD 644 /f", "ABOR",
-        "RNFR /a", "DELE /f", "CKSM MD5 0 -1 /f", "SBUF 1000",
+        "PWD",
+        "CWD /",
+        "CDUP",
+        "TYPE I",
+        "MODE E",
+        "PASV",
+        "EPSV",
+        "SPAS",
+        "PORT 127,0,0,1,4,1",
+        "RETR /f",
+        "STOR /f",
+        "LIST",
+        "MLSD",
+        "SIZE /f",
+        "REST 10",
+        "OPTS RETR Parallelism=4,4,4;",
+        "SITE CHMOD 644 /f",
+        "ABOR",
+        "RNFR /a",
+        "DELE /f",
+        "CKSM MD5 0 -1 /f",
+        "SBUF 1000",
     ] {
         let out = s.send(format!("{cmd}\r\n").as_bytes());
         assert_eq!(out.len(), 1, "{cmd}: {out:?}");
@@ -244,9 +263,9 @@ fn feat_parses_back_into_features() {
 #[test]
 fn read_only_refuses_writes() {
     let mut s = Session::logged_in(cfg(false, true));
-    for cmd in [
-        "STOR /f", "APPE /f", "ESTO A 0 /f", "MKD /d", "RMD /d", "DELE /f", "RNFR /a", "RNTO /b", "SITE CHMOD 644 /f",
-    ] {
+    for cmd in
+        ["STOR /f", "APPE /f", "ESTO A 0 /f", "MKD /d", "RMD /d", "DELE /f", "RNFR /a", "RNTO /b", "SITE CHMOD 644 /f"]
+    {
         let out = s.send(format!("{cmd}\r\n").as_bytes());
         assert_eq!(out.len(), 1, "{cmd}: {out:?}");
         assert_eq!(codes(&out), [550], "{cmd}");
@@ -268,10 +287,7 @@ fn writable_server_emits_write_actions() {
     assert_eq!(actions(&s.send(b"MKD d\r\n")), [&Action::Fs(FsOp::Mkd(vp("/d")))]);
     assert_eq!(actions(&s.send(b"RMD d\r\n")), [&Action::Fs(FsOp::Rmd(vp("/d")))]);
     assert_eq!(actions(&s.send(b"DELE f\r\n")), [&Action::Fs(FsOp::Dele(vp("/f")))]);
-    assert_eq!(
-        actions(&s.send(b"SITE CHMOD 640 f\r\n")),
-        [&Action::Fs(FsOp::Chmod { mode: 0o640, path: vp("/f") })]
-    );
+    assert_eq!(actions(&s.send(b"SITE CHMOD 640 f\r\n")), [&Action::Fs(FsOp::Chmod { mode: 0o640, path: vp("/f") })]);
 }
 
 // ----------------------------------------------------- REST, ALLO, RNFR/RNTO
@@ -387,7 +403,10 @@ fn passive_and_active_actions() {
     // Active: answered here, then the address goes to the driver.
     let a: SocketAddr = "127.0.0.1:1025".parse().unwrap();
     let out = s.send(b"PORT 127,0,0,1,4,1\r\n");
-    assert_eq!(out, vec![Output::Reply(Reply::new(200, "PORT Command successful.")), Output::Action(Action::Active(vec![a]))]);
+    assert_eq!(
+        out,
+        vec![Output::Reply(Reply::new(200, "PORT Command successful.")), Output::Action(Action::Active(vec![a]))]
+    );
     let v6: SocketAddr = "[::1]:5000".parse().unwrap();
     assert_eq!(actions(&s.send(b"EPRT |2|::1|5000|\r\n")), [&Action::Active(vec![v6])]);
     let b: SocketAddr = "127.0.0.1:1026".parse().unwrap();
@@ -402,7 +421,10 @@ fn passive_and_active_actions() {
 #[test]
 fn security_commands() {
     let mut s = Session::logged_in(cfg(false, false));
-    assert_eq!(codes(&s.send(b"DCAU N\r\nDCAU A\r\nPBSZ 0\r\nPROT C\r\nPROT P\r\nPROT X\r\n")), [200, 504, 200, 200, 536, 501]);
+    assert_eq!(
+        codes(&s.send(b"DCAU N\r\nDCAU A\r\nPBSZ 0\r\nPROT C\r\nPROT P\r\nPROT X\r\n")),
+        [200, 504, 200, 200, 536, 501]
+    );
 }
 
 #[test]
@@ -534,7 +556,10 @@ fn unknown_and_malformed_commands() {
     let (mut s, _) = Session::new(cfg(false, false));
     assert_eq!(codes(&s.send(b"XYZZY\r\nTYPE\r\n\r\nRETR a\0b\r\n\xff\xfe\r\n")), [500, 501, 500, 501, 500]);
     let mut s = Session::logged_in(cfg(false, false));
-    assert_eq!(codes(&s.send(b"SITE FROB\r\nSITE WHOAMI\r\nSITE VERSION\r\nSITE CLIENTINFO a=b;\r\n")), [500, 200, 200, 250]);
+    assert_eq!(
+        codes(&s.send(b"SITE FROB\r\nSITE WHOAMI\r\nSITE VERSION\r\nSITE CLIENTINFO a=b;\r\n")),
+        [500, 200, 200, 250]
+    );
     assert_eq!(codes(&s.send(b"ALLO x\r\nTREV PERF 5\r\nSTRU F\r\nSTRU R\r\n")), [501, 200, 200, 501]);
 }
 
@@ -543,9 +568,37 @@ fn unknown_and_malformed_commands() {
 fn session_line() -> impl Strategy<Value = Vec<u8>> {
     let verb = proptest::sample::select(
         &[
-            "USER alice", "USER anonymous", "PASS secret", "PASS x", "PWD", "CWD", "CDUP", "RETR", "STOR", "LIST", "MLSD",
-            "REST", "ALLO", "RNFR", "RNTO", "MODE", "TYPE", "OPTS RETR", "PORT", "PASV", "EPSV", "QUIT", "NOOP", "FEAT",
-            "SITE", "ABOR", "DELE", "ERET P", "ESTO A", "CKSM MD5", "X",
+            "USER alice",
+            "USER anonymous",
+            "PASS secret",
+            "PASS x",
+            "PWD",
+            "CWD",
+            "CDUP",
+            "RETR",
+            "STOR",
+            "LIST",
+            "MLSD",
+            "REST",
+            "ALLO",
+            "RNFR",
+            "RNTO",
+            "MODE",
+            "TYPE",
+            "OPTS RETR",
+            "PORT",
+            "PASV",
+            "EPSV",
+            "QUIT",
+            "NOOP",
+            "FEAT",
+            "SITE",
+            "ABOR",
+            "DELE",
+            "ERET P",
+            "ESTO A",
+            "CKSM MD5",
+            "X",
         ][..],
     );
     let arg = proptest::collection::vec(

@@ -1,0 +1,224 @@
+//! Hostile input against the lightpath server: over-long and malformed
+//! lines, bad ranges, traversal, symlinks out of the root, odd bytes in
+//! names, hostile MODE E streams and peers that close early. Every case
+//! gets a clear reply, the session or server survives, and no incomplete
+//! upload appears under its final name.
+
+mod common;
+use common::*;
+use lightpath_proto::BlockHeader;
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+
+fn server(root: &Path) -> (Proc, u16) {
+    lp_server(root, &["--anonymous", "--memory-paths"])
+}
+
+fn only_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn malformed_lines_get_errors_and_session_survives() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = server(&root);
+    let mut c = Raw::connect(port);
+    assert_eq!(c.cmd("RETR /x").0, 530, "no login yet");
+    c.send(&vec![b'A'; 100_000]);
+    assert_eq!(c.reply().0, 500, "over-long line");
+    assert_eq!(c.cmd("USER anonymous").0, 331);
+    assert_eq!(c.cmd("PASS a@b").0, 230);
+    for (line, code) in [
+        ("XYZZY", 500),
+        ("TYPE E", 501),
+        ("MODE B", 501),
+        ("PORT 1,2,3", 501),
+        ("PORT 127,0,0,1,0,21", 501),
+        ("EPRT |9|1.2.3.4|5000|", 501),
+        ("REST 5-3", 501),
+        ("REST 1-2,x", 501),
+        ("OPTS RETR Parallelism=4,4,4", 501),
+        ("ERET Q 0 1 /f", 501),
+        ("ALLO -1", 501),
+        ("RNTO /x", 503),
+        ("CKSM NOPE 0 -1 /f", 504),
+        ("SIZE /nope", 550),
+    ] {
+        assert_eq!(c.cmd(line).0, code, "{line}");
+    }
+    c.send(b"RETR a\x00b");
+    assert_eq!(c.reply().0, 501, "NUL byte");
+    c.send(b"\xff\xfe\xfd");
+    assert_eq!(c.reply().0, 500, "binary junk");
+    assert_eq!(c.cmd("NOOP").0, 200, "session still alive");
+}
+
+#[test]
+fn paths_never_leave_the_root() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(d.path().join("secret"), b"outside").unwrap();
+    std::os::unix::fs::symlink(d.path().join("secret"), root.join("abs-link")).unwrap();
+    std::os::unix::fs::symlink("../secret", root.join("rel-link")).unwrap();
+    std::os::unix::fs::symlink("..", root.join("up")).unwrap();
+    std::fs::write(root.join("inside"), b"ok").unwrap();
+    std::os::unix::fs::symlink("inside", root.join("good-link")).unwrap();
+    let (_s, port) = server(&root);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("SIZE ../secret").0, 550, "`..` clamps at the root: /secret does not exist inside");
+    assert_eq!(c.cmd("SIZE /../../../../etc/passwd").0, 550);
+    assert_eq!(c.cmd("SIZE abs-link").0, 550, "absolute symlink out of the root");
+    assert_eq!(c.cmd("SIZE rel-link").0, 550, "relative symlink out of the root");
+    assert_eq!(c.cmd("SIZE up/secret").0, 550, "directory symlink out of the root");
+    assert_eq!(c.cmd("CKSM MD5 0 -1 rel-link").0, 550);
+    assert_eq!(c.cmd("SIZE good-link").0, 213, "symlinks inside the root work");
+    assert_eq!(c.cmd("CWD ..").0, 250);
+    let (code, text) = c.cmd("PWD");
+    assert_eq!((code, text.contains("\"/\"")), (257, true), "{text}");
+    assert_eq!(c.cmd("MKD up/escaped").0, 550);
+    assert_eq!(c.cmd("DELE rel-link").0, 250, "deleting the link itself is fine");
+    assert_eq!(std::fs::read(d.path().join("secret")).unwrap(), b"outside");
+    assert!(!d.path().join("escaped").exists());
+    assert_eq!(c.cmd("MKD a\u{7}b").0, 553, "control characters refused");
+    c.send(b"MKD odd \xff name");
+    assert_eq!(c.reply().0, 257, "non-UTF-8 bytes are a valid name");
+    use std::os::unix::ffi::OsStrExt;
+    assert!(root.join(std::ffi::OsStr::from_bytes(b"odd \xff name")).is_dir());
+}
+
+/// Start a MODE E upload of `name` and return the data connection.
+fn start_mode_e_upload(c: &mut Raw, name: &str, allo: Option<u64>) -> TcpStream {
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    let addr = c.pasv();
+    if let Some(n) = allo {
+        assert_eq!(c.cmd(&format!("ALLO {n}")).0, 200);
+    }
+    c.send(format!("STOR {name}").as_bytes());
+    let data = TcpStream::connect(addr).unwrap();
+    assert_eq!(c.reply().0, 150);
+    data
+}
+
+fn block(h: BlockHeader, payload: &[u8]) -> Vec<u8> {
+    [&h.encode()[..], payload].concat()
+}
+
+#[test]
+fn hostile_mode_e_uploads_leave_no_file() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = server(&root);
+    let mut c = Raw::login(port);
+    // Out-of-order blocks are fine.
+    let mut dc = start_mode_e_upload(&mut c, "ooo", Some(6));
+    dc.write_all(
+        &[
+            block(BlockHeader::data(3, 3), b"def"),
+            block(BlockHeader::data(0, 3), b"abc"),
+            block(BlockHeader::eof_eod(1), b""),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert_eq!(c.final_reply().0, 226);
+    assert_eq!(std::fs::read(root.join("ooo")).unwrap(), b"abcdef");
+    // Overlapping blocks: refused, nothing under the final name.
+    let mut dc = start_mode_e_upload(&mut c, "overlap", None);
+    dc.write_all(&[block(BlockHeader::data(0, 4), b"abcd"), block(BlockHeader::data(2, 2), b"xx")].concat()).unwrap();
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 426, "{text}");
+    assert!(text.contains("overlapping"), "{text}");
+    // Peer closes before EOD.
+    let mut dc = start_mode_e_upload(&mut c, "early", None);
+    dc.write_all(&block(BlockHeader::data(0, 4), b"abcd")).unwrap();
+    drop(dc);
+    assert_eq!(c.final_reply().0, 426);
+    // A header promising more than arrives, then close.
+    let mut dc = start_mode_e_upload(&mut c, "short", None);
+    dc.write_all(&block(BlockHeader::data(0, 1000), b"only a little")).unwrap();
+    drop(dc);
+    assert_eq!(c.final_reply().0, 426);
+    // EOF announcing zero streams; a block beyond any sane size.
+    let mut dc = start_mode_e_upload(&mut c, "badeof", None);
+    dc.write_all(&block(BlockHeader::eof_eod(0), b"")).unwrap();
+    assert_eq!(c.final_reply().0, 426);
+    let mut dc = start_mode_e_upload(&mut c, "huge", None);
+    dc.write_all(&block(BlockHeader::data(u64::MAX - 10, 100), b"")).unwrap();
+    assert_eq!(c.final_reply().0, 426);
+    // Complete by EOF but with a hole where ALLO promised bytes.
+    let mut dc = start_mode_e_upload(&mut c, "holes", Some(10));
+    dc.write_all(&[block(BlockHeader::data(0, 3), b"abc"), block(BlockHeader::eof_eod(1), b"")].concat()).unwrap();
+    assert_eq!(c.final_reply().0, 451);
+    assert_eq!(only_entries(&root), vec!["ooo"], "no partial or temporary file left behind");
+    assert_eq!(c.cmd("NOOP").0, 200, "session survives");
+}
+
+#[test]
+fn stream_mode_upload_cut_short_is_not_published() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = server(&root);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let addr = c.pasv();
+    assert_eq!(c.cmd("ALLO 1000").0, 200);
+    c.send(b"STOR cut");
+    let mut dc = TcpStream::connect(addr).unwrap();
+    assert_eq!(c.reply().0, 150);
+    dc.write_all(&[7u8; 400]).unwrap();
+    drop(dc);
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 451, "{text}");
+    assert!(only_entries(&root).is_empty(), "{:?}", only_entries(&root));
+    // The server keeps serving new sessions.
+    let mut c2 = Raw::login(port);
+    assert_eq!(c2.cmd("NOOP").0, 200);
+}
+
+#[test]
+fn wrong_direction_and_missing_setup_are_refused() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(root.join("f"), b"data").unwrap();
+    let (_s, port) = server(&root);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    assert_eq!(c.cmd("RETR f").0, 425, "no PORT given");
+    let _ = c.pasv();
+    assert_eq!(c.cmd("RETR f").0, 425, "MODE E sender must connect");
+    assert_eq!(c.cmd("NOOP").0, 200);
+}
+
+#[test]
+fn read_only_and_users_file() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    let out = std::process::Command::new(LP)
+        .args(["passwd", "alice"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut ch| {
+            ch.stdin.take().unwrap().write_all(b"s3cret\n")?;
+            ch.wait_with_output()
+        });
+    std::fs::write(&users, out.unwrap().stdout).unwrap();
+    let (_s, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--read-only"]);
+    let mut c = Raw::connect(port);
+    assert_eq!(c.cmd("USER anonymous").0, 331);
+    assert_eq!(c.cmd("PASS x").0, 530, "no anonymous access without --anonymous");
+    assert_eq!(c.cmd("USER alice").0, 331);
+    assert_eq!(c.cmd("PASS wrong").0, 530);
+    assert_eq!(c.cmd("USER alice").0, 331);
+    assert_eq!(c.cmd("PASS s3cret").0, 230);
+    assert_eq!(c.cmd("MKD x").0, 550, "read-only");
+    assert_eq!(c.cmd("STOR x").0, 550, "read-only");
+    assert!(only_entries(&root).is_empty());
+}

@@ -1,0 +1,272 @@
+//! Harness for end-to-end tests: the lightpath binary, the real Globus
+//! tools from Debian (globus-gridftp-server, globus-url-copy), test data,
+//! and a raw control-channel client for hostile-input tests.
+//!
+//! The Globus tools and the `gftp` user are installed by
+//! `scripts/install-test-deps.sh`; a missing tool fails the test with that
+//! hint instead of skipping it.
+#![allow(dead_code)]
+
+use rand::{Rng, RngCore, SeedableRng};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const LP: &str = env!("CARGO_BIN_EXE_lightpath");
+
+/// A scratch directory readable by the unprivileged `gftp` user.
+pub fn scratch() -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix("lp-e2e-").tempdir_in("/tmp").expect("tempdir");
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    d
+}
+
+/// A directory that `gftp` can write to.
+pub fn open_dir(p: &Path) -> PathBuf {
+    std::fs::create_dir_all(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    p.to_path_buf()
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn write_random(p: &Path, len: usize, seed: u64) {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill_bytes(&mut v);
+    std::fs::write(p, v).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).unwrap();
+}
+
+/// A tree with `n` files over nested directories, some empty files and an
+/// empty directory. Returns the number of files.
+pub fn make_tree(root: &Path, n: usize, seed: u64) -> usize {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    for i in 0..n {
+        let d = root.join(format!("d{}/s{}", i % 7, i % 3));
+        open_dir(&d);
+        let len = if i % 25 == 0 { 0 } else { rng.random_range(1..40_000) };
+        write_random(&d.join(format!("f{i}.dat")), len, seed + i as u64);
+    }
+    open_dir(&root.join("emptydir"));
+    for entry in walk(root) {
+        let _ = std::fs::set_permissions(
+            &entry,
+            std::fs::Permissions::from_mode(if entry.is_dir() { 0o777 } else { 0o666 }),
+        );
+    }
+    n
+}
+
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if out[i].is_dir() {
+            let mut kids: Vec<_> = std::fs::read_dir(&out[i]).unwrap().map(|e| e.unwrap().path()).collect();
+            kids.sort();
+            out.extend(kids);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Assert two trees hold the same paths and bytes.
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let rel = |root: &Path| -> Vec<PathBuf> {
+        walk(root).iter().map(|p| p.strip_prefix(root).unwrap().to_path_buf()).collect()
+    };
+    let (ra, rb) = (rel(a), rel(b));
+    assert_eq!(ra, rb, "trees {} and {} differ in names", a.display(), b.display());
+    for r in ra {
+        let (pa, pb) = (a.join(&r), b.join(&r));
+        if pa.is_file() {
+            assert_eq!(std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap(), "{} differs", r.display());
+        }
+    }
+}
+
+pub fn assert_same_file(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert!(x == y, "{} ({} B) and {} ({} B) differ", a.display(), x.len(), b.display(), y.len());
+}
+
+/// A process killed on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_port(port: u16) {
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "server on port {port} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `lightpath serve` on a free port, anonymous read-write.
+pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(LP)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(root)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start lightpath serve");
+    wait_port(port);
+    (Proc(child), port)
+}
+
+fn need(tool: &str) {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "{tool} is missing: run scripts/install-test-deps.sh (it installs the Globus tools from Debian)");
+}
+
+/// The real `globus-gridftp-server` (GCT, from Debian), anonymous, forking,
+/// children running as the unprivileged `gftp` user. URL paths are absolute
+/// file-system paths on this server.
+pub fn gct_server(home: &Path) -> (Proc, u16) {
+    need("globus-gridftp-server");
+    let port = free_port();
+    let child = Command::new("globus-gridftp-server")
+        .args([
+            "-aa",
+            "-anonymous-user",
+            "gftp",
+            "-p",
+            &port.to_string(),
+            "-control-interface",
+            "127.0.0.1",
+            "-home-dir",
+        ])
+        .arg(home)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start globus-gridftp-server");
+    wait_port(port);
+    (Proc(child), port)
+}
+
+/// Run globus-url-copy; returns success.
+pub fn guc(args: &[&str]) -> bool {
+    need("globus-url-copy");
+    run_timeout(Command::new("globus-url-copy").args(args), 120)
+}
+
+/// Run `lightpath cp -q ...`; returns success.
+pub fn lp_cp(args: &[&str]) -> bool {
+    run_timeout(Command::new(LP).arg("cp").arg("-q").args(args), 120)
+}
+
+fn run_timeout(cmd: &mut Command, secs: u64) -> bool {
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            if !st.success() {
+                let mut err = String::new();
+                let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+                eprintln!("{cmd:?} failed: {st}\n{err}");
+            }
+            return st.success();
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("{cmd:?} hung for {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A raw control connection for protocol tests.
+pub struct Raw {
+    pub r: BufReader<TcpStream>,
+    pub w: TcpStream,
+}
+
+impl Raw {
+    pub fn connect(port: u16) -> Raw {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut raw = Raw { r: BufReader::new(s.try_clone().unwrap()), w: s };
+        assert_eq!(raw.reply().0, 220);
+        raw
+    }
+
+    pub fn login(port: u16) -> Raw {
+        let mut r = Raw::connect(port);
+        assert_eq!(r.cmd("USER anonymous").0, 331);
+        assert_eq!(r.cmd("PASS x@").0, 230);
+        r
+    }
+
+    /// Read one reply (multi-line aware): code and all text.
+    pub fn reply(&mut self) -> (u16, String) {
+        let mut all = String::new();
+        let mut first: Option<String> = None;
+        loop {
+            let mut line = String::new();
+            let n = self.r.read_line(&mut line).expect("reply");
+            assert!(n > 0, "server closed the control connection");
+            all.push_str(&line);
+            let code = &line[..3.min(line.len())];
+            match &first {
+                None if line.as_bytes().get(3) == Some(&b'-') => first = Some(code.to_string()),
+                None => return (code.parse().unwrap(), all),
+                Some(c) if line.starts_with(&format!("{c} ")) => return (c.parse().unwrap(), all),
+                Some(_) => {}
+            }
+        }
+    }
+
+    pub fn send(&mut self, line: &[u8]) {
+        self.w.write_all(line).unwrap();
+        self.w.write_all(b"\r\n").unwrap();
+    }
+
+    pub fn cmd(&mut self, line: &str) -> (u16, String) {
+        self.send(line.as_bytes());
+        self.reply()
+    }
+
+    /// Final reply, skipping 1xx and markers.
+    pub fn final_reply(&mut self) -> (u16, String) {
+        loop {
+            let r = self.reply();
+            if r.0 >= 200 {
+                return r;
+            }
+        }
+    }
+
+    pub fn pasv(&mut self) -> SocketAddr {
+        let (code, text) = self.cmd("PASV");
+        assert_eq!(code, 227, "{text}");
+        lightpath_proto_addr(&text)
+    }
+}
+
+fn lightpath_proto_addr(text: &str) -> SocketAddr {
+    let inner = &text[text.find('(').unwrap() + 1..text.find(')').unwrap()];
+    let n: Vec<u16> = inner.split(',').map(|x| x.trim().parse().unwrap()).collect();
+    SocketAddr::from(([n[0] as u8, n[1] as u8, n[2] as u8, n[3] as u8], n[4] << 8 | n[5]))
+}

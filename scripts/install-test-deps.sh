@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything the tests and the benchmark harness need on a fresh
+# Debian 12 machine (run as root): the real Globus tools (interop peers),
+# iperf3/fio/hyperfine (lab and bench references), the unprivileged `gftp`
+# user the Globus server runs its sessions as. Idempotent.
+set -euo pipefail
+
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps)
+EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
+
+missing=()
+for p in "${PKGS[@]}" $EXTRA_PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-test-deps: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Globus server refuses anonymous sessions as root: they run as gftp.
+id gftp >/dev/null 2>&1 || useradd -r -M -d /nonexistent -s /usr/sbin/nologin gftp
+
+for t in cargo globus-url-copy globus-gridftp-server iperf3; do
+    command -v "$t" >/dev/null || { echo "install-test-deps: $t still missing" >&2; exit 1; }
+done
+echo "install-test-deps: ok"

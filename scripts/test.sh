@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The one test command (README, CI): installs what the tests need, checks
+# formatting and lints, runs every test (unit, property, end-to-end against
+# the real Globus tools, the WAN emulator's iperf3 validation) and the
+# benchmark harness in --quick mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-test-deps.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
