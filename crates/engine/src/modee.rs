@@ -19,36 +19,12 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// What to send: absolute file ranges; offsets on the wire are
-/// `offset - wire_base` (ERET sends its part as a new virtual file).
-#[derive(Debug, Clone)]
-pub struct SendPlan {
-    /// File ranges to send, in order.
-    pub ranges: Vec<(u64, u64)>,
-    /// Subtracted from file offsets on the wire.
-    pub wire_base: u64,
-    /// Block size.
-    pub block: u64,
-}
+use lightpath_plan::BlockCursor;
+pub use lightpath_plan::SendPlan;
 
-struct Cursor {
-    idx: usize,
-    pos: u64,
-}
-
-fn next_block(plan: &SendPlan, cur: &Mutex<Cursor>) -> Option<(u64, u64)> {
-    let mut c = cur.lock().unwrap_or_else(|e| e.into_inner());
-    while c.idx < plan.ranges.len() {
-        let (s, e) = plan.ranges[c.idx];
-        let start = s.max(c.pos);
-        if start < e {
-            let len = (e - start).min(plan.block);
-            c.pos = start + len;
-            return Some((start, len));
-        }
-        c.idx += 1;
-    }
-    None
+fn next_block(plan: &SendPlan, cur: &Mutex<BlockCursor>) -> Option<(u64, u64)> {
+    let b = cur.lock().unwrap_or_else(|e| e.into_inner()).next_block(plan)?;
+    Some((b.offset, b.len))
 }
 
 /// Send `plan` from `src` over `conns`. Returns bytes sent.
@@ -57,7 +33,7 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
         return Err(EngineError::Setup("no data connection".into()));
     }
     let n = conns.len() as u64;
-    let cursor = Mutex::new(Cursor { idx: 0, pos: 0 });
+    let cursor = Mutex::new(BlockCursor::new());
     let results: Vec<Result<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = conns
             .iter_mut()
@@ -85,7 +61,7 @@ fn send_stream(
     conn: &mut TcpStream,
     src: &dyn Source,
     plan: &SendPlan,
-    cursor: &Mutex<Cursor>,
+    cursor: &Mutex<BlockCursor>,
     ctl: &Control,
 ) -> Result<u64> {
     let ctx = || format!("data connection {i}");
