@@ -33,29 +33,49 @@ pub struct ServeArgs {
     /// TCP congestion control for data connections (e.g. bbr, cubic).
     #[arg(long, env = "LIGHTPATH_CONGESTION")]
     pub congestion: Option<String>,
+    /// When started as root: bind, then run as this user (recommended).
+    #[arg(long, env = "LIGHTPATH_RUN_AS")]
+    pub run_as: Option<String>,
 }
 
 impl ServeArgs {
-    fn config(self) -> ServerConfig {
+    fn config(&self) -> ServerConfig {
         ServerConfig {
             listen: self.listen,
-            root: self.root,
+            root: self.root.clone(),
             anonymous: self.anonymous,
             read_only: self.read_only,
-            users: self.users,
+            users: self.users.clone(),
             memory_paths: self.memory_paths,
             public_ip: self.public_ip,
-            congestion: self.congestion,
+            congestion: self.congestion.clone(),
         }
     }
 }
 
+/// Bind, drop privileges if asked, and return the listener. Runs before any
+/// thread exists, so the uid change covers the whole process.
+fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
+    match (&args.run_as, lightpath_sys::privs::euid()) {
+        (Some(user), 0) => {
+            let (uid, gid) = lightpath_sys::privs::lookup_user(user)?;
+            lightpath_sys::privs::drop_to(uid, gid).with_context(|| format!("dropping privileges to {user}"))?;
+        }
+        (Some(_), _) => anyhow::bail!("--run-as needs to start as root"),
+        (None, 0) => tracing::warn!("running as root: consider --run-as USER"),
+        (None, _) => {}
+    }
+    Ok(l)
+}
+
 /// Run the server until killed.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let l = bind_and_drop(&args)?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let root = args.root.display().to_string();
-        let server = Server::bind(args.config()).await?;
+        let server = Server::from_std(args.config(), l)?;
         let addr = server.local_addr()?;
         eprintln!("lightpath: serving {root} on {addr}");
         tokio::select! {

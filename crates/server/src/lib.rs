@@ -84,8 +84,15 @@ pub struct Server {
 }
 
 impl Server {
-    /// Check the configuration and bind the control port.
-    pub async fn bind(cfg: ServerConfig) -> Result<Server, ServerError> {
+    /// Bind from an already bound std listener (bound before privileges were dropped).
+    pub fn from_std(cfg: ServerConfig, l: std::net::TcpListener) -> Result<Server, ServerError> {
+        let ctx = Self::context(cfg)?;
+        l.set_nonblocking(true).map_err(|e| ServerError::Bind(ctx.cfg.listen, e))?;
+        let listener = tokio::net::TcpListener::from_std(l).map_err(|e| ServerError::Bind(ctx.cfg.listen, e))?;
+        Ok(Server { listener, ctx: Arc::new(ctx) })
+    }
+
+    fn context(cfg: ServerConfig) -> Result<ServerCtx, ServerError> {
         if !cfg.anonymous && cfg.users.is_none() {
             return Err(ServerError::NoAuth);
         }
@@ -94,8 +101,15 @@ impl Server {
             Some(p) => Some(Arc::new(Users::load(p)?)),
             None => None,
         };
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|e| ServerError::Bind(cfg.listen, e))?;
-        Ok(Server { listener, ctx: Arc::new(ServerCtx { cfg, root, users }) })
+        Ok(ServerCtx { cfg, root, users })
+    }
+
+    /// Check the configuration and bind the control port.
+    pub async fn bind(cfg: ServerConfig) -> Result<Server, ServerError> {
+        let ctx = Self::context(cfg)?;
+        let listener =
+            tokio::net::TcpListener::bind(ctx.cfg.listen).await.map_err(|e| ServerError::Bind(ctx.cfg.listen, e))?;
+        Ok(Server { listener, ctx: Arc::new(ctx) })
     }
 
     /// The bound address (useful with port 0).

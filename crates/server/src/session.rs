@@ -185,6 +185,8 @@ impl Session {
         let (perf_s, restart_s) = (t.settings.perf_interval.max(1), t.settings.restart_interval.max(1));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let mut dc = std::mem::take(&mut self.dc);
+        // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
+        dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
         let mut job = tokio::task::spawn_blocking(move || {
             let r = transfer::execute(&ctx.root, ctx.cfg.memory_paths, &mut dc, t, &c2, ready_tx);

@@ -3,5 +3,6 @@
 //! the WAN lab. Everything else in lightpath is portable safe Rust on top.
 
 pub mod net;
+pub mod privs;
 pub mod root;
 pub mod tun;

@@ -1,0 +1,191 @@
+//! The server's command set, checked command by command with a raw client
+//! (RFC 959/2389/2428/3659 and GFD.20 behaviour as GCT clients expect it).
+
+mod common;
+use common::*;
+use lightpath_proto::{BlockHeader, RangeSet};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+fn read_all(mut s: TcpStream) -> Vec<u8> {
+    let mut v = Vec::new();
+    s.read_to_end(&mut v).unwrap();
+    v
+}
+
+/// Read one MODE E transfer from `conns`: (offset, bytes) blocks.
+fn read_mode_e(conns: &mut [TcpStream]) -> Vec<(u64, Vec<u8>)> {
+    let mut blocks = Vec::new();
+    for c in conns.iter_mut() {
+        loop {
+            let mut h = [0u8; 17];
+            c.read_exact(&mut h).unwrap();
+            let h = BlockHeader::parse(&h).unwrap();
+            let mut p = vec![0u8; h.payload_len() as usize];
+            c.read_exact(&mut p).unwrap();
+            if !p.is_empty() {
+                blocks.push((h.offset, p));
+            }
+            if h.is_eod() {
+                break;
+            }
+        }
+    }
+    blocks.sort();
+    blocks
+}
+
+fn setup() -> (tempfile::TempDir, std::path::PathBuf, Proc, u16, Vec<u8>) {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    write_random(&root.join("f"), 300_000, 11);
+    let data = std::fs::read(root.join("f")).unwrap();
+    let (p, port) = lp_server(&root, &["--anonymous"]);
+    (d, root, p, port, data)
+}
+
+#[test]
+fn stream_rest_epsv_eprt_and_listings() {
+    let (_d, root, _p, port, data) = setup();
+    let mut c = Raw::login(port);
+    assert!(c.cmd("SYST").1.contains("UNIX"));
+    let (code, feat) = c.cmd("FEAT");
+    assert!(
+        code == 211 && feat.contains(" PARALLEL\r\n") && feat.contains(" CKSM MD5") && feat.contains(" REST STREAM"),
+        "{feat}"
+    );
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    assert_eq!(c.cmd("STRU F").0, 200);
+    // REST offset + RETR over EPSV.
+    let (code, text) = c.cmd("EPSV");
+    assert_eq!(code, 229, "{text}");
+    let port_d: u16 = text.split('|').nth(3).unwrap().parse().unwrap();
+    assert_eq!(c.cmd("REST 299000").0, 350);
+    c.send(b"RETR f");
+    let got = read_all(TcpStream::connect(("127.0.0.1", port_d)).unwrap());
+    assert_eq!(c.final_reply().0, 226);
+    assert_eq!(got, &data[299_000..]);
+    // STOR through EPRT (we listen, the server connects).
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    assert_eq!(c.cmd(&format!("EPRT |1|127.0.0.1|{}|", l.local_addr().unwrap().port())).0, 200);
+    c.send(b"RETR f");
+    let got = read_all(l.accept().unwrap().0);
+    assert_eq!((c.final_reply().0, got.len()), (226, data.len()));
+    // Listings.
+    for (cmd, needle) in [("MLSD", "Type=file;Size=300000;"), ("LIST", " 300000 "), ("NLST", "f\r\n")] {
+        let a = c.pasv();
+        c.send(cmd.as_bytes());
+        let text = String::from_utf8(read_all(TcpStream::connect(a).unwrap())).unwrap();
+        assert_eq!(c.final_reply().0, 226);
+        assert!(text.contains(needle), "{cmd}: {text}");
+    }
+    let (code, mlst) = c.cmd("MLST f");
+    assert!(code == 250 && mlst.contains("Size=300000;") && mlst.contains(" /f\r\n"), "{mlst}");
+    assert_eq!(c.cmd("MDTM f").0, 213);
+    assert_eq!(c.cmd("STAT f").0, 213);
+    assert_eq!(c.cmd("SIZE f").1, "213 300000\r\n");
+    // Directory commands.
+    assert_eq!(c.cmd("MKD sub").0, 257);
+    assert_eq!(c.cmd("MKD sub").0, 553, "exists: guc -cd ignores 553");
+    assert_eq!(c.cmd("CWD sub").0, 250);
+    assert!(c.cmd("PWD").1.contains("\"/sub\""));
+    assert_eq!(c.cmd("CDUP").0, 250);
+    assert_eq!(c.cmd("RNFR f").0, 350);
+    assert_eq!(c.cmd("RNTO sub/g").0, 250);
+    assert_eq!(c.cmd("SITE CHMOD 600 sub/g").0, 250);
+    assert_eq!(c.cmd("DELE sub/g").0, 250);
+    assert_eq!(c.cmd("RMD sub").0, 250);
+    assert!(std::fs::read_dir(&root).unwrap().next().is_none());
+    assert_eq!(c.cmd("QUIT").0, 221);
+}
+
+#[test]
+fn cksm_with_offset_and_length() {
+    let (_d, _root, _p, port, data) = setup();
+    let mut c = Raw::login(port);
+    let part = &data[1000..51000];
+    let src = lightpath_engine::BytesSource(part.to_vec());
+    for alg in ["MD5", "ADLER32", "CRC32C", "SHA256"] {
+        let want = lightpath_engine::checksum::checksum(&src, alg, 0, None).unwrap();
+        let (code, text) = c.cmd(&format!("CKSM {alg} 1000 50000 f"));
+        assert_eq!((code, text.trim().trim_start_matches("213 ")), (213, want.as_str()), "{alg}");
+    }
+    assert_eq!(c.cmd("CKSM MD5 0 400000 f").0, 501, "range beyond the end");
+    // Known vector from outside our code: md5("") for a zero-length range.
+    assert_eq!(c.cmd("CKSM md5 5 0 f").1, "213 d41d8cd98f00b204e9800998ecf8427e\r\n");
+}
+
+#[test]
+fn mode_e_reuse_ranges_markers_and_abort() {
+    let (_d, root, _p, port, data) = setup();
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    assert_eq!(c.cmd("OPTS RETR Parallelism=3,3,3;").0, 200);
+    assert_eq!(c.cmd("SBUF 262144").0, 200);
+    assert_eq!(c.cmd("SITE BUFSIZE 262144").0, 200);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
+    assert_eq!(c.cmd(&format!("SPOR {hp}")).0, 200);
+    c.send(b"RETR f");
+    assert_eq!(c.reply().0, 150, "first use opens connections");
+    let mut conns: Vec<TcpStream> = (0..3).map(|_| l.accept().unwrap().0).collect();
+    let blocks = read_mode_e(&mut conns);
+    assert_eq!(c.final_reply().0, 226);
+    assert_eq!(blocks.iter().flat_map(|b| b.1.clone()).collect::<Vec<_>>(), data);
+    // Second RETR with restart ranges: same connections (125), only the missing bytes.
+    assert_eq!(c.cmd("REST 0-1000,2000-300000").0, 350);
+    c.send(b"RETR f");
+    assert_eq!(c.reply().0, 125, "cached data channel reused");
+    let blocks = read_mode_e(&mut conns);
+    assert_eq!(c.final_reply().0, 226);
+    assert_eq!(blocks, vec![(1000, data[1000..2000].to_vec())]);
+    // ERET: offsets relative to the part.
+    c.send(b"ERET P 100 50 f");
+    assert_eq!(c.reply().0, 125);
+    assert_eq!(read_mode_e(&mut conns), vec![(0, data[100..150].to_vec())]);
+    assert_eq!(c.final_reply().0, 226);
+    // Upload with SPAS: markers, then ABOR in the middle of a second upload.
+    let (code, text) = c.cmd("SPAS");
+    assert_eq!(code, 229, "{text}");
+    let addr = lightpath_proto::hostport::parse_pasv_reply(text.lines().nth(1).unwrap()).unwrap();
+    c.send(b"STOR up");
+    let mut d = TcpStream::connect(addr).unwrap();
+    d.write_all(&[&BlockHeader::data(0, 5).encode()[..], b"hello", &BlockHeader::eof_eod(1).encode()].concat())
+        .unwrap();
+    let (mut perf, mut ranges) = (0, RangeSet::new());
+    loop {
+        let (code, text) = c.reply();
+        match code {
+            112 => perf += 1,
+            111 => ranges = RangeSet::parse(text.trim().trim_start_matches("111 Range Marker ")).unwrap(),
+            150 => {}
+            226 => break,
+            other => panic!("unexpected {other} {text}"),
+        }
+    }
+    assert!(perf >= 2, "a 112 at the start and one at the end");
+    assert_eq!(ranges.to_string(), "0-5");
+    assert_eq!(std::fs::read(root.join("up")).unwrap(), b"hello");
+    c.send(b"STOR up2");
+    assert_eq!(c.reply().0, 125);
+    d.write_all(&[&BlockHeader::data(0, 3).encode()[..], b"abc"].concat()).unwrap();
+    c.send(b"ABOR");
+    assert_eq!(c.final_reply().0, 426, "the transfer is aborted");
+    assert_eq!(c.final_reply().0, 226, "then ABOR is answered");
+    assert!(!root.join("up2").exists());
+    assert_eq!(c.cmd("NOOP").0, 200);
+}
+
+#[test]
+fn server_drops_root_with_run_as() {
+    assert_eq!(lightpath_sys::privs::euid(), 0, "this test starts the server as root (CI runs as root)");
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (p, port) = lp_server(&root, &["--anonymous", "--run-as", "gftp"]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    let uids: Vec<&str> = uid_line.split_whitespace().skip(1).collect();
+    assert!(uids.iter().all(|u| *u != "0"), "still root: {uid_line}");
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MKD made-by-gftp").0, 257);
+}

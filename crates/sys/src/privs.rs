@@ -1,0 +1,40 @@
+//! Dropping root after the control port is bound (`serve --run-as USER`).
+
+use std::ffi::CString;
+use std::io;
+
+/// The uid/gid of a user from the password database.
+pub fn lookup_user(name: &str) -> io::Result<(u32, u32)> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad user name"))?;
+    // SAFETY: getpwnam returns NULL or a pointer to a static passwd record
+    // valid until the next getpw* call; we copy the two integers out at once,
+    // before any other thread exists (this runs before the runtime starts).
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no user {name}")));
+    }
+    // SAFETY: pw is non-null and points to a valid passwd record (see above).
+    Ok(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+/// Become `uid`/`gid` for good (supplementary groups cleared). Call before
+/// starting threads.
+pub fn drop_to(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: plain syscalls with integer arguments; glibc applies them to
+    // every thread of the process. Order matters: groups and gid while we
+    // still have the privilege, uid last.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::setuid(0) == 0 {
+            return Err(io::Error::other("could regain root after dropping privileges"));
+        }
+    }
+    Ok(())
+}
+
+/// Effective uid of this process.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
