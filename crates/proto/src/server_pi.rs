@@ -536,7 +536,7 @@ impl ServerPi {
     }
 
     fn handle_cksm(&mut self, a: CksumArgs) {
-        if !self.cfg.cksum_algs.iter().any(|x| *x == a.alg) {
+        if !self.cfg.cksum_algs.contains(&a.alg) {
             return self.reply(504, "Unknown checksum algorithm requested.");
         }
         let CksumArgs { alg, offset, len, path } = a;

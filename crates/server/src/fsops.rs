@@ -13,11 +13,15 @@ pub const DEV_ZERO: &[u8] = b"/dev/zero";
 /// Write sink for memory-to-memory runs.
 pub const DEV_NULL: &[u8] = b"/dev/null";
 
+/// openat2(RESOLVE_BENEATH) refuses a path that would leave the root with EXDEV.
+const EXDEV: i32 = 18;
+const ELOOP: i32 = 40;
+
 /// The reply for a failed file operation on `p`.
 pub fn io_reply(p: &VPath, e: &io::Error) -> Reply {
     let what = match e.raw_os_error() {
-        Some(libc_exdev) if libc_exdev == 18 => "path leaves the served root".to_string(),
-        Some(40) => "too many levels of symbolic links".to_string(),
+        Some(EXDEV) => "path leaves the served root".to_string(),
+        Some(ELOOP) => "too many levels of symbolic links".to_string(),
         _ => e.to_string(),
     };
     let code = if e.kind() == io::ErrorKind::AlreadyExists { 553 } else { 550 };

@@ -42,7 +42,8 @@ impl Users {
             }
             let (name, hash) =
                 line.split_once(':').ok_or_else(|| UsersError::Line(i + 1, "expected name:hash".into()))?;
-            if !(hash.starts_with("$argon2") && PasswordHash::new(hash).is_ok()) && !hash.starts_with("$6$") {
+            let argon2_ok = hash.starts_with("$argon2") && PasswordHash::new(hash).is_ok();
+            if !(argon2_ok || hash.starts_with("$6$")) {
                 return Err(UsersError::Line(
                     i + 1,
                     "hash must be argon2 ($argon2id$...) or SHA-512 crypt ($6$...)".into(),
