@@ -96,6 +96,7 @@ fn header_model_ok(desc: u8, count: u64, offset: u64) -> bool {
 fn interesting_u64() -> impl Strategy<Value = u64> {
     prop_oneof![
         any::<u64>(),
+        0u64..=2,
         0u64..=2048,
         (0u64..4096).prop_map(|d| u64::MAX - d),
         Just(MAX_STREAMS),
@@ -145,7 +146,7 @@ proptest! {
     }
 
     #[test]
-    fn header_constructors_validate(offset in any::<u64>(), count in any::<u64>(), streams in 0u64..2000) {
+    fn header_constructors_validate(offset in any::<u64>(), count in any::<u64>(), streams in prop_oneof![0u64..=2, (MAX_STREAMS - 1)..=(MAX_STREAMS + 1), 0u64..2000]) {
         let d = BlockHeader::data(offset, count);
         prop_assert_eq!(d.validate().is_ok(), offset.checked_add(count).is_some());
         prop_assert!(!d.is_eof() && !d.is_eod());
