@@ -17,6 +17,8 @@ pub struct ControlConn {
     stream: TcpStream,
     lines: LineBuffer,
     parser: ReplyParser,
+    /// Commands sent with [`ControlConn::queue`] whose replies are unread.
+    pending: std::collections::VecDeque<String>,
     /// Server name for messages.
     pub name: String,
 }
@@ -31,7 +33,13 @@ impl ControlConn {
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
             .map_err(|e| ClientError::Connect(name.clone(), e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let mut c = ControlConn { stream, lines: LineBuffer::new(), parser: ReplyParser::new(), name };
+        let mut c = ControlConn {
+            stream,
+            lines: LineBuffer::new(),
+            parser: ReplyParser::new(),
+            pending: Default::default(),
+            name,
+        };
         let hello = c.reply().await?;
         if hello.code != 220 {
             return Err(c.unexpected("greeting", &hello));
@@ -94,8 +102,30 @@ impl ControlConn {
         }
     }
 
+    /// Send a command without waiting: its reply is checked by the next
+    /// [`ControlConn::flush`] (pipelining saves a round trip per command).
+    pub async fn queue(&mut self, cmd: &str) -> Result<(), ClientError> {
+        self.send(cmd.as_bytes()).await?;
+        self.pending.push_back(redact(cmd.as_bytes()));
+        Ok(())
+    }
+
+    /// Read the replies of queued commands; the first failure is returned.
+    pub async fn flush(&mut self) -> Result<(), ClientError> {
+        let mut first_err = None;
+        while let Some(cmd) = self.pending.pop_front() {
+            let r = self.final_reply().await?;
+            if r.is_error() && first_err.is_none() {
+                first_err =
+                    Some(ClientError::Refused { server: self.name.clone(), cmd, reply: r.full_text(), code: r.code });
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Send a command and return its final reply.
     pub async fn cmd(&mut self, cmd: &str) -> Result<Reply, ClientError> {
+        self.flush().await?;
         self.send(cmd.as_bytes()).await?;
         self.final_reply().await
     }
@@ -114,21 +144,24 @@ impl ControlConn {
         Ok(r)
     }
 
-    /// USER/PASS, FEAT, TYPE I.
+    /// USER/PASS, FEAT, TYPE I, SITE CLIENTINFO in two round trips.
     pub async fn login(&mut self, user: &str, pass: &str) -> Result<Features, ClientError> {
-        let r = self.cmd(&format!("USER {user}")).await?;
-        if r.code == 331 {
-            let r = self.cmd(&format!("PASS {pass}")).await?;
-            if !r.is_ok() {
-                return Err(ClientError::Login(self.name.clone(), r.full_text()));
-            }
-        } else if !r.is_ok() {
-            return Err(ClientError::Login(self.name.clone(), r.full_text()));
+        self.send(format!("USER {user}").as_bytes()).await?;
+        self.send(format!("PASS {pass}").as_bytes()).await?;
+        let r = self.final_reply().await?;
+        let p = self.final_reply().await?;
+        let logged_in = (r.code == 331 && p.is_ok()) || (r.is_ok() && p.code == 503);
+        if !logged_in {
+            let why = if r.code == 331 { p.full_text() } else { r.full_text() };
+            return Err(ClientError::Login(self.name.clone(), why));
         }
-        let feat = self.cmd("FEAT").await?;
-        let features = Features::from_reply(&feat);
-        self.ok("TYPE I").await?;
-        Ok(features)
+        self.send(b"FEAT").await?;
+        self.queue("TYPE I").await?;
+        self.send(b"SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await?;
+        let feat = self.final_reply().await?;
+        self.flush().await?;
+        let _ = self.final_reply().await?; // CLIENTINFO: optional, errors ignored
+        Ok(Features::from_reply(&feat))
     }
 
     /// The error for a reply we did not expect.

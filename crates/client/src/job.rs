@@ -81,16 +81,15 @@ pub async fn copy(
     }
     progress.planned.store(plan.bytes(), std::sync::atomic::Ordering::Relaxed);
     progress.files.store(plan.files.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    make_dirs(&plan, &dst, &sopts).await?;
-    if let Some(l) = lister {
-        l.quit().await;
-    }
-    run_workers(plan, opts, sopts).await
+    let dst_session = make_dirs(&plan, &dst, &sopts).await?;
+    // The planning sessions become the first worker's sessions: no second login.
+    run_workers(plan, opts, sopts, (lister, dst_session)).await
 }
 
-async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<(), ClientError> {
+/// Create the destination directories; returns the session used for a remote destination.
+async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<Option<Session>, ClientError> {
     if plan.dirs.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     match dst {
         Location::Local(_) => {
@@ -99,6 +98,7 @@ async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<(
                     std::fs::create_dir_all(p).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))?;
                 }
             }
+            Ok(None)
         }
         Location::Remote(r) => {
             let mut s = Session::open(r, sopts.clone()).await?;
@@ -107,19 +107,26 @@ async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<(
                     s.mkdir(dr.path.strip_suffix(b"/").unwrap_or(&dr.path)).await?;
                 }
             }
-            s.quit().await;
+            Ok(Some(s))
         }
     }
-    Ok(())
 }
 
-async fn run_workers(plan: Plan, opts: CopyOptions, sopts: SessionOpts) -> Result<Vec<FileResult>, ClientError> {
+type Pair = (Option<Session>, Option<Session>);
+
+async fn run_workers(
+    plan: Plan,
+    opts: CopyOptions,
+    sopts: SessionOpts,
+    first: Pair,
+) -> Result<Vec<FileResult>, ClientError> {
     let n = opts.cc.max(1).min(plan.files.len().max(1));
     let queue: Queue = Arc::new(Mutex::new(plan.files.into()));
     let mut tasks = Vec::new();
+    let mut first = Some(first);
     for _ in 0..n {
-        let (q, o, s) = (queue.clone(), opts.clone(), sopts.clone());
-        tasks.push(tokio::spawn(async move { worker(q, o, s).await }));
+        let (q, o, s, pre) = (queue.clone(), opts.clone(), sopts.clone(), first.take());
+        tasks.push(tokio::spawn(async move { worker(q, o, s, pre).await }));
     }
     let mut out = Vec::new();
     for t in tasks {
@@ -138,9 +145,10 @@ fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
     FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r }
 }
 
-async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts) -> Vec<FileResult> {
+async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pair>) -> Vec<FileResult> {
     let mut out = Vec::new();
-    let mut sessions: Option<(Option<Session>, Option<Session>)> = None;
+    let mut pre = pre;
+    let mut sessions: Option<Pair> = None;
     let mut linked = false;
     loop {
         let batch = take_batch(&q, opts.pipeline.max(1));
@@ -148,7 +156,7 @@ async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts) -> Vec<FileResu
             break;
         }
         if sessions.is_none() {
-            match open_sessions(&batch[0], &sopts).await {
+            match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default()).await {
                 Ok(s) => sessions = Some(s),
                 Err(e) => {
                     out.extend(batch.iter().map(|i| result(i, Err(e.clone()))));
@@ -178,18 +186,21 @@ async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts) -> Vec<FileResu
     out
 }
 
-async fn open_sessions(item: &Item, sopts: &SessionOpts) -> Result<(Option<Session>, Option<Session>), ClientError> {
-    let open = |l: &Location| {
-        let r = if let Location::Remote(r) = l { Some(r.clone()) } else { None };
-        let o = sopts.clone();
-        async move {
-            match r {
-                Some(r) => Session::open(&r, o).await.map(Some),
-                None => Ok(None),
-            }
-        }
-    };
-    Ok((open(&item.src).await?, open(&item.dst).await?))
+/// Sessions for `item`'s remote ends, reusing `pre` where it points at the same server.
+async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair) -> Result<Pair, ClientError> {
+    Ok((reuse_or_open(&item.src, sopts, pre.0).await?, reuse_or_open(&item.dst, sopts, pre.1).await?))
+}
+
+async fn reuse_or_open(
+    l: &Location,
+    sopts: &SessionOpts,
+    pre: Option<Session>,
+) -> Result<Option<Session>, ClientError> {
+    let Location::Remote(r) = l else { return Ok(None) };
+    match pre {
+        Some(s) if s.remote.server_key() == r.server_key() => Ok(Some(s)),
+        _ => Session::open(r, sopts.clone()).await.map(Some),
+    }
 }
 
 fn remote(l: &Location) -> &Remote {

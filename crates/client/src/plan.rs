@@ -74,17 +74,13 @@ pub async fn make_plan(
     let into_dir = dst_is_dir(dst, srcs.len() > 1);
     let mut lister = lister;
     for src in srcs {
-        let is_dir = match src {
-            Location::Local(p) => p.is_dir(),
-            Location::Remote(r) => remote_is_dir(r, lister.as_deref_mut()).await?,
+        let (is_dir, size) = match src {
+            Location::Local(p) => (p.is_dir(), std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)),
+            Location::Remote(r) => remote_stat(r, lister.as_deref_mut()).await?,
         };
         let target =
             if into_dir && !(is_dir && src.is_dir_syntax()) { join(dst, &base_name(src)) } else { dst.clone() };
         if !is_dir {
-            let size = match src {
-                Location::Local(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
-                Location::Remote(r) => remote_size(r, lister.as_deref_mut()).await?,
-            };
             let target = if into_dir { join(dst, &base_name(src)) } else { dst.clone() };
             plan.files.push(Item { src: src.clone(), dst: target, size });
             continue;
@@ -109,23 +105,20 @@ pub fn describe(l: &Location) -> String {
     }
 }
 
-async fn remote_is_dir(r: &Remote, lister: Option<&mut Session>) -> Result<bool, ClientError> {
-    if r.path.ends_with(b"/") {
-        return Ok(true);
-    }
-    let Some(s) = lister else { return Ok(false) };
-    let reply = s.ctl.cmd(&format!("MLST {}", String::from_utf8_lossy(&r.path))).await?;
-    if !reply.is_ok() {
-        return Ok(false); // e.g. /dev/zero on a server without MLST support for it
-    }
-    Ok(reply.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir")))
-}
-
-async fn remote_size(r: &Remote, lister: Option<&mut Session>) -> Result<u64, ClientError> {
-    match lister {
-        Some(s) => Ok(s.remote_size(&r.path).await?.unwrap_or(0)),
-        None => Ok(0),
-    }
+/// Whether a remote source is a directory, and its size: MLST and SIZE
+/// sent together (one round trip).
+async fn remote_stat(r: &Remote, lister: Option<&mut Session>) -> Result<(bool, u64), ClientError> {
+    let Some(s) = lister else { return Ok((r.path.ends_with(b"/"), 0)) };
+    s.ctl.flush().await?;
+    let p = String::from_utf8_lossy(&r.path).into_owned();
+    s.ctl.send(format!("MLST {p}").as_bytes()).await?;
+    s.ctl.send(format!("SIZE {p}").as_bytes()).await?;
+    let mlst = s.ctl.final_reply().await?;
+    let size = s.ctl.final_reply().await?;
+    let is_dir = r.path.ends_with(b"/")
+        || (mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir")));
+    let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
+    Ok((is_dir, size))
 }
 
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {

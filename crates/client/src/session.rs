@@ -66,7 +66,6 @@ impl Session {
     pub async fn open(remote: &Remote, opts: SessionOpts) -> Result<Session, ClientError> {
         let mut ctl = ControlConn::connect(&remote.host, remote.port).await?;
         let feat = ctl.login(&remote.user, &remote.pass).await?;
-        let _ = ctl.cmd("SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await;
         Ok(Session {
             ctl,
             feat,
@@ -83,19 +82,19 @@ impl Session {
         self.feat.parallel
     }
 
-    /// Put the server in MODE E (true) or S.
+    /// Put the server in MODE E (true) or S. Queued: checked by the next flush.
     pub async fn set_mode(&mut self, e: bool) -> Result<(), ClientError> {
         if self.mode_e != Some(e) {
-            self.ctl.ok(if e { "MODE E" } else { "MODE S" }).await?;
+            self.ctl.queue(if e { "MODE E" } else { "MODE S" }).await?;
             self.mode_e = Some(e);
         }
         Ok(())
     }
 
-    /// Ask the server for `n` streams on RETR.
+    /// Ask the server for `n` streams on RETR. Queued.
     pub async fn set_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
         if self.parallelism != n {
-            self.ctl.ok(&format!("OPTS RETR Parallelism={n},{n},{n};")).await?;
+            self.ctl.queue(&format!("OPTS RETR Parallelism={n},{n},{n};")).await?;
             self.parallelism = n;
         }
         Ok(())
@@ -181,8 +180,14 @@ impl Session {
             Some(hp) => format!("PORT {hp}"),
             None => format!("EPRT {}", hostport::format_eprt(addr)),
         };
-        self.ctl.ok(&cmd).await?;
-        Ok(())
+        self.ctl.queue(&cmd).await
+    }
+
+    /// Read the replies of queued setup commands before a transfer's own
+    /// reply. A failure here leaves the transfer's reply unread, so it is a
+    /// control-channel error: the session is given up.
+    pub async fn settle(&mut self) -> Result<(), ClientError> {
+        self.ctl.flush().await.map_err(|e| ClientError::Control(self.ctl.name.clone(), format!("setup refused: {e}")))
     }
 
     /// Download files, keeping up to `pipeline` RETRs in flight on the reused
@@ -228,6 +233,7 @@ impl Session {
 
     /// Receive one file whose RETR was already sent.
     async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        self.settle().await?;
         let first = self.ctl.reply().await?;
         if !first.is_preliminary() {
             return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
@@ -351,7 +357,10 @@ impl Session {
             }
             (dc, r)
         });
-        let first = self.ctl.reply().await;
+        let first = match self.settle().await {
+            Ok(()) => self.ctl.reply().await,
+            Err(e) => Err(e),
+        };
         let go = matches!(&first, Ok(r) if r.is_preliminary());
         let _ = go_tx.send(go);
         if !go {

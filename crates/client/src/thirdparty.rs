@@ -48,6 +48,8 @@ pub async fn transfer(
     };
     d.ctl.send(&path_cmd(stor, &dst.path)).await?;
     s.ctl.send(&path_cmd(retr, &src.path)).await?;
+    s.settle().await?;
+    d.settle().await?;
     watch(s, d).await
 }
 
