@@ -396,9 +396,10 @@ impl Session {
         self.finish_stream_job(job, &ctl, "STOR").await
     }
 
-    /// Send QUIT (best effort).
+    /// Send QUIT and close without waiting for the reply (as
+    /// globus-url-copy does): nothing is pending once a copy has ended.
     pub async fn quit(mut self) {
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.ctl.cmd("QUIT")).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.ctl.send(b"QUIT")).await;
     }
 }
 

@@ -99,10 +99,17 @@ impl DataChannel {
             }
             None => return Err(EngineError::Setup("no data connection set up: send PORT or PASV first".into())),
         };
-        for i in 0..n.max(1) as usize {
-            let c = self.connect(addrs[i % addrs.len()])?;
-            self.cached.push(c);
-        }
+        // All streams connect at once: one round trip, not one per stream.
+        let this = &*self;
+        let conns: Vec<Result<TcpStream>> = std::thread::scope(|s| {
+            let addrs = &addrs;
+            let hs: Vec<_> =
+                (0..n.max(1) as usize).map(|i| s.spawn(move || this.connect(addrs[i % addrs.len()]))).collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(EngineError::Setup("connect thread panicked".into()))))
+                .collect()
+        });
+        self.cached = conns.into_iter().collect::<Result<Vec<_>>>()?;
         self.cached_dir = Some(Direction::Send);
         Ok(false)
     }
