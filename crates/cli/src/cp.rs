@@ -1,6 +1,6 @@
 //! `lightpath cp`, `ls`, `sum`.
 
-use crate::units::parse_size;
+use crate::units::{parse_rate, parse_size};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -16,9 +16,13 @@ pub struct CpArgs {
     /// Sources (ftp://host[:port]/path or local paths), then the destination.
     #[arg(required = true, num_args = 2..)]
     pub paths: Vec<String>,
-    /// Parallel MODE E streams per transfer.
-    #[arg(short = 'p', long = "parallel", default_value_t = 4, env = "LIGHTPATH_PARALLEL")]
-    pub parallel: u32,
+    /// Parallel MODE E streams per transfer (default: chosen from the measured
+    /// round-trip time and the kernel's TCP window limits to reach --rate-hint).
+    #[arg(short = 'p', long = "parallel", env = "LIGHTPATH_PARALLEL")]
+    pub parallel: Option<u32>,
+    /// Rate the automatic stream count aims for, in bits/s (e.g. 1G, 10G).
+    #[arg(long, default_value = "10G", value_parser = parse_rate, env = "LIGHTPATH_RATE_HINT")]
+    pub rate_hint: u64,
     /// Files in flight, each over its own control session.
     #[arg(long, default_value_t = 4, env = "LIGHTPATH_CC")]
     pub cc: usize,
@@ -62,7 +66,8 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
     let srcs = a.paths.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
     let part = a.len.map(|l| (a.off.unwrap_or(0), l));
     let opts = CopyOptions {
-        streams: a.parallel,
+        streams: a.parallel.unwrap_or(0),
+        target_bps: a.rate_hint,
         cc: a.cc,
         recursive: a.recursive,
         pipeline: a.pipeline,
@@ -144,7 +149,7 @@ pub struct SumArgs {
 fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)> {
     let Location::Remote(r) = Location::parse(url)? else { anyhow::bail!("{url}: not an ftp:// URL") };
     let rt = tokio::runtime::Runtime::new()?;
-    let opts = SessionOpts { streams: 1, block: 1 << 20, pipeline: 1, total: Arc::default() };
+    let opts = SessionOpts { streams: 1, target_bps: 0, block: 1 << 20, pipeline: 1, total: Arc::default() };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))
 }

@@ -71,6 +71,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let src = Location::parse(&format!("ftp://{addr}/demo.bin"))?;
     let opts = CopyOptions {
         streams: a.parallel,
+        target_bps: 0,
         cc: 1,
         recursive: false,
         pipeline: 1,

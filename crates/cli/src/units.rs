@@ -23,6 +23,29 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((v * mult as f64) as u64)
 }
 
+/// Parse a rate in bits/s with an optional K/M/G/T suffix (powers of 1000).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1e3,
+                'M' => 1e6,
+                'G' => 1e9,
+                'T' => 1e12,
+                _ => return Err(format!("unknown rate suffix in {t:?} (use K, M, G, T)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1.0),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("not a rate: {t:?}"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("not a rate: {t:?}"));
+    }
+    Ok((v * mult) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +56,8 @@ mod tests {
         assert_eq!(parse_size("64M"), Ok(64 << 20));
         assert_eq!(parse_size("1.5k"), Ok(1536));
         assert!(parse_size("12X").is_err() && parse_size("-1").is_err() && parse_size("").is_err());
+        assert_eq!(parse_rate("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_rate("2.5M"), Ok(2_500_000));
+        assert!(parse_rate("0").is_err() && parse_rate("fast").is_err());
     }
 }

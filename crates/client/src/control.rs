@@ -19,6 +19,8 @@ pub struct ControlConn {
     parser: ReplyParser,
     /// Commands sent with [`ControlConn::queue`] whose replies are unread.
     pending: std::collections::VecDeque<String>,
+    /// Round-trip time measured on FEAT at login.
+    pub rtt: Duration,
     /// Server name for messages.
     pub name: String,
 }
@@ -38,6 +40,7 @@ impl ControlConn {
             lines: LineBuffer::new(),
             parser: ReplyParser::new(),
             pending: Default::default(),
+            rtt: Duration::ZERO,
             name,
         };
         let hello = c.reply().await?;
@@ -155,10 +158,12 @@ impl ControlConn {
             let why = if r.code == 331 { p.full_text() } else { r.full_text() };
             return Err(ClientError::Login(self.name.clone(), why));
         }
+        let sent = std::time::Instant::now();
         self.send(b"FEAT").await?;
         self.queue("TYPE I").await?;
         self.send(b"SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await?;
         let feat = self.final_reply().await?;
+        self.rtt = sent.elapsed();
         self.flush().await?;
         let _ = self.final_reply().await?; // CLIENTINFO: optional, errors ignored
         Ok(Features::from_reply(&feat))

@@ -14,8 +14,10 @@ use std::sync::{Arc, Mutex};
 /// What the user asked for.
 #[derive(Debug, Clone)]
 pub struct CopyOptions {
-    /// Parallel MODE E streams per transfer.
+    /// Parallel MODE E streams per transfer (0: automatic).
     pub streams: u32,
+    /// Rate the automatic stream count aims for (bits/s).
+    pub target_bps: u64,
     /// Concurrent control sessions (files in flight).
     pub cc: usize,
     /// Copy directories recursively.
@@ -62,7 +64,8 @@ pub async fn copy(
     progress: Arc<Progress>,
 ) -> Result<Vec<FileResult>, ClientError> {
     let sopts = SessionOpts {
-        streams: opts.streams.max(1),
+        streams: opts.streams,
+        target_bps: opts.target_bps,
         block: opts.block,
         pipeline: opts.pipeline,
         total: progress.bytes.clone(),

@@ -15,8 +15,10 @@ use std::time::Duration;
 /// Settings every session of a job shares.
 #[derive(Debug, Clone)]
 pub struct SessionOpts {
-    /// Parallel MODE E streams.
+    /// Parallel MODE E streams; 0 chooses from the RTT and the kernel's window limits.
     pub streams: u32,
+    /// Rate the automatic stream count aims for (bits/s).
+    pub target_bps: u64,
     /// MODE E block size.
     pub block: u64,
     /// Commands kept in flight.
@@ -75,6 +77,20 @@ impl Session {
             parallelism: 0,
             opts,
         })
+    }
+
+    /// Streams for this session's transfers: as asked, or enough for
+    /// `target_bps` at the measured RTT with the kernel's largest window.
+    pub fn streams(&self) -> u32 {
+        if self.opts.streams > 0 {
+            return self.opts.streams;
+        }
+        let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
+        let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
+        let rtt_us = self.ctl.rtt.as_micros() as u64;
+        let n = lightpath_plan::auto_streams(rtt_us, window, self.opts.target_bps, 4, 16);
+        tracing::info!(server = %self.ctl.name, rtt_us, window, n, "automatic stream count");
+        n
     }
 
     /// Whether MODE E is available (taken from FEAT, never assumed).
@@ -226,7 +242,7 @@ impl Session {
 
     async fn prepare_get(&mut self) -> Result<(), ClientError> {
         self.set_mode(true).await?;
-        let n = self.opts.streams;
+        let n = self.streams();
         self.set_parallelism(n).await?;
         self.ready_for_get().await
     }
@@ -339,7 +355,7 @@ impl Session {
             None => (vec![(0, size)], 0),
         };
         let plan = SendPlan { ranges, wire_base, block: self.opts.block };
-        let streams = self.opts.streams;
+        let streams = self.streams();
         let mut dc = self.dc.take().unwrap_or_default();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
         let ctl = Arc::new(Control::with_total(self.opts.total.clone()));

@@ -29,7 +29,8 @@ pub async fn transfer(
     s.set_mode(mode_e).await?;
     d.set_mode(mode_e).await?;
     if mode_e {
-        s.set_parallelism(opts.streams.max(1)).await?;
+        let n = if opts.streams > 0 { opts.streams } else { s.streams() };
+        s.set_parallelism(n).await?;
     }
     if !mode_e || !*linked {
         let addr = d.pasv().await?;

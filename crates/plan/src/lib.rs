@@ -64,6 +64,17 @@ impl BlockCursor {
     }
 }
 
+/// Parallel TCP streams for a path: enough that `streams * window / rtt`
+/// reaches `target_bps`, where `window` is the largest TCP window the
+/// kernel allows one connection (tcp_rmem/tcp_wmem maxima). Clamped to
+/// `[min, max]`. One stream cannot fill a 95 ms path with a 4 MiB window
+/// (4 MiB / 95 ms = 353 Mbit/s); eight can fill 2.8 Gbit/s.
+pub fn auto_streams(rtt_us: u64, window: u64, target_bps: u64, min: u32, max: u32) -> u32 {
+    let per_stream_bps = (window.max(1) as u128 * 8 * 1_000_000) / u128::from(rtt_us.max(1));
+    let need = u128::from(target_bps).div_ceil(per_stream_bps.max(1));
+    need.clamp(u128::from(min.max(1)), u128::from(max.max(min.max(1)))) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +109,17 @@ mod tests {
             }
             prop_assert_eq!(seen.iter().map(|b| b.len).sum::<u64>(), plan.bytes());
         }
+    }
+
+    #[test]
+    fn stream_count_follows_bdp() {
+        // 1 Gbit/s at 95 ms with 4 MiB windows: 353 Mbit/s per stream -> 3.
+        assert_eq!(auto_streams(95_000, 4 << 20, 1_000_000_000, 1, 64), 3);
+        // 10 Gbit/s needs 29 such streams, capped at 16.
+        assert_eq!(auto_streams(95_000, 4 << 20, 10_000_000_000, 1, 16), 16);
+        // Loopback: the floor.
+        assert_eq!(auto_streams(30, 4 << 20, 10_000_000_000, 4, 16), 4);
+        assert_eq!(auto_streams(0, 0, 0, 0, 0), 1);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod command;
 pub mod feat;
 pub mod hostport;
 pub mod line;
+pub mod manifest;
 pub mod markers;
 pub mod modee;
 pub mod ranges;

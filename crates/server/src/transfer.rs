@@ -93,7 +93,10 @@ fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply>
     let r = if in_place {
         root.open_write(rel, WriteMode::InPlace).map(Target::InPlace)
     } else {
-        root.create_temp(rel).map(Target::Temp)
+        root.create_temp(rel).and_then(|tmp| {
+            lightpath_sys::file::preallocate(tmp.file(), t.allo.unwrap_or(0))?;
+            Ok(Target::Temp(tmp))
+        })
     };
     r.map_err(|e| io_reply(&t.path, &e))
 }

@@ -2,6 +2,7 @@
 //! confinement (openat2), zero-copy sends, socket options, TUN devices for
 //! the WAN lab. Everything else in lightpath is portable safe Rust on top.
 
+pub mod file;
 pub mod net;
 pub mod privs;
 pub mod root;

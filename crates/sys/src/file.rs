@@ -1,0 +1,28 @@
+//! File helpers for the data mover.
+
+use std::fs::File;
+use std::io;
+
+/// Reserve `len` bytes for `file` (fallocate, keeping the size at 0 until
+/// data lands): a full disk fails here, before any byte moves, and the
+/// blocks are laid out in one piece. File systems without fallocate are
+/// not an error.
+pub fn preallocate(file: &File, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, len) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The kernel's largest TCP receive and send windows (`tcp_rmem`/`tcp_wmem`
+/// maxima) in this network namespace; `None` where /proc does not say.
+pub fn tcp_window_limits() -> (Option<u64>, Option<u64>) {
+    let max = |p: &str| {
+        std::fs::read_to_string(p).ok().and_then(|s| s.split_whitespace().nth(2).and_then(|v| v.parse().ok()))
+    };
+    (max("/proc/sys/net/ipv4/tcp_rmem"), max("/proc/sys/net/ipv4/tcp_wmem"))
+}
