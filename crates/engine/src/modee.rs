@@ -27,22 +27,59 @@ fn next_block(plan: &SendPlan, cur: &Mutex<BlockCursor>) -> Option<(u64, u64)> {
     Some((b.offset, b.len))
 }
 
+/// The payload of one outgoing block.
+pub enum Payload<'a> {
+    /// Bytes in memory (manifest chunks, packed small files).
+    Bytes(Vec<u8>),
+    /// A range of a file, sent with `sendfile` (zero copy).
+    File(std::sync::Arc<std::fs::File>, u64),
+    /// Read from a source at this offset into the stream's reused buffer.
+    Read(&'a dyn Source, u64),
+}
+
+/// One outgoing block: its offset on the wire, length and payload.
+pub struct OutBlock<'a> {
+    /// Offset written in the block header.
+    pub wire_offset: u64,
+    /// Payload length.
+    pub len: u64,
+    /// Where the payload comes from.
+    pub payload: Payload<'a>,
+}
+
+/// Where the sender threads get their blocks: `None` ends the transfer.
+pub type Supplier<'a> = dyn Fn() -> std::io::Result<Option<OutBlock<'a>>> + Sync + 'a;
+
 /// Send `plan` from `src` over `conns`. Returns bytes sent.
 pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Control) -> Result<u64> {
+    let cursor = Mutex::new(BlockCursor::new());
+    let zero_copy = src
+        .file()
+        .map(|f| f.try_clone())
+        .transpose()
+        .map_err(|e| EngineError::io("source", e))?
+        .map(std::sync::Arc::new);
+    let supplier = move || -> std::io::Result<Option<OutBlock>> {
+        let Some((off, len)) = next_block(plan, &cursor) else { return Ok(None) };
+        let payload = match &zero_copy {
+            Some(f) => Payload::File(f.clone(), off),
+            None => Payload::Read(src, off),
+        };
+        Ok(Some(OutBlock { wire_offset: off - plan.wire_base, len, payload }))
+    };
+    send_blocks(conns, &supplier, ctl)
+}
+
+/// Send the blocks `supplier` hands out over `conns`, any block on any
+/// stream, then EOD on every stream and EOF on stream 0.
+pub fn send_blocks(conns: &mut [TcpStream], supplier: &Supplier, ctl: &Control) -> Result<u64> {
     if conns.is_empty() {
         return Err(EngineError::Setup("no data connection".into()));
     }
     let n = conns.len() as u64;
-    let cursor = Mutex::new(BlockCursor::new());
     let results: Vec<Result<u64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = conns
-            .iter_mut()
-            .enumerate()
-            .map(|(i, c)| {
-                let cursor = &cursor;
-                s.spawn(move || send_stream(i, n, c, src, plan, cursor, ctl))
-            })
-            .collect();
+        let handles: Vec<_> =
+            conns.iter_mut().enumerate().map(|(i, c)| s.spawn(move || send_stream(i, n, c, supplier, ctl))).collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(EngineError::Protocol("sender panicked".into()))))
@@ -55,33 +92,30 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
     Ok(total)
 }
 
-fn send_stream(
-    i: usize,
-    n: u64,
-    conn: &mut TcpStream,
-    src: &dyn Source,
-    plan: &SendPlan,
-    cursor: &Mutex<BlockCursor>,
-    ctl: &Control,
-) -> Result<u64> {
+fn send_stream(i: usize, n: u64, conn: &mut TcpStream, supplier: &Supplier, ctl: &Control) -> Result<u64> {
     let ctx = || format!("data connection {i}");
-    let mut buf = if src.file().is_some() { Vec::new() } else { vec![0u8; plan.block as usize] };
     let mut sent = 0;
-    while let Some((off, len)) = next_block(plan, cursor) {
+    let mut buf = Vec::new();
+    loop {
         if ctl.is_cancelled() {
             return Err(EngineError::Aborted);
         }
-        let hdr = BlockHeader::data(off - plan.wire_base, len).encode();
+        let Some(b) = supplier().map_err(|e| EngineError::io("reading source", e))? else { break };
+        let hdr = BlockHeader::data(b.wire_offset, b.len).encode();
         conn.write_all(&hdr).map_err(|e| EngineError::io(ctx(), e))?;
-        if let Some(f) = src.file() {
-            lightpath_sys::net::sendfile_all(conn, f, off, len).map_err(|e| EngineError::io(ctx(), e))?;
-        } else {
-            let b = &mut buf[..len as usize];
-            src.read_exact_at(b, off).map_err(|e| EngineError::io("reading source", e))?;
-            conn.write_all(b).map_err(|e| EngineError::io(ctx(), e))?;
+        match &b.payload {
+            Payload::File(f, off) => {
+                lightpath_sys::net::sendfile_all(conn, f, *off, b.len).map_err(|e| EngineError::io(ctx(), e))?
+            }
+            Payload::Bytes(v) => conn.write_all(&v[..b.len as usize]).map_err(|e| EngineError::io(ctx(), e))?,
+            Payload::Read(src, off) => {
+                buf.resize(b.len as usize, 0);
+                src.read_exact_at(&mut buf, *off).map_err(|e| EngineError::io("reading source", e))?;
+                conn.write_all(&buf).map_err(|e| EngineError::io(ctx(), e))?;
+            }
         }
-        ctl.add(len);
-        sent += len;
+        ctl.add(b.len);
+        sent += b.len;
     }
     let last = if i == 0 { BlockHeader::eof_eod(n) } else { BlockHeader::eod() };
     conn.write_all(&last.encode()).map_err(|e| EngineError::io(ctx(), e))?;
