@@ -259,11 +259,15 @@ impl Session {
         let mut dc = self.dc.take().unwrap_or_default();
         let c2 = ctl.clone();
         let job = tokio::task::spawn_blocking(move || {
-            let r = target.open().and_then(|w| {
-                let opts = RecvOpts { base, max_offset: u64::MAX >> 1, idle: dc.idle };
-                let got = dc.recv_e(w.sink().as_ref(), &opts, &c2).map_err(ClientError::from)?;
-                Ok((w, got))
-            });
+            let opts = RecvOpts { base, max_offset: u64::MAX >> 1, idle: dc.idle };
+            let r = match target.open() {
+                Ok(w) => {
+                    let got = dc.recv_e(w.sink().as_ref(), &opts, &c2);
+                    got.map(|g| (w, g)).map_err(ClientError::from)
+                }
+                // Drain the file's blocks so the reused channel stays in step, then report.
+                Err(e) => Err(dc.recv_e(&lightpath_engine::NullSink, &opts, &c2).map_or_else(ClientError::from, |_| e)),
+            };
             (dc, r)
         });
         let fin = self.ctl.final_reply().await;
@@ -324,32 +328,75 @@ impl Session {
         data
     }
 
-    /// Upload files; STORs are sent ahead, data waits for each 1xx reply.
+    /// Upload files. In MODE E, ALLO+STOR for up to `pipeline` files are
+    /// sent ahead; each file's data is sent only after its own 1xx reply,
+    /// so a refused STOR never puts bytes on the channel for the wrong file.
     pub async fn put_many(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
+        if !self.can_mode_e() {
+            let mut out = Vec::new();
+            for (src, op) in ops {
+                out.push(self.put_stream(src, &op).await);
+            }
+            return out;
+        }
+        if let Err(e) = self.prepare_put().await {
+            return ops.iter().map(|_| Err(e.clone())).collect();
+        }
+        // A source that cannot be read is reported before its STOR is sent:
+        // once the server says 150/125 it waits for that file's bytes.
+        let sizes: Vec<Result<u64, ClientError>> = ops.iter().map(|(s, _)| s.clone().open().map(|o| o.len())).collect();
+        let mut sent = 0;
         let mut out = Vec::new();
-        for (src, op) in ops {
-            let r = if self.can_mode_e() { self.put_one_e(src, &op).await } else { self.put_stream(src, &op).await };
-            if matches!(r, Err(ClientError::Control(..))) {
-                let e = r.unwrap_err();
+        for (i, (src, op)) in ops.iter().enumerate() {
+            while sent < ops.len() && sent < i + self.opts.pipeline.max(1) {
+                if let Ok(size) = sizes[sent] {
+                    if let Err(e) = self.send_put_cmds(&ops[sent].1, Some(size)).await {
+                        return fill_err(out, ops.len(), e);
+                    }
+                }
+                sent += 1;
+            }
+            if let Err(e) = &sizes[i] {
                 out.push(Err(e.clone()));
-                return fill_err(out, usize::MAX, e);
+                continue;
+            }
+            let r = self.put_one_e(src.clone(), op, sizes[i].clone()).await;
+            if let Err(ClientError::Control(..)) = &r {
+                let e = r.unwrap_err();
+                return fill_err(out, ops.len(), e);
             }
             out.push(r);
         }
         out
     }
 
-    async fn put_one_e(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
+    async fn prepare_put(&mut self) -> Result<(), ClientError> {
         self.set_mode(true).await?;
         if self.dc().cached(lightpath_engine::Direction::Send) == 0 {
             let addr = self.pasv().await?;
             self.dc().connect_to(vec![addr]);
         }
-        let size = src.len()?;
+        self.settle().await
+    }
+
+    async fn send_put_cmds(&mut self, op: &FileOp, size: Option<u64>) -> Result<(), ClientError> {
         if op.part.is_none() {
-            self.ctl.ok(&format!("ALLO {size}")).await?;
+            self.ctl.send(format!("ALLO {}", size.unwrap_or(0)).as_bytes()).await?;
         }
-        self.ctl.send(&stor_cmd(op)).await?;
+        self.ctl.send(&stor_cmd(op)).await
+    }
+
+    /// Send one file whose (ALLO and) STOR were already sent.
+    async fn put_one_e(
+        &mut self,
+        src: LocalSource,
+        op: &FileOp,
+        size: Result<u64, ClientError>,
+    ) -> Result<u64, ClientError> {
+        if op.part.is_none() {
+            let _ = self.ctl.final_reply().await?; // ALLO: advisory
+        }
+        let size = size.unwrap_or(0);
         let (ranges, wire_base) = match op.part {
             Some((off, len)) => (vec![(off, off.saturating_add(len).min(size))], off),
             None => (vec![(0, size)], 0),
@@ -362,21 +409,20 @@ impl Session {
         let c2 = ctl.clone();
         let job = tokio::task::spawn_blocking(move || {
             let r = dc.prepare_send(streams).map_err(ClientError::from).and_then(|_| {
+                // A refused STOR leaves the channel clean: keep the connections.
                 if !go_rx.recv().unwrap_or(false) {
                     return Err(ClientError::Local("server refused the upload".into()));
                 }
                 let s = src.open()?;
-                dc.send_e(s.as_ref(), &plan, &c2).map_err(ClientError::from)
+                let r = dc.send_e(s.as_ref(), &plan, &c2).map_err(ClientError::from);
+                if r.is_err() {
+                    dc.drop_cache();
+                }
+                r
             });
-            if r.is_err() {
-                dc.drop_cache();
-            }
             (dc, r)
         });
-        let first = match self.settle().await {
-            Ok(()) => self.ctl.reply().await,
-            Err(e) => Err(e),
-        };
+        let first = self.ctl.reply().await;
         let go = matches!(&first, Ok(r) if r.is_preliminary());
         let _ = go_tx.send(go);
         if !go {
