@@ -11,6 +11,7 @@ pub mod io;
 pub mod modee;
 pub mod progress;
 pub mod stream;
+pub mod vfile;
 
 pub use datachan::{DataChannel, Direction};
 pub use error::{EngineError, Result};

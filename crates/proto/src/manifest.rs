@@ -110,7 +110,7 @@ pub struct Summary {
 pub struct Limits {
     /// Most entries in one manifest.
     pub max_entries: u64,
-    /// Most path bytes, summed over all entries.
+    /// Most path and link-target bytes, summed over all entries.
     pub max_path_bytes: u64,
     /// Longest virtual file.
     pub max_total: u64,
@@ -288,6 +288,15 @@ pub fn parent(path: &[u8]) -> Option<&[u8]> {
     path.iter().rposition(|&b| b == b'/').map(|i| &path[..i])
 }
 
+/// Path and link-target bytes of an entry (what a receiver keeps).
+fn name_bytes(e: &Entry) -> u64 {
+    let link = match &e.kind {
+        Kind::Symlink { target } | Kind::HardLink { target } => target.len(),
+        _ => 0,
+    };
+    (e.path.len() + link) as u64
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Node {
     Dir,
@@ -340,7 +349,7 @@ impl Validator {
         let node = self.check_kind(e)?;
         self.nodes.insert(e.path.clone().into_boxed_slice(), node);
         self.summary.entries += 1;
-        self.path_bytes += e.path.len() as u64;
+        self.path_bytes += name_bytes(e);
         Ok(())
     }
 
@@ -348,7 +357,7 @@ impl Validator {
         if self.summary.entries >= self.limits.max_entries {
             return Err(ManifestError::Limit("entries"));
         }
-        if self.path_bytes + e.path.len() as u64 > self.limits.max_path_bytes {
+        if self.path_bytes + name_bytes(e) > self.limits.max_path_bytes {
             return Err(ManifestError::Limit("path bytes"));
         }
         Ok(())

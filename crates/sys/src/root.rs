@@ -206,6 +206,158 @@ impl Drop for TempFile {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Rebuilding a received tree (virtual-file unpack, issue 5) and walking one
+// (pack). Added as a block; the methods above are unchanged.
+//
+// The `*_strict` methods resolve with RESOLVE_NO_SYMLINKS as well: no
+// component of the path may be a symlink, not even one that stays beneath
+// the root, so a symlink planted in the destination (or created by the same
+// transfer) can never redirect a create, a write or a metadata change.
+
+const STRICT: ResolveFlags = RESOLVE.union(ResolveFlags::NO_SYMLINKS);
+
+/// `.name.lpPID-N.part`, unique in this process.
+fn temp_name(name: &OsStr) -> Vec<u8> {
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut tmp = b".".to_vec();
+    tmp.extend(name.as_bytes().iter().copied().take(180));
+    tmp.extend_from_slice(format!(".lp{}-{n}.part", std::process::id()).as_bytes());
+    tmp
+}
+
+impl Root {
+    /// Split `rel` into its parent, opened without following any symlink,
+    /// and the last component.
+    fn parent_strict<'a>(&self, rel: &'a [u8]) -> io::Result<(OwnedFd, &'a OsStr)> {
+        let (dir, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name"));
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(dir), flags, Mode::empty(), STRICT)?;
+        Ok((fd, OsStr::from_bytes(name)))
+    }
+
+    /// Status of the path itself (a symlink is not followed).
+    pub fn lstat(&self, rel: &[u8]) -> io::Result<Stat> {
+        if rel.is_empty() {
+            return Ok(rustix::fs::fstat(&self.dir)?);
+        }
+        let (dir, name) = self.parent(rel)?;
+        Ok(rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?)
+    }
+
+    /// The contents of a symlink.
+    pub fn read_link(&self, rel: &[u8]) -> io::Result<Vec<u8>> {
+        let (dir, name) = self.parent(rel)?;
+        Ok(rustix::fs::readlinkat(&dir, name, Vec::new())?.into_bytes())
+    }
+
+    /// Create a directory, or accept an existing one that really is a
+    /// directory (not a symlink to one). Returns whether it was created.
+    pub fn mkdir_strict(&self, rel: &[u8], mode: u32) -> io::Result<bool> {
+        let (dir, name) = self.parent_strict(rel)?;
+        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) => {
+                let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                    Ok(false)
+                } else {
+                    Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Open a directory without following symlinks in any component.
+    pub fn open_dir_strict(&self, rel: &[u8]) -> io::Result<File> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT)?;
+        Ok(File::from(fd))
+    }
+
+    /// Like [`Root::create_temp`] (mode 0600), with a strict parent.
+    pub fn create_temp_strict(&self, rel: &[u8]) -> io::Result<TempFile> {
+        let (dir, name) = self.parent_strict(rel)?;
+        let tmp = temp_name(name);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(0o600))?;
+        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+    }
+
+    /// Create (or atomically replace) `rel` as a symlink to `target`. The
+    /// target is stored as is; nothing here follows it.
+    pub fn symlink_strict(&self, target: &[u8], rel: &[u8]) -> io::Result<()> {
+        let (dir, name) = self.parent_strict(rel)?;
+        let tmp = temp_name(name);
+        rustix::fs::symlinkat(OsStr::from_bytes(target), &dir, OsStr::from_bytes(&tmp))?;
+        Self::rename_into_place(&dir, &tmp, name)
+    }
+
+    /// Create (or atomically replace) `rel` as a hard link to `existing`.
+    pub fn hard_link_strict(&self, existing: &[u8], rel: &[u8]) -> io::Result<()> {
+        let (edir, ename) = self.parent_strict(existing)?;
+        let (dir, name) = self.parent_strict(rel)?;
+        let tmp = temp_name(name);
+        rustix::fs::linkat(&edir, ename, &dir, OsStr::from_bytes(&tmp), AtFlags::empty())?;
+        Self::rename_into_place(&dir, &tmp, name)
+    }
+
+    /// Rename `tmp` to `name` in `dir`; never leave `tmp` behind (renaming
+    /// onto another link of the same inode succeeds without doing anything).
+    fn rename_into_place(dir: &OwnedFd, tmp: &[u8], name: &OsStr) -> io::Result<()> {
+        let r = rustix::fs::renameat(dir, OsStr::from_bytes(tmp), dir, name);
+        let _ = rustix::fs::unlinkat(dir, OsStr::from_bytes(tmp), AtFlags::empty());
+        Ok(r?)
+    }
+
+    /// Set the modification time of the path itself (a symlink is not
+    /// followed); the access time is left alone.
+    pub fn set_mtime_strict(&self, rel: &[u8], sec: i64, nsec: u32) -> io::Result<()> {
+        let (dir, name) = self.parent_strict(rel)?;
+        let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
+        let mtime = rustix::fs::Timespec { tv_sec: sec, tv_nsec: nsec.into() };
+        let times = rustix::fs::Timestamps { last_access: omit, last_modification: mtime };
+        Ok(rustix::fs::utimensat(&dir, name, &times, AtFlags::SYMLINK_NOFOLLOW)?)
+    }
+}
+
+#[cfg(test)]
+mod strict_tests {
+    use super::*;
+
+    #[test]
+    fn strict_ops_never_follow_symlinks() {
+        let p = std::env::temp_dir().join(format!("lp-root-strict-{}", std::process::id()));
+        std::fs::create_dir_all(p.join("root/real")).unwrap();
+        std::fs::create_dir_all(p.join("out")).unwrap();
+        std::os::unix::fs::symlink(p.join("out"), p.join("root/up")).unwrap();
+        std::os::unix::fs::symlink("real", p.join("root/in")).unwrap();
+        let r = Root::open(&p.join("root")).unwrap();
+        assert!(r.mkdir_strict(b"up", 0o700).is_err(), "existing symlink is not a directory");
+        assert!(r.mkdir_strict(b"in/x", 0o700).is_err(), "no symlink in the parent, even inside");
+        assert!(r.create_temp_strict(b"in/f").is_err());
+        assert!(!r.mkdir_strict(b"real", 0o700).unwrap(), "a real directory is accepted");
+        r.symlink_strict(b"../out", b"in").unwrap();
+        assert_eq!(r.read_link(b"in").unwrap(), b"../out", "symlink replaced");
+        std::fs::write(p.join("root/real/f"), b"x").unwrap();
+        r.hard_link_strict(b"real/f", b"g").unwrap();
+        r.hard_link_strict(b"real/f", b"g").unwrap();
+        r.set_mtime_strict(b"in", 1, 2).unwrap();
+        assert_eq!(r.lstat(b"in").unwrap().st_mtime, 1);
+        let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
+        assert_eq!(names, [&b"g"[..], b"in", b"real", b"up"], "no temporary names left");
+        assert_eq!(std::fs::read_dir(p.join("out")).unwrap().count(), 0);
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

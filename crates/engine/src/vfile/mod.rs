@@ -1,0 +1,156 @@
+//! The virtual file for lots of small files (issue 5).
+//!
+//! A tree travels as one virtual file plus a manifest
+//! ([`lightpath_proto::manifest`], format in `docs/manifest.md`). The
+//! virtual file's bytes are the regular files' contents, back to back in
+//! manifest order, and go over the parallel MODE E streams like any file;
+//! the manifest says which bytes belong to which path.
+//!
+//! - [`pack`] walks a tree in a background thread and publishes manifest
+//!   chunks and the data they cover as it goes, so the first blocks leave
+//!   before the walk ends. [`Pack::next_block`] hands out blocks (each byte
+//!   once); [`PackReader`] is the [`crate::Source`] that reads them, small
+//!   files whole (cached), large ones by range.
+//! - [`Unpacker`] rebuilds the tree beneath a [`Root`]: manifest bytes and
+//!   data blocks arrive in any order and from any thread; data that runs
+//!   ahead of its entries is parked (bounded). Each file is written under a
+//!   temporary name by a small worker pool and renamed when its last byte
+//!   arrived; symlinks and hard links are made at the end, then directory
+//!   modes and times, deepest first.
+//!
+//! [`Root`]: lightpath_sys::root::Root
+
+mod pack;
+mod reader;
+mod unpack;
+mod writer;
+
+pub use pack::{pack, Pack, PackOptions, PackStats};
+pub use reader::PackReader;
+pub use unpack::{UnpackOptions, UnpackStats, Unpacker};
+
+use crate::error::EngineError;
+use lightpath_proto::manifest::{show, ManifestError};
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Why packing or unpacking a virtual file failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum VfileError {
+    /// A file system operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What we were doing ("creating", "reading").
+        op: &'static str,
+        /// The path, escaped.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// The manifest is malformed or hostile (or a tree cannot be described).
+    #[error("manifest: {0}")]
+    Manifest(#[from] ManifestError),
+    /// A block overlaps data already received.
+    #[error("block at offset {offset} ({len} bytes) overlaps data already received")]
+    Overlap {
+        /// Block offset.
+        offset: u64,
+        /// Block length.
+        len: u64,
+    },
+    /// A block lies (partly) past the end of the virtual file.
+    #[error("block at offset {offset} ({len} bytes) is past the end of the virtual file ({total} bytes)")]
+    OutOfBounds {
+        /// Block offset.
+        offset: u64,
+        /// Block length.
+        len: u64,
+        /// Virtual file length from the manifest.
+        total: u64,
+    },
+    /// Too much data arrived ahead of the manifest entries it belongs to.
+    #[error("more than {0} bytes of data arrived ahead of their manifest entries")]
+    ParkLimit(u64),
+    /// The transfer ended before every entry was complete.
+    #[error("{count} files incomplete, e.g. {path} ({got} of {size} bytes)")]
+    Incomplete {
+        /// How many files are incomplete.
+        count: usize,
+        /// One of them, escaped.
+        path: String,
+        /// Bytes it received.
+        got: u64,
+        /// Bytes it should have.
+        size: u64,
+    },
+    /// A file shrank or was replaced between the walk and the read.
+    #[error("{0} changed while being read")]
+    Changed(String),
+    /// Cancelled, or stopped after another error.
+    #[error("virtual file transfer aborted")]
+    Aborted,
+}
+
+impl VfileError {
+    fn io(op: &'static str, path: &[u8], source: io::Error) -> Self {
+        VfileError::Io { op, path: show(path), source: Arc::new(source) }
+    }
+}
+
+impl From<VfileError> for EngineError {
+    fn from(e: VfileError) -> Self {
+        match e {
+            VfileError::Io { op, path, source } => {
+                EngineError::io(format!("{op} {path}"), io::Error::new(source.kind(), source.to_string()))
+            }
+            VfileError::Aborted => EngineError::Aborted,
+            e @ VfileError::Changed(_) => EngineError::io("reading source", io::Error::other(e.to_string())),
+            e => EngineError::Protocol(e.to_string()),
+        }
+    }
+}
+
+impl From<VfileError> for io::Error {
+    fn from(e: VfileError) -> Self {
+        match &e {
+            VfileError::Io { source, .. } => io::Error::new(source.kind(), e.to_string()),
+            VfileError::Aborted => io::Error::new(io::ErrorKind::Interrupted, e.to_string()),
+            _ => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+        }
+    }
+}
+
+/// `sec` and `nsec` of a `stat` time as nanoseconds since the epoch.
+fn stat_ns(sec: i64, nsec: i64) -> i64 {
+    sec.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+/// Nanoseconds since the epoch as (seconds, nanoseconds in 0..1e9).
+fn split_ns(ns: i64) -> (i64, u32) {
+    (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000) as u32)
+}
+
+/// Nanoseconds since the epoch as a `SystemTime`.
+fn system_time(ns: i64) -> SystemTime {
+    let d = Duration::from_nanos(ns.unsigned_abs());
+    if ns >= 0 {
+        UNIX_EPOCH + d
+    } else {
+        UNIX_EPOCH - d
+    }
+}
+
+/// `a/b` (or `b` when `a` is empty).
+fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    if a.is_empty() {
+        return b.to_vec();
+    }
+    let mut p = Vec::with_capacity(a.len() + 1 + b.len());
+    p.extend_from_slice(a);
+    p.push(b'/');
+    p.extend_from_slice(b);
+    p
+}

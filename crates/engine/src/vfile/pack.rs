@@ -1,0 +1,440 @@
+//! The sender: walk a tree in a background thread, publish manifest chunks
+//! and the data they cover as the walk proceeds, hand out blocks.
+
+use super::reader::{PackReader, ReadCache};
+use super::{join, stat_ns, VfileError};
+use lightpath_proto::manifest::{show, Encoder, Entry, Kind, Limits, MODE_MASK};
+use lightpath_sys::root::{FileType, Root, Stat};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// How to pack.
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// Files up to this size are read whole (and cached until fully sent);
+    /// blocks are cut so that they do not split such a file when possible.
+    pub small_file: u64,
+    /// Publish a manifest chunk once it holds this many bytes...
+    pub chunk_bytes: usize,
+    /// ...or once the data it covers reaches this many bytes, or at once
+    /// when a sender is waiting for data.
+    pub chunk_data: u64,
+    /// The walk pauses while this many manifest bytes wait to be taken.
+    pub max_queued: usize,
+    /// Memory for cached small files.
+    pub cache_bytes: usize,
+    /// Open large files kept for ranged reads.
+    pub open_files: usize,
+    /// Limits of the manifest (the receiver's must be at least as large).
+    pub limits: Limits,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions {
+            small_file: 256 << 10,
+            chunk_bytes: 64 << 10,
+            chunk_data: 8 << 20,
+            max_queued: 16 << 20,
+            cache_bytes: 32 << 20,
+            open_files: 64,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What a walk found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PackStats {
+    /// Regular files (hard links not counted).
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Extra names of files already packed.
+    pub hardlinks: u64,
+    /// FIFOs, sockets and devices left out (each with a warning).
+    pub skipped: u64,
+    /// Length of the virtual file.
+    pub bytes: u64,
+}
+
+/// A published run of the virtual file: one regular file.
+#[derive(Debug, Clone)]
+pub(crate) struct Extent {
+    pub start: u64,
+    pub size: u64,
+    /// Path beneath the packing root (not the manifest name).
+    pub src: Arc<[u8]>,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl Extent {
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Published extents, in offset order.
+    pub extents: Vec<Extent>,
+    /// End of the published data.
+    pub published: u64,
+    cursor: u64,
+    chunks: VecDeque<Vec<u8>>,
+    queued: usize,
+    done: bool,
+    error: Option<VfileError>,
+    stats: PackStats,
+}
+
+impl State {
+    /// The next block from the cursor, at most `max` bytes, cut before a
+    /// small file rather than through it.
+    fn cut(&mut self, max: u64, small: u64) -> (u64, u64) {
+        let start = self.cursor;
+        let mut end = start.saturating_add(max.max(1)).min(self.published);
+        if end < self.published {
+            let i = self.extents.partition_point(|e| e.end() <= end);
+            if let Some(x) = self.extents.get(i).filter(|x| x.start > start && x.start < end && x.size <= small) {
+                end = x.start;
+            }
+        }
+        self.cursor = end;
+        (start, end - start)
+    }
+}
+
+pub(crate) struct Shared {
+    pub root: Arc<Root>,
+    pub opts: PackOptions,
+    st: Mutex<State>,
+    cv: Condvar,
+    hungry: AtomicBool,
+    cancelled: AtomicBool,
+    pub cache: ReadCache,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A tree being packed. Dropping it stops the walk.
+pub struct Pack {
+    sh: Arc<Shared>,
+    walker: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Pack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pack").field("root", &self.sh.root.path()).finish_non_exhaustive()
+    }
+}
+
+/// Start packing `items` (paths beneath `root`) in a background thread.
+/// Each item appears under its last component (`a/b` as `b`, a directory
+/// with everything beneath it); the empty path packs the root's contents.
+/// FIFOs, sockets and devices are skipped with a warning; symlinks are
+/// packed as links, never followed; extra names of a file (same device and
+/// inode) become hard links.
+pub fn pack(root: Arc<Root>, items: Vec<Vec<u8>>, opts: PackOptions) -> Result<Pack, VfileError> {
+    let cache = ReadCache::new(opts.cache_bytes, opts.open_files);
+    let sh = Arc::new(Shared {
+        root,
+        opts,
+        st: Mutex::new(State::default()),
+        cv: Condvar::new(),
+        hungry: AtomicBool::new(false),
+        cancelled: AtomicBool::new(false),
+        cache,
+    });
+    let w = sh.clone();
+    let walker = std::thread::Builder::new()
+        .name("lp-pack-walk".into())
+        .spawn(move || {
+            let r = Walker::new(&w).run(items);
+            let mut st = w.lock();
+            match r {
+                Ok(stats) => (st.done, st.stats) = (true, stats),
+                Err(e) => st.error = Some(e),
+            }
+            w.cv.notify_all();
+        })
+        .map_err(|e| VfileError::io("starting the walk of", sh.root.path().as_os_str().as_encoded_bytes(), e))?;
+    Ok(Pack { sh, walker: Some(walker) })
+}
+
+impl Pack {
+    /// The next manifest chunk, waiting for the walk; `None` after the
+    /// last one (which ends with the end record). Send them in order.
+    pub fn next_manifest_chunk(&self) -> Result<Option<Vec<u8>>, VfileError> {
+        let mut st = self.sh.lock();
+        loop {
+            if let Some(c) = st.chunks.pop_front() {
+                st.queued -= c.len();
+                self.sh.cv.notify_all();
+                return Ok(Some(c));
+            }
+            if let Some(e) = &st.error {
+                return Err(e.clone());
+            }
+            if st.done {
+                return Ok(None);
+            }
+            st = self.sh.wait(st);
+        }
+    }
+
+    /// The next block `(offset, len)` of the virtual file, at most `max`
+    /// bytes; waits for the walk; `None` when everything was handed out.
+    /// Thread-safe: each byte is handed out exactly once.
+    pub fn next_block(&self, max: u64) -> Result<Option<(u64, u64)>, VfileError> {
+        let mut st = self.sh.lock();
+        loop {
+            if let Some(e) = &st.error {
+                return Err(e.clone());
+            }
+            if self.sh.cancelled.load(Ordering::Relaxed) {
+                return Err(VfileError::Aborted);
+            }
+            if st.cursor < st.published {
+                return Ok(Some(st.cut(max, self.sh.opts.small_file)));
+            }
+            if st.done {
+                return Ok(None);
+            }
+            self.sh.hungry.store(true, Ordering::Relaxed);
+            st = self.sh.wait(st);
+        }
+    }
+
+    /// A reader of the virtual file (any thread, any published range).
+    pub fn reader(&self) -> PackReader {
+        PackReader::new(self.sh.clone())
+    }
+
+    /// Length of the virtual file once the walk has finished.
+    pub fn total(&self) -> Option<u64> {
+        let st = self.sh.lock();
+        st.done.then_some(st.published)
+    }
+
+    /// Stop the walk; waiting calls return [`VfileError::Aborted`].
+    pub fn cancel(&self) {
+        self.sh.cancelled.store(true, Ordering::Relaxed);
+        let mut st = self.sh.lock();
+        if st.error.is_none() && !st.done {
+            st.error = Some(VfileError::Aborted);
+        }
+        self.sh.cv.notify_all();
+    }
+
+    /// Wait for the walk to end; what it found.
+    pub fn wait(mut self) -> Result<PackStats, VfileError> {
+        if let Some(h) = self.walker.take() {
+            let _ = h.join();
+        }
+        let st = self.sh.lock();
+        match &st.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(st.stats),
+        }
+    }
+}
+
+impl Drop for Pack {
+    fn drop(&mut self) {
+        if let Some(h) = self.walker.take() {
+            self.cancel();
+            let _ = h.join();
+        }
+    }
+}
+
+/// The fields of a `stat` we use (their types differ between architectures).
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    ft: FileType,
+    mode: u32,
+    mtime_ns: i64,
+    size: u64,
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+}
+
+#[allow(clippy::unnecessary_cast)]
+fn meta(st: &Stat) -> Meta {
+    Meta {
+        ft: FileType::from_raw_mode(st.st_mode as _),
+        mode: st.st_mode as u32 & MODE_MASK,
+        mtime_ns: stat_ns(st.st_mtime as i64, st.st_mtime_nsec as i64),
+        size: st.st_size as u64,
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        nlink: st.st_nlink as u64,
+    }
+}
+
+/// A path to visit: where it is beneath the root, and its manifest name.
+struct Node {
+    src: Vec<u8>,
+    name: Vec<u8>,
+    meta: Meta,
+}
+
+struct Walker<'a> {
+    sh: &'a Shared,
+    enc: Encoder,
+    chunk: Vec<u8>,
+    pending: Vec<Extent>,
+    pending_data: u64,
+    links: HashMap<(u64, u64), Vec<u8>>,
+    stats: PackStats,
+}
+
+impl<'a> Walker<'a> {
+    fn new(sh: &'a Shared) -> Self {
+        Walker {
+            sh,
+            enc: Encoder::new(sh.opts.limits),
+            chunk: Vec::new(),
+            pending: Vec::new(),
+            pending_data: 0,
+            links: HashMap::new(),
+            stats: PackStats::default(),
+        }
+    }
+
+    fn run(mut self, items: Vec<Vec<u8>>) -> Result<PackStats, VfileError> {
+        for item in items {
+            self.walk_item(item)?;
+        }
+        self.enc.finish(&mut self.chunk)?;
+        self.publish()?;
+        self.stats.bytes = self.enc.next_offset();
+        Ok(self.stats)
+    }
+
+    fn walk_item(&mut self, mut src: Vec<u8>) -> Result<(), VfileError> {
+        while src.len() > 1 && src.ends_with(b"/") {
+            src.pop();
+        }
+        let mut stack = Vec::new();
+        if src.is_empty() {
+            self.push_children(&mut stack, b"", b"")?;
+        } else {
+            let st = self.sh.root.lstat(&src).map_err(|e| VfileError::io("reading", &src, e))?;
+            let name = src.rsplit(|&b| b == b'/').next().unwrap_or_default().to_vec();
+            stack.push(Node { src, name, meta: meta(&st) });
+        }
+        while let Some(n) = stack.pop() {
+            if self.sh.cancelled.load(Ordering::Relaxed) {
+                return Err(VfileError::Aborted);
+            }
+            if self.visit(&n)? {
+                self.push_children(&mut stack, &n.src, &n.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queue the children of a directory so that they pop in name order.
+    fn push_children(&mut self, stack: &mut Vec<Node>, src: &[u8], name: &[u8]) -> Result<(), VfileError> {
+        let list = self.sh.root.read_dir(src).map_err(|e| VfileError::io("listing", src, e))?;
+        for (child, st) in list.into_iter().rev() {
+            stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st) });
+        }
+        Ok(())
+    }
+
+    /// Emit the entry for `n`; whether it is a directory to descend into.
+    fn visit(&mut self, n: &Node) -> Result<bool, VfileError> {
+        let kind = match n.meta.ft {
+            FileType::Directory => {
+                self.stats.dirs += 1;
+                Kind::Dir
+            }
+            FileType::RegularFile => return self.file(n).map(|()| false),
+            FileType::Symlink => {
+                self.stats.symlinks += 1;
+                let target = self.sh.root.read_link(&n.src).map_err(|e| VfileError::io("reading link", &n.src, e))?;
+                Kind::Symlink { target }
+            }
+            other => {
+                tracing::warn!(path = %show(&n.src), kind = ?other, "skipping special file");
+                self.stats.skipped += 1;
+                return Ok(false);
+            }
+        };
+        let dir = kind == Kind::Dir;
+        self.emit(Entry { path: n.name.clone(), kind, mode: n.meta.mode, mtime_ns: n.meta.mtime_ns }, None)?;
+        Ok(dir)
+    }
+
+    fn file(&mut self, n: &Node) -> Result<(), VfileError> {
+        let m = n.meta;
+        let (mode, mtime_ns) = (m.mode, m.mtime_ns);
+        if m.nlink > 1 {
+            if let Some(first) = self.links.get(&(m.dev, m.ino)) {
+                self.stats.hardlinks += 1;
+                let kind = Kind::HardLink { target: first.clone() };
+                return self.emit(Entry { path: n.name.clone(), kind, mode, mtime_ns }, None);
+            }
+            self.links.insert((m.dev, m.ino), n.name.clone());
+        }
+        self.stats.files += 1;
+        let offset = self.enc.next_offset();
+        let x = Extent { start: offset, size: m.size, src: n.src.as_slice().into(), dev: m.dev, ino: m.ino };
+        let kind = Kind::File { size: m.size, offset };
+        self.emit(Entry { path: n.name.clone(), kind, mode, mtime_ns }, Some(x))
+    }
+
+    fn emit(&mut self, e: Entry, x: Option<Extent>) -> Result<(), VfileError> {
+        self.enc.entry(&e, &mut self.chunk)?;
+        if let Some(x) = x {
+            self.pending_data += x.size;
+            self.pending.push(x);
+        }
+        let o = &self.sh.opts;
+        if self.chunk.len() >= o.chunk_bytes
+            || self.pending_data >= o.chunk_data
+            || self.sh.hungry.load(Ordering::Relaxed)
+        {
+            self.publish()?;
+        }
+        Ok(())
+    }
+
+    /// Hand the current chunk and the data it covers to the senders.
+    fn publish(&mut self) -> Result<(), VfileError> {
+        let sh = self.sh;
+        let mut st = sh.lock();
+        while st.queued >= sh.opts.max_queued && !sh.cancelled.load(Ordering::Relaxed) {
+            st = sh.wait(st);
+        }
+        if sh.cancelled.load(Ordering::Relaxed) {
+            return Err(VfileError::Aborted);
+        }
+        if !self.chunk.is_empty() {
+            st.queued += self.chunk.len();
+            st.chunks.push_back(std::mem::take(&mut self.chunk));
+        }
+        st.extents.append(&mut self.pending);
+        st.published = self.enc.next_offset();
+        self.pending_data = 0;
+        sh.hungry.store(false, Ordering::Relaxed);
+        sh.cv.notify_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,353 @@
+//! The receiver: manifest bytes and data blocks in any order, from any
+//! thread; the tree rebuilt beneath a [`Root`].
+
+use super::writer::{FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
+use super::{split_ns, VfileError};
+use crate::io::Sink;
+use lightpath_proto::manifest::{show, Decoder, Entry, Kind, Limits};
+use lightpath_proto::RangeSet;
+use lightpath_sys::root::Root;
+use std::collections::BTreeMap;
+use std::fs::Permissions;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How to unpack.
+#[derive(Debug, Clone)]
+pub struct UnpackOptions {
+    /// Writer threads (creates, writes, renames).
+    pub workers: usize,
+    /// Jobs queued for the writers before the network threads wait.
+    pub queue: usize,
+    /// Most pieces (parts of files) in one job.
+    pub job_pieces: usize,
+    /// Most data bytes in one job (a job may exceed it by one piece).
+    pub job_bytes: usize,
+    /// Most bytes held for ranges whose manifest entries have not arrived.
+    pub park_limit: u64,
+    /// How long a block over the park limit waits for entries before the
+    /// transfer fails.
+    pub park_wait: Duration,
+    /// Limits of the manifest decoder.
+    pub limits: Limits,
+}
+
+impl Default for UnpackOptions {
+    fn default() -> Self {
+        UnpackOptions {
+            workers: 8,
+            queue: 64,
+            job_pieces: 32,
+            job_bytes: 256 << 10,
+            park_limit: 64 << 20,
+            park_wait: Duration::from_secs(30),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What was rebuilt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnpackStats {
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Hard links.
+    pub hardlinks: u64,
+    /// Data bytes (length of the virtual file).
+    pub bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    decoder: Decoder,
+    /// Regular files in offset order.
+    files: Vec<Arc<FileSlot>>,
+    /// End of the data described by the entries so far.
+    known_end: u64,
+    /// Length of the virtual file, once the end record is in.
+    total: Option<u64>,
+    claimed: RangeSet,
+    /// Data ahead of its entries: virtual offset -> bytes.
+    parked: BTreeMap<u64, (Arc<[u8]>, Range<usize>)>,
+    parked_bytes: u64,
+    /// Directories in manifest order: path, mode, mtime.
+    dirs: Vec<(Vec<u8>, u32, i64)>,
+    /// Symlinks and hard links, made at the end.
+    links: Vec<Entry>,
+    stats: UnpackStats,
+    /// The first manifest or data error; everything fails after it.
+    error: Option<VfileError>,
+}
+
+/// Rebuilds a tree from a manifest and the blocks of its virtual file.
+///
+/// Call [`Unpacker::manifest_bytes`] with the manifest stream in order and
+/// [`Unpacker::write_block`] with data blocks in any order, from any
+/// threads; then [`Unpacker::finish`]. Dropping an unpacker without
+/// finishing removes its temporary files: no partial file ever appears
+/// under its final name.
+#[derive(Debug)]
+pub struct Unpacker {
+    opts: UnpackOptions,
+    st: Mutex<State>,
+    room: Condvar,
+    pool: Pool,
+}
+
+impl Unpacker {
+    /// An unpacker writing beneath `root` (which should exist; existing
+    /// directories are merged, existing files and links replaced).
+    pub fn new(root: Arc<Root>, opts: UnpackOptions) -> Result<Self, VfileError> {
+        let pool = Pool::new(Arc::new(WorkCtx::new(root)), opts.workers, opts.queue)?;
+        let st = State { decoder: Decoder::new(opts.limits), ..State::default() };
+        Ok(Unpacker { opts, st: Mutex::new(st), room: Condvar::new(), pool })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn root(&self) -> &Root {
+        &self.pool.ctx.root
+    }
+
+    /// Length of the virtual file, once the manifest's end record is in.
+    pub fn total(&self) -> Option<u64> {
+        self.lock().total
+    }
+
+    /// Feed the next bytes of the manifest stream.
+    pub fn manifest_bytes(&self, bytes: &[u8]) -> Result<(), VfileError> {
+        let pieces = {
+            let mut st = self.lock();
+            Self::check(&st)?;
+            let r = self.take_entries(&mut st, bytes);
+            self.poison(&mut st, r)?
+        };
+        self.submit(pieces)
+    }
+
+    /// Feed one data block at its virtual-file offset.
+    pub fn write_block(&self, offset: u64, data: &[u8]) -> Result<(), VfileError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let pieces = {
+            let mut st = self.lock();
+            Self::check(&st)?;
+            let r = self.take_block(&mut st, offset, data);
+            let pieces = self.poison(&mut st, r)?;
+            let st = self.wait_room(st)?;
+            Self::check(&st)?;
+            pieces
+        };
+        self.submit(pieces)
+    }
+
+    fn check(st: &State) -> Result<(), VfileError> {
+        st.error.as_ref().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    /// Remember the first error; wake blocks waiting for room.
+    fn poison<T>(&self, st: &mut State, r: Result<T, VfileError>) -> Result<T, VfileError> {
+        if let Err(e) = &r {
+            st.error.get_or_insert_with(|| e.clone());
+            self.pool.ctx.fail(e.clone());
+            self.room.notify_all();
+        }
+        r
+    }
+
+    fn take_entries(&self, st: &mut State, bytes: &[u8]) -> Result<Vec<Piece>, VfileError> {
+        let mut pieces = Vec::new();
+        st.decoder.handle_bytes(bytes);
+        let before = st.known_end;
+        while let Some(e) = st.decoder.poll_entry()? {
+            self.entry(st, e, &mut pieces)?;
+        }
+        if st.known_end > before {
+            Self::unpark(st, &mut pieces);
+            self.room.notify_all();
+        }
+        if st.decoder.is_finished() && st.total.is_none() {
+            st.total = Some(st.known_end);
+            if let Some((&offset, (_, r))) = st.parked.first_key_value() {
+                return Err(VfileError::OutOfBounds { offset, len: r.len() as u64, total: st.known_end });
+            }
+        }
+        Ok(pieces)
+    }
+
+    fn entry(&self, st: &mut State, e: Entry, pieces: &mut Vec<Piece>) -> Result<(), VfileError> {
+        match e.kind {
+            Kind::Dir => {
+                self.root()
+                    .mkdir_strict(&e.path, 0o700)
+                    .map_err(|x| VfileError::io("creating directory", &e.path, x))?;
+                st.stats.dirs += 1;
+                st.dirs.push((e.path, e.mode, e.mtime_ns));
+            }
+            Kind::File { size, offset } => {
+                let slot = Arc::new(FileSlot::new(e.path, offset, size, e.mode, e.mtime_ns));
+                if size == 0 {
+                    pieces.push(Piece { slot: slot.clone(), at: 0, data: Arc::from(&[][..]), range: 0..0 });
+                }
+                st.files.push(slot);
+                st.known_end = offset + size;
+                st.stats.files += 1;
+                st.stats.bytes += size;
+            }
+            Kind::Symlink { .. } => {
+                st.stats.symlinks += 1;
+                st.links.push(e);
+            }
+            Kind::HardLink { .. } => {
+                st.stats.hardlinks += 1;
+                st.links.push(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn take_block(&self, st: &mut State, offset: u64, data: &[u8]) -> Result<Vec<Piece>, VfileError> {
+        let len = data.len() as u64;
+        let end = offset.checked_add(len).ok_or(VfileError::OutOfBounds { offset, len, total: u64::MAX })?;
+        if let Some(total) = st.total.filter(|&t| end > t) {
+            return Err(VfileError::OutOfBounds { offset, len, total });
+        }
+        if st.claimed.overlaps(offset, end) {
+            return Err(VfileError::Overlap { offset, len });
+        }
+        st.claimed.insert(offset, end);
+        let mut pieces = Vec::new();
+        Self::place(st, offset, Arc::from(data), 0..data.len(), &mut pieces);
+        Ok(pieces)
+    }
+
+    /// Wait while too much data is parked (entries may free it).
+    fn wait_room<'a>(&self, mut st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>, VfileError> {
+        let deadline = Instant::now() + self.opts.park_wait;
+        while st.parked_bytes > self.opts.park_limit && st.error.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let r = Err(VfileError::ParkLimit(self.opts.park_limit));
+                return self.poison(&mut st, r);
+            }
+            st = self.room.wait_timeout(st, left).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
+        }
+        Ok(st)
+    }
+
+    /// Turn `data[range]` (at virtual `start`) into pieces for the files
+    /// known so far; park the rest.
+    fn place(st: &mut State, start: u64, data: Arc<[u8]>, range: Range<usize>, pieces: &mut Vec<Piece>) {
+        let end = start + range.len() as u64;
+        let cut = end.min(st.known_end).max(start);
+        let files = &st.files;
+        let mut i = files.partition_point(|f| f.end() <= start);
+        while let Some(f) = files.get(i).filter(|f| f.offset < cut) {
+            let (s, e) = (start.max(f.offset), cut.min(f.end()));
+            if s < e {
+                let idx = |v: u64| range.start + (v - start) as usize;
+                pieces.push(Piece { slot: f.clone(), at: s - f.offset, data: data.clone(), range: idx(s)..idx(e) });
+            }
+            i += 1;
+        }
+        if end > cut {
+            let rest = range.start + (cut - start) as usize..range.end;
+            st.parked.insert(cut, (data, rest));
+            st.parked_bytes += end - cut;
+        }
+    }
+
+    /// Place parked data that the entries now cover.
+    fn unpark(st: &mut State, pieces: &mut Vec<Piece>) {
+        while let Some((&start, _)) = st.parked.first_key_value() {
+            if start >= st.known_end {
+                break;
+            }
+            let Some((_, (data, range))) = st.parked.pop_first() else { break };
+            st.parked_bytes -= range.len() as u64;
+            Self::place(st, start, data, range, pieces);
+        }
+    }
+
+    /// Hand pieces to the writers in jobs of bounded size.
+    fn submit(&self, pieces: Vec<Piece>) -> Result<(), VfileError> {
+        let mut job = Vec::new();
+        let mut bytes = 0;
+        for p in pieces {
+            bytes += p.range.len();
+            job.push(p);
+            if job.len() >= self.opts.job_pieces || bytes >= self.opts.job_bytes {
+                self.pool.submit(std::mem::take(&mut job))?;
+                bytes = 0;
+            }
+        }
+        self.pool.submit(job)
+    }
+
+    /// Wait for the writers; check that every entry is complete; make the
+    /// links; set directory modes and mtimes, deepest first.
+    pub fn finish(mut self) -> Result<UnpackStats, VfileError> {
+        let written = self.pool.join();
+        let st = std::mem::take(&mut *self.lock());
+        Self::check(&st)?;
+        written?;
+        st.decoder.finish()?;
+        Self::check_complete(&st.files)?;
+        self.make_links(&st.links)?;
+        self.set_dir_meta(&st.dirs)?;
+        Ok(st.stats)
+    }
+
+    fn check_complete(files: &[Arc<FileSlot>]) -> Result<(), VfileError> {
+        let mut missing = files.iter().filter(|f| !f.is_done());
+        let Some(first) = missing.next() else { return Ok(()) };
+        Err(VfileError::Incomplete {
+            count: 1 + missing.count(),
+            path: show(&first.path),
+            got: first.written(),
+            size: first.size,
+        })
+    }
+
+    fn make_links(&self, links: &[Entry]) -> Result<(), VfileError> {
+        for e in links {
+            match &e.kind {
+                Kind::HardLink { target } => self.root().hard_link_strict(target, &e.path),
+                Kind::Symlink { target } => self.root().symlink_strict(target, &e.path).and_then(|()| {
+                    let (sec, nsec) = split_ns(e.mtime_ns);
+                    self.root().set_mtime_strict(&e.path, sec, nsec)
+                }),
+                _ => Ok(()),
+            }
+            .map_err(|x| VfileError::io("linking", &e.path, x))?;
+        }
+        Ok(())
+    }
+
+    fn set_dir_meta(&self, dirs: &[(Vec<u8>, u32, i64)]) -> Result<(), VfileError> {
+        for (path, mode, mtime) in dirs.iter().rev() {
+            let io = |e| VfileError::io("setting the metadata of", path, e);
+            let d = self.root().open_dir_strict(path).map_err(io)?;
+            d.set_permissions(Permissions::from_mode(mode & APPLY_MODE)).map_err(io)?;
+            let (sec, nsec) = split_ns(*mtime);
+            self.root().set_mtime_strict(path, sec, nsec).map_err(io)?;
+        }
+        Ok(())
+    }
+}
+
+impl Sink for Unpacker {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        Ok(self.write_block(offset, buf)?)
+    }
+}
