@@ -33,7 +33,7 @@ pub struct CpArgs {
     #[arg(long, default_value_t = 16, env = "LIGHTPATH_PIPELINE")]
     pub pipeline: usize,
     /// MODE E block size (e.g. 256K, 1M).
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    #[arg(long, default_value = "256K", value_parser = parse_size)]
     pub block: u64,
     /// Partial copy: start offset (with --len).
     #[arg(long, value_parser = parse_size, requires = "len")]
@@ -44,6 +44,9 @@ pub struct CpArgs {
     /// Verify each file afterwards with this checksum (MD5, ADLER32, CRC32C, SHA256...).
     #[arg(long, value_name = "ALG")]
     pub verify: Option<String>,
+    /// Flush each received local file to disk before it appears under its name.
+    #[arg(long, env = "LIGHTPATH_FSYNC")]
+    pub fsync: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -74,6 +77,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         block: a.block,
         part,
         verify: a.verify.clone(),
+        fsync: a.fsync,
     };
     let progress = Arc::new(Progress::default());
     let bar = (!a.quiet).then(|| start_bar(progress.clone()));
@@ -149,7 +153,13 @@ pub struct SumArgs {
 fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)> {
     let Location::Remote(r) = Location::parse(url)? else { anyhow::bail!("{url}: not an ftp:// URL") };
     let rt = tokio::runtime::Runtime::new()?;
-    let opts = SessionOpts { streams: 1, target_bps: 0, block: 1 << 20, pipeline: 1, total: Arc::default() };
+    let opts = SessionOpts {
+        streams: 1,
+        target_bps: 0,
+        block: lightpath_engine::DEFAULT_BLOCK,
+        pipeline: 1,
+        total: Arc::default(),
+    };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))
 }

@@ -63,6 +63,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         memory_paths: false,
         public_ip: None,
         congestion: None,
+        fsync: false,
     };
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;
@@ -75,9 +76,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         cc: 1,
         recursive: false,
         pipeline: 1,
-        block: 1 << 20,
+        block: lightpath_engine::DEFAULT_BLOCK,
         part: None,
         verify: Some("MD5".into()),
+        fsync: false,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

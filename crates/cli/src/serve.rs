@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// TCP congestion control for data connections (e.g. bbr, cubic).
     #[arg(long, env = "LIGHTPATH_CONGESTION")]
     pub congestion: Option<String>,
+    /// Flush each upload to disk before it appears under its name (durable
+    /// across power loss; costs the disk's write-back time per file).
+    #[arg(long, env = "LIGHTPATH_FSYNC")]
+    pub fsync: bool,
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
@@ -49,6 +53,7 @@ impl ServeArgs {
             memory_paths: self.memory_paths,
             public_ip: self.public_ip,
             congestion: self.congestion.clone(),
+            fsync: self.fsync,
         }
     }
 }

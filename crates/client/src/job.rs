@@ -30,6 +30,8 @@ pub struct CopyOptions {
     pub part: Option<(u64, u64)>,
     /// Verify each file with this CKSM algorithm afterwards.
     pub verify: Option<String>,
+    /// Flush received local files to disk before renaming them into place.
+    pub fsync: bool,
 }
 
 /// Outcome for one file.
@@ -226,7 +228,7 @@ async fn get_batch(s: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<R
         .map(|i| {
             (
                 FileOp { remote: remote(&i.src).path.clone(), part: opts.part },
-                LocalTarget::for_path(local(&i.dst), opts.part.is_some()),
+                LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync),
             )
         })
         .collect();

@@ -21,33 +21,35 @@ pub enum LocalTarget {
         path: PathBuf,
         /// Write into the existing file instead of a temporary one.
         in_place: bool,
+        /// Flush to disk before the rename (durable across power loss).
+        fsync: bool,
     },
 }
 
 impl LocalTarget {
     /// The target for a local path.
-    pub fn for_path(path: &Path, in_place: bool) -> LocalTarget {
+    pub fn for_path(path: &Path, in_place: bool, fsync: bool) -> LocalTarget {
         if path == Path::new("/dev/null") {
             LocalTarget::Null
         } else {
-            LocalTarget::File { path: path.to_path_buf(), in_place }
+            LocalTarget::File { path: path.to_path_buf(), in_place, fsync }
         }
     }
 
     /// Open it for writing.
     pub fn open(self) -> Result<OpenTarget, ClientError> {
-        let (path, in_place) = match self {
-            LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None }),
-            LocalTarget::File { path, in_place } => (path, in_place),
+        let (path, in_place, fsync) = match self {
+            LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None, fsync: false }),
+            LocalTarget::File { path, in_place, fsync } => (path, in_place, fsync),
         };
         let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", path.display()));
         if in_place {
             let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(err)?;
-            return Ok(OpenTarget { file: Some(f), temp: None });
+            return Ok(OpenTarget { file: Some(f), temp: None, fsync });
         }
         let tmp = temp_name(&path);
         let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(err)?;
-        Ok(OpenTarget { file: Some(f), temp: Some((tmp, path)) })
+        Ok(OpenTarget { file: Some(f), temp: Some((tmp, path)), fsync })
     }
 }
 
@@ -73,6 +75,7 @@ fn os_string(b: Vec<u8>) -> std::ffi::OsString {
 pub struct OpenTarget {
     file: Option<File>,
     temp: Option<(PathBuf, PathBuf)>,
+    fsync: bool,
 }
 
 impl OpenTarget {
@@ -84,14 +87,16 @@ impl OpenTarget {
         }
     }
 
-    /// Complete: fix the length, sync, rename into place.
+    /// Complete: fix the length, optionally flush to disk, rename into place.
     pub fn finish(mut self, len: Option<u64>) -> Result<(), ClientError> {
         let Some(f) = self.file.take() else { return Ok(()) };
         let err = |e: std::io::Error| ClientError::Local(e.to_string());
         if let Some(l) = len {
             f.set_len(l).map_err(err)?;
         }
-        f.sync_data().map_err(err)?;
+        if self.fsync {
+            f.sync_data().map_err(err)?;
+        }
         if let Some((tmp, path)) = self.temp.take() {
             std::fs::rename(&tmp, &path).map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))?;
         }

@@ -102,16 +102,16 @@ fn send_stream(i: usize, n: u64, conn: &mut TcpStream, supplier: &Supplier, ctl:
         }
         let Some(b) = supplier().map_err(|e| EngineError::io("reading source", e))? else { break };
         let hdr = BlockHeader::data(b.wire_offset, b.len).encode();
-        conn.write_all(&hdr).map_err(|e| EngineError::io(ctx(), e))?;
         match &b.payload {
             Payload::File(f, off) => {
+                conn.write_all(&hdr).map_err(|e| EngineError::io(ctx(), e))?;
                 lightpath_sys::net::sendfile_all(conn, f, *off, b.len).map_err(|e| EngineError::io(ctx(), e))?
             }
-            Payload::Bytes(v) => conn.write_all(&v[..b.len as usize]).map_err(|e| EngineError::io(ctx(), e))?,
+            Payload::Bytes(v) => write_both(conn, &hdr, &v[..b.len as usize]).map_err(|e| EngineError::io(ctx(), e))?,
             Payload::Read(src, off) => {
                 buf.resize(b.len as usize, 0);
                 src.read_exact_at(&mut buf, *off).map_err(|e| EngineError::io("reading source", e))?;
-                conn.write_all(&buf).map_err(|e| EngineError::io(ctx(), e))?;
+                write_both(conn, &hdr, &buf).map_err(|e| EngineError::io(ctx(), e))?;
             }
         }
         ctl.add(b.len);
@@ -121,6 +121,21 @@ fn send_stream(i: usize, n: u64, conn: &mut TcpStream, supplier: &Supplier, ctl:
     conn.write_all(&last.encode()).map_err(|e| EngineError::io(ctx(), e))?;
     conn.flush().map_err(|e| EngineError::io(ctx(), e))?;
     Ok(sent)
+}
+
+/// Header and payload in one `writev` where the socket takes it all.
+fn write_both(conn: &mut TcpStream, hdr: &[u8], payload: &[u8]) -> std::io::Result<()> {
+    let mut bufs = [std::io::IoSlice::new(hdr), std::io::IoSlice::new(payload)];
+    let mut slices = &mut bufs[..];
+    while !slices.is_empty() {
+        match conn.write_vectored(slices) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => std::io::IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Receiver limits.
@@ -283,7 +298,7 @@ fn recv_stream(mut c: TcpStream, sh: &Shared) -> Option<TcpStream> {
         sh.fail(EngineError::io("data connection", e));
         return None;
     }
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; crate::WRITE_CHUNK];
     loop {
         let mut raw = [0u8; HEADER_LEN];
         match read_full(&mut c, &mut raw, sh, true) {

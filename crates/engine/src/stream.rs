@@ -36,7 +36,7 @@ pub fn send(mut conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &C
 /// bytes are accepted.
 pub fn recv(mut conn: TcpStream, sink: &dyn Sink, base: u64, max: u64, idle: Duration, ctl: &Control) -> Result<u64> {
     conn.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| EngineError::io("data connection", e))?;
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; crate::WRITE_CHUNK];
     let mut got = 0u64;
     let mut last = Instant::now();
     loop {

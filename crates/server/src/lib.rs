@@ -51,6 +51,8 @@ pub struct ServerConfig {
     pub public_ip: Option<IpAddr>,
     /// TCP congestion control for data connections (e.g. "bbr").
     pub congestion: Option<String>,
+    /// Flush uploads to disk before publishing them under their names.
+    pub fsync: bool,
 }
 
 /// Shared by all sessions.

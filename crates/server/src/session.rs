@@ -189,7 +189,7 @@ impl Session {
         dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
         let mut job = tokio::task::spawn_blocking(move || {
-            let r = transfer::execute(&ctx.root, ctx.cfg.memory_paths, &mut dc, t, &c2, ready_tx);
+            let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx);
             (dc, r)
         });
         let ready = ready_rx.await.unwrap_or_else(|_| Err(Reply::new(451, "Internal error.")));

@@ -38,15 +38,16 @@ impl Target {
 /// Run `t`. Returns bytes moved, or the error reply.
 pub fn execute(
     root: &Root,
-    memory: bool,
+    cfg: &crate::ServerConfig,
     dc: &mut DataChannel,
     t: Transfer,
     ctl: &Control,
     ready: Ready,
 ) -> Result<u64, Reply> {
+    let memory = cfg.memory_paths;
     if t.kind.is_upload() {
         match open_target(root, memory, &t) {
-            Ok(target) => receive(dc, &t, target, ctl, ready),
+            Ok(target) => receive(dc, &t, target, ctl, ready, cfg.fsync),
             Err(r) => fail_early(ready, r),
         }
     } else {
@@ -131,7 +132,14 @@ fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, rea
     dc.send_e(src, &plan, ctl).map_err(data_reply)
 }
 
-fn receive(dc: &mut DataChannel, t: &Transfer, target: Target, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
+fn receive(
+    dc: &mut DataChannel,
+    t: &Transfer,
+    target: Target,
+    ctl: &Control,
+    ready: Ready,
+    fsync: bool,
+) -> Result<u64, Reply> {
     let base = match (&t.kind, &t.restart) {
         (TransferKind::Esto { offset }, _) => *offset,
         (_, Some(Restart::Offset(o))) => *o,
@@ -161,7 +169,7 @@ fn receive(dc: &mut DataChannel, t: &Transfer, target: Target, ctl: &Control, re
             return Err(Reply::new(451, format!("Transfer incomplete: got {moved} of {n} bytes announced by ALLO.")));
         }
     }
-    finish(target, &t.path)?;
+    finish(target, &t.path, fsync)?;
     Ok(moved)
 }
 
@@ -176,13 +184,15 @@ fn check_complete(t: &Transfer, got: &lightpath_proto::RangeSet) -> Result<(), R
     }
 }
 
-fn finish(target: Target, p: &VPath) -> Result<(), Reply> {
+/// Publish a complete upload; with `--fsync` its data reaches the disk first.
+fn finish(target: Target, p: &VPath, fsync: bool) -> Result<(), Reply> {
+    let sync = |f: &File| if fsync { f.sync_data().map_err(|e| io_reply(p, &e)) } else { Ok(()) };
     match target {
         Target::Temp(tmp) => {
-            tmp.file().sync_data().map_err(|e| io_reply(p, &e))?;
+            sync(tmp.file())?;
             tmp.commit().map_err(|e| io_reply(p, &e))
         }
-        Target::InPlace(f) => f.sync_data().map_err(|e| io_reply(p, &e)),
+        Target::InPlace(f) => sync(&f),
         Target::Null => Ok(()),
     }
 }
