@@ -80,6 +80,11 @@ pub async fn copy(
         Some(r) => Some(Session::open(r, sopts.clone()).await?),
         None => None,
     };
+    if opts.recursive && srcs.len() == 1 && opts.part.is_none() {
+        if let Some(r) = try_tree(&srcs[0], &dst, &mut lister, &sopts, &progress).await? {
+            return Ok(r);
+        }
+    }
     let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut()).await?;
     if let Some(part) = opts.part {
         plan.files.iter_mut().for_each(|f| f.size = part.1);
@@ -89,6 +94,56 @@ pub async fn copy(
     let dst_session = make_dirs(&plan, &dst, &sopts).await?;
     // The planning sessions become the first worker's sessions: no second login.
     run_workers(plan, opts, sopts, (lister, dst_session)).await
+}
+
+/// A directory copy as one virtual file (VRET/VSTO) when every remote end
+/// offers `LPVF`. `None`: not applicable, copy file by file.
+async fn try_tree(
+    src: &Location,
+    dst: &Location,
+    lister: &mut Option<Session>,
+    sopts: &SessionOpts,
+    progress: &Progress,
+) -> Result<Option<Vec<FileResult>>, ClientError> {
+    let is_dir = match (src, lister.as_mut()) {
+        (Location::Local(p), _) => p.is_dir(),
+        (Location::Remote(r), Some(s)) => crate::plan::remote_stat(r, Some(s)).await?.0,
+        (Location::Remote(_), None) => false,
+    };
+    if !is_dir {
+        return Ok(None);
+    }
+    let target = crate::vfile::tree_target(src, dst);
+    let mut dst_s = match &target {
+        Location::Remote(r) => Some(Session::open(r, sopts.clone()).await?),
+        Location::Local(_) => None,
+    };
+    let lacking: Vec<String> =
+        lister.iter().chain(dst_s.iter()).filter(|s| s.feat.lpvf.is_none()).map(|s| s.ctl.name.clone()).collect();
+    if !lacking.is_empty() {
+        eprintln!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
+        if let Some(d) = dst_s {
+            d.quit().await;
+        }
+        return Ok(None);
+    }
+    let r = match (src, &target, lister.as_mut(), dst_s.as_mut()) {
+        (Location::Remote(sr), Location::Local(p), Some(s), None) => {
+            crate::vfile::get_tree(s, &sr.path, p.clone()).await
+        }
+        (Location::Local(p), Location::Remote(dr), None, Some(d)) => {
+            crate::vfile::put_tree(d, p.clone(), &dr.path).await
+        }
+        (Location::Remote(sr), Location::Remote(dr), Some(s), Some(d)) => {
+            crate::vfile::tpt_tree(s, d, &sr.path, &dr.path).await
+        }
+        _ => return Ok(None),
+    };
+    progress.files.store(1, std::sync::atomic::Ordering::Relaxed);
+    for s in [lister.take(), dst_s].into_iter().flatten() {
+        s.quit().await;
+    }
+    Ok(Some(vec![FileResult { src: describe(src), dst: describe(&target), result: r }]))
 }
 
 /// Create the destination directories; returns the session used for a remote destination.

@@ -9,6 +9,7 @@ pub mod location;
 pub mod plan;
 pub mod session;
 pub mod thirdparty;
+pub mod vfile;
 
 pub use job::{copy, CopyOptions, FileResult, Progress};
 pub use location::{Location, Remote};

@@ -35,7 +35,7 @@ impl Plan {
     }
 }
 
-fn join(loc: &Location, name: &[u8]) -> Location {
+pub(crate) fn join(loc: &Location, name: &[u8]) -> Location {
     match loc {
         Location::Local(p) => Location::Local(p.join(std::ffi::OsStr::from_bytes(name))),
         Location::Remote(r) => {
@@ -49,7 +49,7 @@ fn join(loc: &Location, name: &[u8]) -> Location {
     }
 }
 
-fn base_name(loc: &Location) -> Vec<u8> {
+pub(crate) fn base_name(loc: &Location) -> Vec<u8> {
     let raw: Vec<u8> = match loc {
         Location::Local(p) => p.as_os_str().as_bytes().to_vec(),
         Location::Remote(r) => r.path.clone(),
@@ -59,7 +59,7 @@ fn base_name(loc: &Location) -> Vec<u8> {
 }
 
 /// Whether `dst` is a directory the sources go into.
-fn dst_is_dir(dst: &Location, many: bool) -> bool {
+pub(crate) fn dst_is_dir(dst: &Location, many: bool) -> bool {
     many || dst.is_dir_syntax() || matches!(dst, Location::Local(p) if p.is_dir())
 }
 
@@ -107,7 +107,7 @@ pub fn describe(l: &Location) -> String {
 
 /// Whether a remote source is a directory, and its size: MLST and SIZE
 /// sent together (one round trip).
-async fn remote_stat(r: &Remote, lister: Option<&mut Session>) -> Result<(bool, u64), ClientError> {
+pub(crate) async fn remote_stat(r: &Remote, lister: Option<&mut Session>) -> Result<(bool, u64), ClientError> {
     let Some(s) = lister else { return Ok((r.path.ends_with(b"/"), 0)) };
     s.ctl.flush().await?;
     let p = String::from_utf8_lossy(&r.path).into_owned();

@@ -183,7 +183,7 @@ impl Session {
     }
 
     /// Make sure the server has a way to reach our listener (GET in MODE E).
-    async fn ready_for_get(&mut self) -> Result<(), ClientError> {
+    pub(crate) async fn ready_for_get(&mut self) -> Result<(), ClientError> {
         if self.dc().cached(lightpath_engine::Direction::Recv) > 0 {
             return Ok(());
         }
@@ -309,7 +309,18 @@ impl Session {
         })
     }
 
-    async fn finish_stream_job<T: Send + 'static>(
+    /// Take the data channel for a blocking job (give it back with [`Session::put_dc`]).
+    pub(crate) fn take_dc(&mut self) -> DataChannel {
+        self.dc.take().unwrap_or_default()
+    }
+
+    /// Give the data channel back.
+    pub(crate) fn put_dc(&mut self, dc: DataChannel) {
+        self.dc = Some(dc);
+    }
+
+    /// Wait for a transfer's final reply and its data job together.
+    pub(crate) async fn finish_stream_job<T: Send + 'static>(
         &mut self,
         job: tokio::task::JoinHandle<(DataChannel, Result<T, ClientError>)>,
         ctl: &Control,

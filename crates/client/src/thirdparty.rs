@@ -55,7 +55,7 @@ pub async fn transfer(
 }
 
 /// Read both control channels until both transfers end.
-async fn watch(s: &mut Session, d: &mut Session) -> Result<u64, ClientError> {
+pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<u64, ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let mut seen = 0u64;
     let total = s.opts.total.clone();

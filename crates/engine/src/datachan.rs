@@ -136,6 +136,13 @@ impl DataChannel {
         r
     }
 
+    /// Send blocks from `supplier` in MODE E on the prepared connections.
+    pub fn send_blocks_e(&mut self, supplier: &modee::Supplier, ctl: &Control) -> Result<u64> {
+        let r = modee::send_blocks(&mut self.cached, supplier, ctl);
+        self.keep_if_ok(&r, Direction::Send);
+        r
+    }
+
     /// Receive in MODE E on cached connections and new ones from the listener.
     pub fn recv_e(&mut self, sink: &dyn Sink, opts: &RecvOpts, ctl: &Control) -> Result<RangeSet> {
         let listener = match &self.endpoint {

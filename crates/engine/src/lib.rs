@@ -12,6 +12,7 @@ pub mod modee;
 pub mod progress;
 pub mod stream;
 pub mod vfile;
+pub mod vfile_chan;
 
 pub use datachan::{DataChannel, Direction};
 pub use error::{EngineError, Result};

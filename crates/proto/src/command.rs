@@ -131,6 +131,10 @@ pub enum Command {
         path: RawPath,
     },
     Rest(Restart),
+    /// VRET path: send the tree (or file) at path as one virtual file (lightpath `LPVF`).
+    Vret(RawPath),
+    /// VSTO path: receive a virtual file and rebuild its tree under path (lightpath `LPVF`).
+    Vsto(RawPath),
     Size(RawPath),
     Mdtm(RawPath),
     Mlst(Option<RawPath>),
@@ -247,6 +251,8 @@ fn parse_verb(verb: &str, arg: &[u8]) -> Result<Command, CommandError> {
         "ERET" => parse_eret(arg)?,
         "ESTO" => parse_esto(arg)?,
         "REST" => C::Rest(parse_rest(&text(arg)?)?),
+        "VRET" => C::Vret(path(arg)?),
+        "VSTO" => C::Vsto(path(arg)?),
         _ => return parse_verb2(verb, arg),
     })
 }
@@ -424,6 +430,8 @@ fn verb_name(c: &Command) -> &'static str {
         C::Eret { .. } => "ERET",
         C::Esto { .. } => "ESTO",
         C::Rest(_) => "REST",
+        C::Vret(_) => "VRET",
+        C::Vsto(_) => "VSTO",
         C::Size(_) => "SIZE",
         C::Mdtm(_) => "MDTM",
         C::Mlst(_) => "MLST",

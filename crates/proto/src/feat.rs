@@ -5,6 +5,8 @@ use crate::reply::Reply;
 
 /// Our own extension, advertised only by lightpath servers.
 pub const LIGHTPATH_FEAT: &str = "LIGHTPATH";
+/// The large virtual file (VRET/VSTO), with the manifest version.
+pub const LPVF_FEAT: &str = "LPVF";
 
 /// Features a peer advertised.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,6 +31,8 @@ pub struct Features {
     pub cksm: Vec<String>,
     /// `LIGHTPATH <version>` if the peer is lightpath.
     pub lightpath: Option<String>,
+    /// `LPVF <manifest version>`: the peer speaks VRET/VSTO.
+    pub lpvf: Option<u8>,
 }
 
 impl Features {
@@ -64,6 +68,7 @@ impl Features {
                     .collect()
             }
             LIGHTPATH_FEAT => self.lightpath = Some(arg.trim().to_string()),
+            LPVF_FEAT => self.lpvf = arg.trim().parse().ok(),
             _ => {}
         }
     }

@@ -10,7 +10,7 @@
 //! are answered in order.
 
 use crate::command::{CksumArgs, Command, CommandError, Opts, Restart, Site};
-use crate::feat::LIGHTPATH_FEAT;
+use crate::feat::{LIGHTPATH_FEAT, LPVF_FEAT};
 use crate::line::Line;
 use crate::reply::Reply;
 use crate::vpath::VPath;
@@ -109,12 +109,16 @@ pub enum TransferKind {
     List,
     /// NLST listing.
     Nlst,
+    /// VRET: the tree at `path` as one virtual file (manifest + data).
+    VfileRetr,
+    /// VSTO: rebuild a virtual file's tree under `path`.
+    VfileStor,
 }
 
 impl TransferKind {
     /// Whether the server receives data (and so must send 111/112 markers).
     pub fn is_upload(&self) -> bool {
-        matches!(self, TransferKind::Stor | TransferKind::Appe | TransferKind::Esto { .. })
+        matches!(self, TransferKind::Stor | TransferKind::Appe | TransferKind::Esto { .. } | TransferKind::VfileStor)
     }
 }
 
@@ -364,6 +368,7 @@ impl ServerPi {
             "LANG EN".into(),
         ];
         lines.push(format!("{LIGHTPATH_FEAT} {}", self.cfg.version));
+        lines.push(format!("{LPVF_FEAT} {}", crate::manifest::VERSION));
         Reply::multi(211, "Extensions supported", lines)
     }
 
@@ -493,6 +498,8 @@ impl ServerPi {
             C::Eret { offset, len, path } => self.transfer(&path, TransferKind::Eret { offset, len }),
             C::Esto { offset, path } => self.transfer(&path, TransferKind::Esto { offset }),
             C::Mlsd(p) => self.transfer(&opt(p), TransferKind::Mlsd),
+            C::Vret(p) => self.transfer(&p, TransferKind::VfileRetr),
+            C::Vsto(p) => self.transfer(&p, TransferKind::VfileStor),
             C::List(p) => self.transfer(&opt(p), TransferKind::List),
             C::Nlst(p) => self.transfer(&opt(p), TransferKind::Nlst),
             C::Size(p) => self.with_path(&p, |p| Action::Fs(FsOp::Size(p))),
@@ -558,7 +565,15 @@ fn writes(cmd: &Command) -> bool {
     use Command as C;
     matches!(
         cmd,
-        C::Stor(_) | C::Appe(_) | C::Esto { .. } | C::Mkd(_) | C::Rmd(_) | C::Dele(_) | C::Rnfr(_) | C::Rnto(_)
+        C::Stor(_)
+            | C::Appe(_)
+            | C::Esto { .. }
+            | C::Vsto(_)
+            | C::Mkd(_)
+            | C::Rmd(_)
+            | C::Dele(_)
+            | C::Rnfr(_)
+            | C::Rnto(_)
     ) || matches!(cmd, C::Site(Site::Chmod(..)))
 }
 

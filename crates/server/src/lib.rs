@@ -6,6 +6,7 @@ pub mod listing;
 pub mod session;
 pub mod transfer;
 pub mod users;
+pub mod vfile;
 
 use lightpath_proto::PiConfig;
 use lightpath_sys::root::Root;

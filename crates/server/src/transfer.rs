@@ -45,6 +45,11 @@ pub fn execute(
     ready: Ready,
 ) -> Result<u64, Reply> {
     let memory = cfg.memory_paths;
+    match t.kind {
+        TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
+        TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready),
+        _ => {}
+    }
     if t.kind.is_upload() {
         match open_target(root, memory, &t) {
             Ok(target) => receive(dc, &t, target, ctl, ready, cfg.fsync),
@@ -58,7 +63,8 @@ pub fn execute(
     }
 }
 
-fn fail_early(ready: Ready, r: Reply) -> Result<u64, Reply> {
+/// Report a failure before any data moved (the session sends `r` instead of 150).
+pub(crate) fn fail_early(ready: Ready, r: Reply) -> Result<u64, Reply> {
     let _ = ready.send(Err(r));
     Err(Reply::new(0, ""))
 }
@@ -197,7 +203,7 @@ fn finish(target: Target, p: &VPath, fsync: bool) -> Result<(), Reply> {
     }
 }
 
-fn data_reply(e: EngineError) -> Reply {
+pub(crate) fn data_reply(e: EngineError) -> Reply {
     match e {
         EngineError::Setup(_) => Reply::new(425, format!("Can't open data connection: {e}")),
         EngineError::Aborted => Reply::new(426, "Transfer aborted."),

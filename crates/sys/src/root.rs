@@ -85,6 +85,13 @@ impl Root {
         Ok(File::from(self.open_at(rel, OFlags::WRONLY | OFlags::CREATE | extra, 0o644)?))
     }
 
+    /// A new root at the directory `rel` beneath this one (for serving a
+    /// subtree: paths stay confined to it).
+    pub fn subdir(&self, rel: &[u8]) -> io::Result<Root> {
+        let dir = self.open_at(rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        Ok(Root { dir, path: self.path.join(OsStr::from_bytes(rel)) })
+    }
+
     /// Open a directory (for listing).
     pub fn open_dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
         self.open_at(rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)

@@ -1,0 +1,88 @@
+//! Trees as one large virtual file (VRET/VSTO, lightpath peers): download,
+//! upload and third party with names a file system allows but a protocol
+//! may mangle, and a hostile manifest sent straight to the server.
+
+mod common;
+use common::*;
+use lightpath_proto::manifest::{encode_end_unchecked, encode_entry_unchecked, encode_header, Entry, Kind, Summary};
+use lightpath_proto::BlockHeader;
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn odd_tree(root: &Path) {
+    make_tree(root, 150, 21);
+    let names: [&[u8]; 5] = [b"with space", b"new\nline", b"bytes \xff\xfe", b"tab\there", &[b'n'; 255]];
+    for (i, n) in names.iter().enumerate() {
+        write_random(&root.join(std::ffi::OsStr::from_bytes(n)), 1000 + i, i as u64);
+    }
+    let mut deep = root.join("deep");
+    for i in 0..40 {
+        deep = deep.join(format!("l{i}"));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("leaf"), b"bottom").unwrap();
+    std::os::unix::fs::symlink("d0/s0", root.join("link-inside")).unwrap();
+}
+
+#[test]
+fn trees_travel_as_one_virtual_file() {
+    let d = scratch();
+    let (a, b, local) =
+        (open_dir(&d.path().join("a")), open_dir(&d.path().join("b")), open_dir(&d.path().join("local")));
+    odd_tree(&a.join("tree"));
+    let (_s1, p1) = lp_server(&a, &["--anonymous"]);
+    let (_s2, p2) = lp_server(&b, &["--anonymous"]);
+    let u = |port: u16, p: &str| format!("ftp://127.0.0.1:{port}/{p}");
+    let out = std::process::Command::new(LP)
+        .args(["cp", "-q", "-r", &u(p1, "tree/"), &format!("{}/", local.join("got").display())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("does not offer LPVF"),
+        "lightpath peers use the virtual file"
+    );
+    assert_same_tree(&a.join("tree"), &local.join("got"));
+    assert_eq!(std::fs::read_link(local.join("got/link-inside")).unwrap(), Path::new("d0/s0"));
+    assert!(lp_cp(&["-r", &format!("{}/", local.join("got").display()), &u(p1, "up/")]));
+    assert_same_tree(&a.join("tree"), &a.join("up"));
+    assert!(lp_cp(&["-r", &u(p1, "tree/"), &u(p2, "copy/")]));
+    assert_same_tree(&a.join("tree"), &b.join("copy"));
+}
+
+#[test]
+fn hostile_manifest_is_refused_and_nothing_escapes() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut m = Vec::new();
+    encode_header(&mut m);
+    let evil =
+        Entry { path: b"../escaped".to_vec(), kind: Kind::File { size: 4, offset: 0 }, mode: 0o644, mtime_ns: 0 };
+    encode_entry_unchecked(&evil, &mut m);
+    encode_end_unchecked(Summary { entries: 1, total: 4 }, &mut m);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    let addr = c.pasv();
+    c.send(b"VSTO dst");
+    let mut dc = TcpStream::connect(addr).unwrap();
+    assert_eq!(c.reply().0, 150);
+    let base = lightpath_engine::vfile_chan::MANIFEST_BASE;
+    let wire = [
+        &BlockHeader::data(base, m.len() as u64).encode()[..],
+        &m,
+        &BlockHeader::data(0, 4).encode(),
+        b"evil",
+        &BlockHeader::eof_eod(1).encode(),
+    ]
+    .concat();
+    dc.write_all(&wire).unwrap();
+    let (code, text) = c.final_reply();
+    assert!(code == 426 || code == 451, "{code} {text}");
+    assert!(!d.path().join("escaped").exists() && !root.join("escaped").exists());
+    let left: Vec<_> = std::fs::read_dir(root.join("dst")).unwrap().collect();
+    assert!(left.is_empty(), "nothing left in the destination: {left:?}");
+    assert_eq!(c.cmd("NOOP").0, 200, "session survives");
+}

@@ -1,0 +1,133 @@
+//! Whole trees as one large virtual file (VRET/VSTO) when the peer offers
+//! `LPVF`: one command per tree instead of one per file, manifest and data
+//! over the same parallel MODE E streams. The local side is confined with
+//! `openat2` too, so a hostile server's manifest cannot write outside the
+//! destination.
+
+use crate::plan::{base_name, dst_is_dir, join};
+use crate::session::Session;
+use crate::{ClientError, Location};
+use lightpath_engine::vfile::{pack, PackOptions, UnpackOptions, Unpacker};
+use lightpath_engine::vfile_chan::{recv_opts, send_pack, VfileSink};
+use lightpath_engine::{Control, DataChannel};
+use lightpath_sys::root::Root;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn verb(v: &str, p: &[u8]) -> Vec<u8> {
+    let mut c = format!("{v} ").into_bytes();
+    c.extend_from_slice(p.strip_suffix(b"/").filter(|p| !p.is_empty()).unwrap_or(p));
+    c
+}
+
+/// Where a tree copied from `src` lands under `dst` (the `cp -r` rules).
+pub fn tree_target(src: &Location, dst: &Location) -> Location {
+    if dst_is_dir(dst, false) && !src.is_dir_syntax() {
+        join(dst, &base_name(src))
+    } else {
+        dst.clone()
+    }
+}
+
+fn local_root(dir: &Path) -> Result<Root, ClientError> {
+    std::fs::create_dir_all(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
+    Root::open(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))
+}
+
+/// Download the tree at `rpath` into `dir`.
+pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf) -> Result<u64, ClientError> {
+    s.set_mode(true).await?;
+    let n = s.streams();
+    s.set_parallelism(n).await?;
+    s.ready_for_get().await?;
+    s.ctl.send(&verb("VRET", rpath)).await?;
+    s.settle().await?;
+    let first = s.ctl.reply().await?;
+    if !first.is_preliminary() {
+        return Err(s.ctl.unexpected("VRET", &first));
+    }
+    let ctl = Arc::new(Control::with_total(s.opts.total.clone()));
+    let mut dc = s.take_dc();
+    let c2 = ctl.clone();
+    let job = tokio::task::spawn_blocking(move || {
+        let r = local_root(&dir).and_then(|root| {
+            let sink = VfileSink::new(
+                Unpacker::new(Arc::new(root), UnpackOptions::default())
+                    .map_err(|e| ClientError::Local(e.to_string()))?,
+            );
+            let got = dc.recv_e(&sink, &recv_opts(dc.idle), &c2)?;
+            sink.finish()?;
+            Ok(got.covered())
+        });
+        (dc, r)
+    });
+    s.finish_stream_job(job, &ctl, "VRET").await
+}
+
+/// Upload the tree in `dir` to `rpath`.
+pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8]) -> Result<u64, ClientError> {
+    s.set_mode(true).await?;
+    let addr = s.pasv().await?;
+    s.ctl.send(&verb("VSTO", rpath)).await?;
+    let (streams, block) = (s.streams(), s.opts.block);
+    let mut dc = s.take_dc();
+    dc.connect_to(vec![addr]);
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+    let ctl = Arc::new(Control::with_total(s.opts.total.clone()));
+    let c2 = ctl.clone();
+    let job = tokio::task::spawn_blocking(move || {
+        let r = send_tree(&mut dc, &dir, streams, block, &c2, go_rx);
+        (dc, r)
+    });
+    let first = match s.settle().await {
+        Ok(()) => s.ctl.reply().await,
+        Err(e) => Err(e),
+    };
+    let go = matches!(&first, Ok(r) if r.is_preliminary());
+    let _ = go_tx.send(go);
+    if !go {
+        ctl.cancel();
+        let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+        s.put_dc(dc);
+        return Err(s.ctl.unexpected("VSTO", &first?));
+    }
+    s.finish_stream_job(job, &ctl, "VSTO").await
+}
+
+fn send_tree(
+    dc: &mut DataChannel,
+    dir: &Path,
+    streams: u32,
+    block: u64,
+    ctl: &Control,
+    go: std::sync::mpsc::Receiver<bool>,
+) -> Result<u64, ClientError> {
+    let root = Root::open(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
+    let pk = pack(Arc::new(root), vec![Vec::new()], PackOptions::default())
+        .map_err(|e| ClientError::Local(e.to_string()))?;
+    dc.prepare_send(streams)?;
+    if !go.recv().unwrap_or(false) {
+        pk.cancel();
+        return Err(ClientError::Local("server refused the tree".into()));
+    }
+    let sent = send_pack(dc, &pk, block, ctl);
+    pk.wait().map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
+    Ok(sent?)
+}
+
+/// Third party: `d` rebuilds the tree that `s` sends, server to server.
+pub async fn tpt_tree(s: &mut Session, d: &mut Session, spath: &[u8], dpath: &[u8]) -> Result<u64, ClientError> {
+    s.set_mode(true).await?;
+    d.set_mode(true).await?;
+    let n = s.streams();
+    s.set_parallelism(n).await?;
+    let addr = d.pasv().await?;
+    let port = lightpath_proto::hostport::format_port(addr).map(|h| format!("PORT {h}"));
+    let port = port.unwrap_or_else(|| format!("EPRT {}", lightpath_proto::hostport::format_eprt(addr)));
+    s.ctl.queue(&port).await?;
+    d.ctl.send(&verb("VSTO", dpath)).await?;
+    s.ctl.send(&verb("VRET", spath)).await?;
+    s.settle().await?;
+    d.settle().await?;
+    crate::thirdparty::watch(s, d).await
+}

@@ -1,0 +1,135 @@
+//! The large virtual file on a MODE E channel (lightpath extension `LPVF`).
+//!
+//! The file data of the virtual file travels at its own offsets
+//! `[0, total)`; the manifest travels on the same parallel streams at
+//! offsets from [`MANIFEST_BASE`] on. The sender hands out manifest chunks
+//! first whenever one is waiting, so entries usually arrive before their
+//! data; the receiver reassembles the manifest in order and parks data
+//! that comes early (the unpacker bounds that memory).
+
+use crate::error::{EngineError, Result};
+use crate::io::Sink;
+use crate::modee::{OutBlock, Payload, RecvOpts};
+use crate::progress::Control;
+use crate::vfile::{Pack, UnpackStats, Unpacker};
+use crate::DataChannel;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+/// Wire offset of the first manifest byte (2^62: far above any data offset).
+pub const MANIFEST_BASE: u64 = 1 << 62;
+
+/// Send `pack` on the prepared MODE E connections of `dc`.
+pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, ctl: &Control) -> Result<u64> {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let rx = Mutex::new(rx);
+    let moff = Mutex::new(0u64);
+    let reader = pack.reader();
+    std::thread::scope(|s| {
+        let feeder = s.spawn(move || -> Result<()> {
+            while let Some(chunk) = pack.next_manifest_chunk().map_err(EngineError::from)? {
+                if tx.send(chunk).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        let manifest_block = |chunk: Vec<u8>| {
+            let mut m = moff.lock().unwrap_or_else(|e| e.into_inner());
+            let b =
+                OutBlock { wire_offset: MANIFEST_BASE + *m, len: chunk.len() as u64, payload: Payload::Bytes(chunk) };
+            *m += b.len;
+            b
+        };
+        let supplier = || -> io::Result<Option<OutBlock>> {
+            if let Ok(chunk) = rx.lock().unwrap_or_else(|e| e.into_inner()).try_recv() {
+                return Ok(Some(manifest_block(chunk)));
+            }
+            if let Some((off, len)) = pack.next_block(block).map_err(io::Error::from)? {
+                return Ok(Some(OutBlock { wire_offset: off, len, payload: Payload::Read(&reader, off) }));
+            }
+            // Data is done: drain what is left of the manifest, then end.
+            let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            Ok(next.ok().map(manifest_block))
+        };
+        let r = dc.send_blocks_e(&supplier, ctl);
+        if r.is_err() {
+            pack.cancel();
+        }
+        let f = feeder.join().unwrap_or_else(|_| Err(EngineError::Protocol("manifest feeder panicked".into())));
+        let sent = r?;
+        f?;
+        Ok(sent)
+    })
+}
+
+/// Receives a virtual file: manifest bytes reassembled in order, data
+/// handed to the unpacker at its offsets.
+pub struct VfileSink {
+    unpacker: Unpacker,
+    manifest: Mutex<Reassembly>,
+}
+
+#[derive(Default)]
+struct Reassembly {
+    next: u64,
+    early: BTreeMap<u64, Vec<u8>>,
+    early_bytes: usize,
+}
+
+/// Manifest bytes that may wait for a gap to fill (a hostile sender could
+/// otherwise make us buffer without bound).
+const MAX_EARLY_MANIFEST: usize = 64 << 20;
+
+impl VfileSink {
+    /// Wrap an unpacker.
+    pub fn new(unpacker: Unpacker) -> Self {
+        VfileSink { unpacker, manifest: Mutex::new(Reassembly::default()) }
+    }
+
+    fn manifest_at(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        let mut m = self.manifest.lock().unwrap_or_else(|e| e.into_inner());
+        if off < m.next || m.early.contains_key(&off) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "manifest bytes sent twice"));
+        }
+        m.early_bytes += buf.len();
+        if m.early_bytes > MAX_EARLY_MANIFEST {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "manifest gap too large"));
+        }
+        m.early.insert(off, buf.to_vec());
+        loop {
+            let next = m.next;
+            let Some(chunk) = m.early.remove(&next) else { break };
+            m.early_bytes -= chunk.len();
+            m.next += chunk.len() as u64;
+            self.unpacker.manifest_bytes(&chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Everything arrived: complete the tree (or say what is missing).
+    pub fn finish(self) -> Result<UnpackStats> {
+        let m = self.manifest.into_inner().unwrap_or_else(|e| e.into_inner());
+        if !m.early.is_empty() {
+            return Err(EngineError::Protocol("manifest has a gap".into()));
+        }
+        self.unpacker.finish().map_err(EngineError::from)
+    }
+}
+
+impl Sink for VfileSink {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if offset >= MANIFEST_BASE {
+            self.manifest_at(offset - MANIFEST_BASE, buf)
+        } else {
+            self.unpacker.write_block(offset, buf).map_err(io::Error::from)
+        }
+    }
+}
+
+/// Receive options for a virtual file (its offsets go up to the manifest space).
+pub fn recv_opts(idle: std::time::Duration) -> RecvOpts {
+    RecvOpts { base: 0, max_offset: u64::MAX >> 1, idle }
+}

@@ -1,0 +1,86 @@
+//! VRET / VSTO: a whole tree as one large virtual file over the MODE E
+//! channel (lightpath extension `LPVF`, see docs/manifest.md). No per-file
+//! round trip: the manifest and the data share the parallel streams.
+
+use crate::fsops::io_reply;
+use crate::transfer::{data_reply, fail_early, Ready};
+use lightpath_engine::vfile::{pack, PackOptions, UnpackOptions, Unpacker};
+use lightpath_engine::vfile_chan::{recv_opts, send_pack, VfileSink};
+use lightpath_engine::{Control, DataChannel, DEFAULT_BLOCK};
+use lightpath_proto::{Mode, Reply, Transfer, VPath};
+use lightpath_sys::root::{FileType, Root};
+use std::sync::Arc;
+
+fn need_mode_e(t: &Transfer) -> Result<(), Reply> {
+    if t.settings.mode == Mode::Extended {
+        Ok(())
+    } else {
+        Err(Reply::new(501, "VRET/VSTO need MODE E."))
+    }
+}
+
+/// The root to pack and the items in it: a directory's contents, or one file.
+fn pack_root(root: &Root, p: &VPath) -> Result<(Root, Vec<Vec<u8>>), Reply> {
+    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        return root.subdir(p.relative()).map(|r| (r, vec![Vec::new()])).map_err(|e| io_reply(p, &e));
+    }
+    let parent = p.parent();
+    let sub = root.subdir(parent.relative()).map_err(|e| io_reply(p, &e))?;
+    Ok((sub, vec![p.file_name().to_vec()]))
+}
+
+/// VRET: walk, pack and send.
+pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
+    let prepared = need_mode_e(t).and_then(|_| pack_root(root, &t.path)).and_then(|(sub, items)| {
+        pack(Arc::new(sub), items, PackOptions::default())
+            .map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
+    });
+    let pk = match prepared {
+        Ok(p) => p,
+        Err(r) => return fail_early(ready, r),
+    };
+    match dc.prepare_send(t.settings.parallelism) {
+        Ok(reused) => drop(ready.send(Ok(reused))),
+        Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
+    }
+    let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl).map_err(data_reply);
+    let walk = pk.wait().map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())));
+    let stats = walk?;
+    tracing::info!(files = stats.files, dirs = stats.dirs, skipped = stats.skipped, "VRET {}", t.path.display());
+    sent
+}
+
+/// Create `p` and its parents inside the root.
+fn mkdir_all(root: &Root, p: &VPath) -> Result<(), Reply> {
+    let mut cur = VPath::root();
+    for c in p.components() {
+        cur = cur.join(c).map_err(|e| Reply::new(553, e.to_string()))?;
+        match root.mkdir(cur.relative()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_reply(&cur, &e)),
+        }
+    }
+    Ok(())
+}
+
+/// VSTO: receive and rebuild the tree under the target directory.
+pub fn receive(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
+    let prepared = need_mode_e(t).and_then(|_| mkdir_all(root, &t.path)).and_then(|_| {
+        let sub = root.subdir(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
+        Unpacker::new(Arc::new(sub), UnpackOptions::default()).map_err(|e| Reply::new(451, e.to_string()))
+    });
+    let sink = match prepared {
+        Ok(u) => VfileSink::new(u),
+        Err(r) => return fail_early(ready, r),
+    };
+    match dc.prepare_recv() {
+        Ok(reused) => drop(ready.send(Ok(reused))),
+        Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
+    }
+    let got = dc.recv_e(&sink, &recv_opts(dc.idle), ctl).map_err(data_reply)?;
+    let stats = sink.finish().map_err(|e| Reply::new(451, format!("Tree incomplete: {e}")))?;
+    tracing::info!(?stats, "VSTO {}", t.path.display());
+    Ok(got.covered())
+}
