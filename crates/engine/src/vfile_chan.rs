@@ -23,25 +23,27 @@ pub const MANIFEST_BASE: u64 = 1 << 62;
 
 /// Send `pack` on the prepared MODE E connections of `dc`.
 pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, ctl: &Control) -> Result<u64> {
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    // The feeder alone numbers the chunks, in manifest order: stream
+    // threads may pop them in any order without reordering the manifest.
+    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
     let rx = Mutex::new(rx);
-    let moff = Mutex::new(0u64);
     let reader = pack.reader();
     std::thread::scope(|s| {
         let feeder = s.spawn(move || -> Result<()> {
+            let mut off = MANIFEST_BASE;
             while let Some(chunk) = pack.next_manifest_chunk().map_err(EngineError::from)? {
-                if tx.send(chunk).is_err() {
+                let len = chunk.len() as u64;
+                if tx.send((off, chunk)).is_err() {
                     break;
                 }
+                off += len;
             }
             Ok(())
         });
-        let manifest_block = |chunk: Vec<u8>| {
-            let mut m = moff.lock().unwrap_or_else(|e| e.into_inner());
-            let b =
-                OutBlock { wire_offset: MANIFEST_BASE + *m, len: chunk.len() as u64, payload: Payload::Bytes(chunk) };
-            *m += b.len;
-            b
+        let manifest_block = |(off, chunk): (u64, Vec<u8>)| OutBlock {
+            wire_offset: off,
+            len: chunk.len() as u64,
+            payload: Payload::Bytes(chunk),
         };
         let supplier = || -> io::Result<Option<OutBlock>> {
             if let Ok(chunk) = rx.lock().unwrap_or_else(|e| e.into_inner()).try_recv() {
