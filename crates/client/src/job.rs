@@ -288,15 +288,7 @@ async fn get_batch(s: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<R
         })
         .collect();
     let mut results = s.get_many(ops).await;
-    if let Some(alg) = &opts.verify {
-        for (i, r) in batch.iter().zip(results.iter_mut()) {
-            if r.is_ok() {
-                if let Err(e) = verify_local(s, alg, &remote(&i.src).path, local(&i.dst)).await {
-                    *r = Err(e);
-                }
-            }
-        }
-    }
+    verify_batch(s, opts, batch.iter().map(|i| (&i.src, &i.dst)), &mut results).await;
     results
 }
 
@@ -314,16 +306,26 @@ async fn put_batch(d: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<R
         })
         .collect();
     let mut results = d.put_many(ops).await;
-    if let Some(alg) = &opts.verify {
-        for (i, r) in batch.iter().zip(results.iter_mut()) {
-            if r.is_ok() {
-                if let Err(e) = verify_local(d, alg, &remote(&i.dst).path, local(&i.src)).await {
-                    *r = Err(e);
-                }
+    verify_batch(d, opts, batch.iter().map(|i| (&i.dst, &i.src)), &mut results).await;
+    results
+}
+
+/// With `--verify`, compare each copied file's checksum on both sides;
+/// `pairs` yields (remote, local) locations in batch order.
+async fn verify_batch<'a>(
+    s: &mut Session,
+    opts: &CopyOptions,
+    pairs: impl Iterator<Item = (&'a Location, &'a Location)>,
+    results: &mut [Result<u64, ClientError>],
+) {
+    let Some(alg) = &opts.verify else { return };
+    for ((r_loc, l_loc), r) in pairs.zip(results.iter_mut()) {
+        if r.is_ok() {
+            if let Err(e) = verify_local(s, alg, &remote(r_loc).path, local(l_loc)).await {
+                *r = Err(e);
             }
         }
     }
-    results
 }
 
 async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::path::Path) -> Result<(), ClientError> {
