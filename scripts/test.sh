@@ -10,3 +10,6 @@ bash scripts/install-test-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The benchmark harness in --quick mode (loopback + one short emulated path),
+# so it cannot rot. Results go to a scratch directory, not bench/results.
+cargo run --locked --quiet --bin lightpath -- bench --quick --out target/bench-quick

@@ -1,11 +1,100 @@
-//! Benchmark harness (being written).
+//! `lightpath bench`: declarative scenarios (one TOML file each) that set up
+//! a path (loopback or the WAN emulator), a data set and the servers, run
+//! each tool N times and record time to completion, goodput, throughput over
+//! time, CPU and memory of both ends, as JSON/CSV, a markdown summary and
+//! SVG plots. See `bench/README.md` at the repository root.
+//!
+//! Code layout: `scenario` (file format, validation) → `plan` (what will
+//! run, checked before anything starts) → `runner` (one scenario), using
+//! `netpath` (namespaces, counters), `cgroup` (per-end accounting), `proc`
+//! (process groups, Ctrl-C), `tools` (command lines), `dataset`/`gen` (data)
+//! and `sampler`; then `record`, `stats`, `report` and `plot` for output.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
 use clap::Args;
 
+pub mod cgroup;
+pub mod dataset;
+pub mod gen;
+pub mod netpath;
+pub mod plan;
+pub mod plot;
+pub mod proc;
+pub mod record;
+pub mod report;
+pub mod runner;
+pub mod sampler;
+pub mod scenario;
+pub mod stats;
+pub mod tools;
+pub mod units;
+pub mod wanlab;
+
+pub use proc::Interrupted;
+
 /// `lightpath bench ...` arguments.
-#[derive(Debug, Args)]
-pub struct BenchArgs {}
+#[derive(Clone, Debug, Default, Args)]
+pub struct BenchArgs {
+    /// Scenario files or directories of them [default: bench/scenarios]
+    pub scenarios: Vec<PathBuf>,
+    /// CI smoke run: only scenarios with a [quick] table, with its small sizes
+    #[arg(long)]
+    pub quick: bool,
+    /// Results directory [default: bench/results/<UTC time>, or target/bench/quick-<UTC time>]
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Data-set cache and scratch space (needs room for each data set twice)
+    #[arg(long, env = "LIGHTPATH_BENCH_CACHE", default_value = "/var/tmp/lightpath-bench")]
+    pub cache: PathBuf,
+    /// Only these tools (comma-separated: lightpath, globus-url-copy or guc, iperf3)
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Vec<String>,
+    /// Only scenarios whose name contains one of these (comma-separated)
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Override every scenario's repetitions
+    #[arg(long)]
+    pub repetitions: Option<u32>,
+    /// The lightpath binary [default: this program when it is lightpath, else lightpath on PATH]
+    #[arg(long, env = "LIGHTPATH_BENCH_LIGHTPATH")]
+    pub lightpath: Option<PathBuf>,
+    /// Leave out tools that are not installed (say so) instead of refusing to start
+    #[arg(long)]
+    pub skip_missing: bool,
+    /// Validate scenarios, tools and paths, print the plan, run nothing
+    #[arg(long)]
+    pub check: bool,
+    /// Rebuild summary.md and plots/ from DIR/results.json, run nothing
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+}
 
 /// Entry point for `lightpath bench`.
-pub fn run(_args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bench: not implemented yet")
+pub fn run(args: BenchArgs) -> Result<()> {
+    if let Some(dir) = &args.report {
+        let res = record::Results::load(dir)?;
+        write_outputs(&res, dir)?;
+        println!("{}", report::summary(&res));
+        return Ok(());
+    }
+    let plan = plan::Plan::build(&args)?;
+    eprint!("{}", plan.describe());
+    if args.check {
+        return Ok(());
+    }
+    let res = plan.execute()?;
+    println!("{}", report::summary(&res));
+    eprintln!("bench: results in {}", plan.out.display());
+    Ok(())
+}
+
+/// Writes results.json, runs.csv, summary.md and plots/ into `dir`.
+pub fn write_outputs(res: &record::Results, dir: &std::path::Path) -> Result<()> {
+    res.save(dir)?;
+    std::fs::write(dir.join("summary.md"), report::summary(res))
+        .with_context(|| format!("cannot write {}", dir.display()))?;
+    plot::plot_all(res, &dir.join("plots"))?;
+    Ok(())
 }

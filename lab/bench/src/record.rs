@@ -1,0 +1,217 @@
+//! What a bench run writes down: every run with its command lines, and the
+//! host, kernel, tool versions and path settings beside the numbers.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::Usage;
+use crate::scenario::{Scenario, ToolKind};
+
+/// One counter sample: seconds since the client started, and the bytes
+/// received (data direction) / sent (ACKs, requests) on the counted
+/// interfaces of side B since then.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Sample(pub f64, pub u64, pub u64);
+
+/// One end (client or a server) of one run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct EndRecord {
+    pub role: String,
+    pub side: String,
+    pub command: Vec<String>,
+    #[serde(flatten)]
+    pub usage: Usage,
+    /// Highest sum of the resident memory of the end's processes over the samples.
+    pub peak_rss_bytes: u64,
+}
+
+/// One repetition of one tool configuration.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RunRecord {
+    pub scenario: String,
+    pub label: String,
+    pub tool: Option<ToolKind>,
+    pub repetition: u32,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub started: String,
+    pub exit_code: Option<i32>,
+    /// Time to completion, seconds: client start to client exit (iperf3:
+    /// data-set bits / iperf3's receiver-side rate, see `tool_report`).
+    pub ttc_s: f64,
+    /// Client start to client exit, seconds, for every tool.
+    pub client_wall_s: f64,
+    /// Bytes of the data set (what had to arrive).
+    pub payload_bytes: u64,
+    /// payload_bytes * 8 / ttc_s.
+    pub goodput_bps: f64,
+    /// Bytes on the wire in the data direction (received by side B) during the run.
+    pub wire_bytes: u64,
+    pub samples: Vec<Sample>,
+    pub ends: Vec<EndRecord>,
+    /// CPU of the harness process itself (sampler, and the emulator where it runs in-process).
+    pub harness_cpu_s: f64,
+    /// The emulator's own counters for the run (emulated paths only).
+    pub emulator: Option<crate::wanlab::EmuStats>,
+    /// What the tool itself reported (iperf3: its JSON end summary).
+    pub tool_report: Option<serde_json::Value>,
+    pub caches_dropped: bool,
+    /// 1-minute load average of the machine just before the run (other
+    /// work on the machine shows up here).
+    pub load_before: f64,
+    pub verified: String,
+    pub stderr_tail: String,
+}
+
+impl RunRecord {
+    pub fn end(&self, role: &str) -> Option<&EndRecord> {
+        self.ends.iter().find(|e| e.role == role)
+    }
+}
+
+/// A tool configuration as it ran.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ToolInfo {
+    pub label: String,
+    pub tool: ToolKind,
+    pub version: String,
+}
+
+/// One scenario: its settings as parsed and every run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    pub name: String,
+    pub scenario: Scenario,
+    pub path: String,
+    /// sysctls and MTUs per namespace side.
+    pub path_settings: BTreeMap<String, BTreeMap<String, String>>,
+    pub counted_interfaces: Vec<String>,
+    pub dataset: String,
+    pub dataset_files: u64,
+    pub dataset_bytes: u64,
+    /// Bytes at the configured path rate, seconds (emulated paths only).
+    pub wire_time_s: Option<f64>,
+    pub tools: Vec<ToolInfo>,
+    pub runs: Vec<RunRecord>,
+    pub error: Option<String>,
+}
+
+/// The machine the numbers came from.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HostInfo {
+    pub hostname: String,
+    pub kernel: String,
+    pub os: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub mem_total_bytes: u64,
+    pub cgroups: String,
+}
+
+/// Everything one `lightpath bench` invocation measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    pub started: String,
+    pub finished: String,
+    pub quick: bool,
+    pub command: Vec<String>,
+    pub host: HostInfo,
+    pub scenarios: Vec<ScenarioResult>,
+}
+
+fn read_trim(path: &str) -> String {
+    fs::read_to_string(path).unwrap_or_default().trim().to_string()
+}
+
+impl HostInfo {
+    pub fn collect(cgroups: String) -> HostInfo {
+        let os = read_trim("/etc/os-release")
+            .lines()
+            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+            .unwrap_or("")
+            .trim_matches('"')
+            .to_string();
+        let cpuinfo = read_trim("/proc/cpuinfo");
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        let mem_kb = read_trim("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        HostInfo {
+            hostname: read_trim("/proc/sys/kernel/hostname"),
+            kernel: format!("{} {}", read_trim("/proc/sys/kernel/osrelease"), read_trim("/proc/sys/kernel/version")),
+            os,
+            cpu,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            mem_total_bytes: mem_kb * 1024,
+            cgroups,
+        }
+    }
+}
+
+impl Results {
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir)?;
+        let json = serde_json::to_string_pretty(self)?;
+        fs::write(dir.join("results.json"), json)?;
+        fs::write(dir.join("runs.csv"), self.csv())?;
+        Ok(())
+    }
+
+    pub fn load(dir: &Path) -> Result<Results> {
+        let path = dir.join("results.json");
+        let text = fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not a bench result", path.display()))
+    }
+
+    /// One row per run, without the samples.
+    pub fn csv(&self) -> String {
+        let mut out = String::from(
+            "scenario,label,tool,repetition,ok,ttc_s,payload_bytes,goodput_bps,wire_bytes,\
+             client_cpu_s,server_cpu_s,client_peak_rss,server_peak_rss,harness_cpu_s,caches_dropped,verified,error\n",
+        );
+        for sc in &self.scenarios {
+            for r in &sc.runs {
+                out += &csv_row(r);
+            }
+        }
+        out
+    }
+}
+
+fn csv_row(r: &RunRecord) -> String {
+    let cpu = |role: &str| r.end(role).and_then(|e| e.usage.cpu_s).map_or(String::new(), |c| format!("{c:.3}"));
+    let rss = |role: &str| r.end(role).map_or(String::new(), |e| e.peak_rss_bytes.to_string());
+    let server = if r.end("server").is_some() { "server" } else { "src-server" };
+    let err = r.error.clone().unwrap_or_default().replace(['"', '\n'], " ");
+    format!(
+        "{},\"{}\",{},{},{},{:.4},{},{:.0},{},{},{},{},{},{:.3},{},{},\"{}\"\n",
+        r.scenario,
+        r.label,
+        r.tool.map_or("", |t| t.name()),
+        r.repetition,
+        r.ok,
+        r.ttc_s,
+        r.payload_bytes,
+        r.goodput_bps,
+        r.wire_bytes,
+        cpu("client"),
+        cpu(server),
+        rss("client"),
+        rss(server),
+        r.harness_cpu_s,
+        r.caches_dropped,
+        r.verified,
+        err
+    )
+}

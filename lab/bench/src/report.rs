@@ -1,0 +1,218 @@
+//! The markdown summary: one table per scenario, medians with min-max,
+//! ratios to the wire time and to the best transfer tool. Failed runs are
+//! counted and their errors listed; a tool whose runs all failed keeps its row.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::record::{Results, RunRecord, ScenarioResult};
+use crate::scenario::ToolKind;
+use crate::stats::{summarize, Summary};
+use crate::units::fmt_bytes;
+
+/// The statistics of one tool configuration in one scenario.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub label: String,
+    pub tool: Option<ToolKind>,
+    pub total: usize,
+    pub ok: usize,
+    pub ttc: Option<Summary>,
+    pub goodput: Option<Summary>,
+    pub client_cpu: Option<f64>,
+    pub server_cpu: Option<f64>,
+    pub client_rss: Option<f64>,
+    pub server_rss: Option<f64>,
+    pub errors: Vec<String>,
+}
+
+fn server_cpu(r: &RunRecord) -> Option<f64> {
+    let cpus: Vec<f64> = r.ends.iter().filter(|e| e.role != "client").filter_map(|e| e.usage.cpu_s).collect();
+    (!cpus.is_empty()).then(|| cpus.iter().sum())
+}
+
+fn server_rss(r: &RunRecord) -> Option<f64> {
+    r.ends.iter().filter(|e| e.role != "client").map(|e| e.peak_rss_bytes as f64).reduce(f64::max)
+}
+
+fn med(values: Vec<f64>) -> Option<f64> {
+    summarize(&values).map(|s| s.median)
+}
+
+/// Rows in the order the tools were listed.
+pub fn rows(sc: &ScenarioResult) -> Vec<Row> {
+    let mut order: Vec<String> = Vec::new();
+    let mut by_label: BTreeMap<String, Vec<&RunRecord>> = BTreeMap::new();
+    for r in &sc.runs {
+        if !order.contains(&r.label) {
+            order.push(r.label.clone());
+        }
+        by_label.entry(r.label.clone()).or_default().push(r);
+    }
+    order.iter().map(|l| row(l, &by_label[l])).collect()
+}
+
+fn row(label: &str, runs: &[&RunRecord]) -> Row {
+    let ok: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.ok).collect();
+    let mut errors: Vec<String> = runs.iter().filter_map(|r| r.error.clone()).collect();
+    errors.sort();
+    errors.dedup();
+    Row {
+        label: label.to_string(),
+        tool: runs.first().and_then(|r| r.tool),
+        total: runs.len(),
+        ok: ok.len(),
+        ttc: summarize(&ok.iter().map(|r| r.ttc_s).collect::<Vec<_>>()),
+        goodput: summarize(&ok.iter().map(|r| r.goodput_bps).collect::<Vec<_>>()),
+        client_cpu: med(ok.iter().filter_map(|r| r.end("client")?.usage.cpu_s).collect()),
+        server_cpu: med(ok.iter().filter_map(|r| server_cpu(r)).collect()),
+        client_rss: med(ok.iter().filter_map(|r| Some(r.end("client")?.peak_rss_bytes as f64)).collect()),
+        server_rss: med(ok.iter().filter_map(|r| server_rss(r)).collect()),
+        errors,
+    }
+}
+
+/// The reference time for "× wire": the path's rate, or iperf3 on loopback.
+pub fn wire_time(sc: &ScenarioResult, rows: &[Row]) -> Option<(f64, &'static str)> {
+    if let Some(w) = sc.wire_time_s {
+        return Some((w, "rate"));
+    }
+    let iperf = rows.iter().filter(|r| r.tool == Some(ToolKind::Iperf3)).filter_map(|r| r.ttc).map(|s| s.median);
+    iperf.reduce(f64::min).map(|t| (t, "iperf3"))
+}
+
+/// The lowest median TTC among the transfer tools (iperf3 excluded).
+pub fn best_transfer(rows: &[Row]) -> Option<f64> {
+    rows.iter().filter(|r| r.tool != Some(ToolKind::Iperf3)).filter_map(|r| r.ttc.map(|s| s.median)).reduce(f64::min)
+}
+
+/// `941 Mbit/s (902–950)`: the range in the median's unit.
+fn rate_range(g: &Summary) -> String {
+    let (div, unit) = if g.median >= 1e9 { (1e9, "Gbit/s") } else { (1e6, "Mbit/s") };
+    let digits = if div == 1e9 { 2 } else { 0 };
+    format!("{:.d$} {unit} ({:.d$}–{:.d$})", g.median / div, g.min / div, g.max / div, d = digits)
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or("—".into(), f)
+}
+
+fn mib(v: f64) -> String {
+    format!("{:.0}", v / 1048576.0)
+}
+
+/// The machine's 1-minute load average before the runs: `median (min–max)`.
+fn load_range(sc: &ScenarioResult) -> String {
+    let loads: Vec<f64> = sc.runs.iter().map(|r| r.load_before).collect();
+    summarize(&loads).map_or("—".into(), |l| format!("{:.1} ({:.1}–{:.1})", l.median, l.min, l.max))
+}
+
+/// One scenario's table.
+pub fn scenario_table(sc: &ScenarioResult) -> String {
+    let rows = rows(sc);
+    let wire = wire_time(sc, &rows);
+    let best = best_transfer(&rows);
+    let mut out = String::new();
+    let _ = writeln!(out, "### {}\n", sc.name);
+    let s = &sc.scenario;
+    let _ = writeln!(
+        out,
+        "{} · {:?} · {} ({} files, {}) · repetitions: {}{} · load before runs: {}\n",
+        sc.path,
+        s.mode,
+        sc.dataset,
+        sc.dataset_files,
+        fmt_bytes(sc.dataset_bytes),
+        s.repetitions,
+        wire.map_or(String::new(), |(w, src)| format!(" · wire time {w:.2} s ({src})")),
+        load_range(sc),
+    );
+    if let Some(e) = &sc.error {
+        let _ = writeln!(out, "**scenario error:** {e}\n");
+    }
+    out += "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best | CPU s client / server | peak RSS MiB client / server |\n";
+    out += "|---|---|---|---|---|---|---|---|\n";
+    for r in &rows {
+        out += &table_row(r, wire.map(|w| w.0), best);
+    }
+    for r in rows.iter().filter(|r| !r.errors.is_empty()) {
+        for e in &r.errors {
+            let _ = writeln!(out, "\n- {} failed: {}", r.label, e.replace('\n', " "));
+        }
+    }
+    out
+}
+
+fn table_row(r: &Row, wire: Option<f64>, best: Option<f64>) -> String {
+    let Some(ttc) = r.ttc else {
+        return format!("| {} | {}/{} | FAILED | — | — | — | — | — |\n", r.label, r.ok, r.total);
+    };
+    let g = r.goodput.expect("goodput exists when ttc does");
+    let best_cell = match (r.tool, best) {
+        (Some(ToolKind::Iperf3), _) => "ref".to_string(),
+        (_, Some(b)) => format!("{:.2}", ttc.median / b),
+        _ => "—".into(),
+    };
+    format!(
+        "| {} | {}/{} | {:.2} ({:.2}–{:.2}) | {} | {} | {} | {} / {} | {} / {} |\n",
+        r.label,
+        r.ok,
+        r.total,
+        ttc.median,
+        ttc.min,
+        ttc.max,
+        rate_range(&g),
+        opt(wire, |w| format!("{:.2}", ttc.median / w)),
+        best_cell,
+        opt(r.client_cpu, |v| format!("{v:.2}")),
+        opt(r.server_cpu, |v| format!("{v:.2}")),
+        opt(r.client_rss, mib),
+        opt(r.server_rss, mib),
+    )
+}
+
+/// The whole summary document.
+pub fn summary(res: &Results) -> String {
+    let mut out = String::from("# lightpath bench summary\n\n");
+    let h = &res.host;
+    let _ = writeln!(out, "- run: {} → {}{}", res.started, res.finished, if res.quick { " (quick)" } else { "" });
+    let _ = writeln!(out, "- command: `{}`", res.command.join(" "));
+    let _ = writeln!(
+        out,
+        "- host: {} · {} · {} × {} · {} RAM",
+        h.hostname,
+        h.os,
+        h.cpus,
+        h.cpu,
+        fmt_bytes(h.mem_total_bytes)
+    );
+    let _ = writeln!(out, "- kernel: {}", h.kernel);
+    let _ = writeln!(out, "- accounting: {}", h.cgroups);
+    let mut versions: BTreeMap<String, String> = BTreeMap::new();
+    for t in res.scenarios.iter().flat_map(|s| &s.tools) {
+        versions.insert(t.tool.name().into(), t.version.clone());
+    }
+    for (tool, v) in versions {
+        let _ = writeln!(out, "- {tool}: {v}");
+    }
+    out += LEGEND;
+    for sc in &res.scenarios {
+        out.push('\n');
+        out += &scenario_table(sc);
+    }
+    out
+}
+
+const LEGEND: &str = "
+TTC = client start to client exit (includes process start and login), caches dropped before
+every run; for iperf3 (the line-rate reference) TTC = data-set bits / iperf3's receiver-side rate,
+because `iperf3 -n` stops before the bytes in its socket buffers arrive. Goodput = data-set
+bytes × 8 / TTC. `× wire` = median TTC / wire time (data-set bits
+at the path rate, or the iperf3 median on loopback). `× best` = median TTC / best median TTC
+among the transfer tools (1.00 = fastest; iperf3 is the reference). CPU = cgroup CPU seconds of
+all processes of that end (servers: sum of both in third-party runs). Peak RSS = highest sum of
+resident memory of the end's processes, sampled every 100 ms. `ok` = successful runs / runs;
+statistics cover the successful runs, and every failure is listed under its table.
+`load before runs` = the machine's 1-minute load average just before each run: anything well
+above the tools' own share means other work shared the CPUs with that scenario.
+";

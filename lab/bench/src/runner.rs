@@ -1,0 +1,379 @@
+//! Runs a scenario: path up, data set ready, then for each repetition each
+//! tool in turn (interleaved, so drift hits every tool alike): clean the
+//! destination, drop caches, start the servers, time the client, sample,
+//! stop everything, check the output.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::cgroup::{Cgroups, Group};
+use crate::dataset::{self, Dataset};
+use crate::netpath::{NetPath, Side};
+use crate::proc::{check_stop, run_quiet, Ending, Interrupted, Proc};
+use crate::record::{EndRecord, RunRecord, ScenarioResult, ToolInfo};
+use crate::sampler::{self, Trace};
+use crate::scenario::{DatasetKind, PathKind, Scenario, ToolKind, ToolSpec, Verify};
+use crate::tools::{self, Ctx, Invocation, Programs, SERVER_USER};
+use crate::units::{fmt_rate, rfc3339};
+
+/// What every run shares.
+pub struct Env {
+    pub progs: Programs,
+    pub cache: PathBuf,
+    pub out: PathBuf,
+    pub cgroups: Cgroups,
+    pub server_ids: (u32, u32),
+}
+
+/// Makes sure the unprivileged server user exists; returns (uid, gid).
+pub fn ensure_server_user() -> Result<(u32, u32)> {
+    let id = |flag: &str| run_quiet(Command::new("id").args([flag, SERVER_USER]));
+    if id("-u").is_err() {
+        run_quiet(Command::new("useradd").args([
+            "-r",
+            "-M",
+            "-d",
+            "/nonexistent",
+            "-s",
+            "/usr/sbin/nologin",
+            SERVER_USER,
+        ]))
+        .context("cannot create the server user")?;
+    }
+    let parse = |s: String| s.trim().parse::<u32>().context("bad id output");
+    Ok((parse(id("-u")?)?, parse(id("-g")?)?))
+}
+
+fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+}
+
+/// The 1-minute load average.
+fn load_average() -> f64 {
+    let text = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0.0)
+}
+
+/// Flushes dirty pages and drops the page cache; false when not allowed.
+pub fn drop_caches() -> bool {
+    rustix::fs::sync();
+    fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// Runs every repetition of every tool of one scenario. When a run stops
+/// with an error (Ctrl-C), the runs so far come back in a [`PartialScenario`].
+pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<ScenarioResult> {
+    let ds = dataset::prepare(&sc.dataset, &env.cache)?;
+    let mut res = empty_result(sc, &ds);
+    res.tools = tools
+        .iter()
+        .map(|t| ToolInfo { label: t.label(), tool: t.tool, version: tools::version(t.tool, &env.progs) })
+        .collect();
+    let path = match NetPath::start(&sc.path) {
+        Ok(p) => p,
+        Err(e) => {
+            let msg = format!("path setup failed: {e:#}");
+            eprintln!("bench: {}: {msg}", sc.name);
+            res.runs = failed_runs(sc, tools, &ds, &msg);
+            res.error = Some(msg);
+            return Ok(res);
+        }
+    };
+    res.counted_interfaces = path.counted_ifaces().to_vec();
+    res.path_settings.insert("A".into(), path.settings(Side::A));
+    if path.ns(Side::A) != path.ns(Side::B) {
+        res.path_settings.insert("B".into(), path.settings(Side::B));
+    }
+    for rep in 1..=sc.repetitions {
+        for spec in tools {
+            match run_once(env, sc, &path, &ds, spec, rep) {
+                Ok(rec) => {
+                    report_progress(sc, &rec);
+                    res.runs.push(rec);
+                }
+                Err(e) => {
+                    res.error = Some(format!("stopped after {} runs: {e:#}", res.runs.len()));
+                    return Err(PartialScenario { result: Box::new(res), cause: e }.into());
+                }
+            }
+        }
+    }
+    Ok(res)
+}
+
+/// A scenario that stopped early (Ctrl-C): what it ran, and why it stopped.
+#[derive(Debug)]
+pub struct PartialScenario {
+    pub result: Box<ScenarioResult>,
+    pub cause: anyhow::Error,
+}
+
+impl std::fmt::Display for PartialScenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.cause)
+    }
+}
+impl std::error::Error for PartialScenario {}
+
+fn empty_result(sc: &Scenario, ds: &Dataset) -> ScenarioResult {
+    let wire_time_s = match (sc.path.kind, sc.path.rate) {
+        (PathKind::Emulated, Some(r)) => Some(ds.bytes as f64 * 8.0 / r.0 as f64),
+        _ => None,
+    };
+    ScenarioResult {
+        name: sc.name.clone(),
+        scenario: sc.clone(),
+        path: sc.path.describe(),
+        path_settings: Default::default(),
+        counted_interfaces: Vec::new(),
+        dataset: ds.id.clone(),
+        dataset_files: ds.files,
+        dataset_bytes: ds.bytes,
+        wire_time_s,
+        tools: Vec::new(),
+        runs: Vec::new(),
+        error: None,
+    }
+}
+
+fn failed_runs(sc: &Scenario, tools: &[&ToolSpec], ds: &Dataset, msg: &str) -> Vec<RunRecord> {
+    let mut runs = Vec::new();
+    for rep in 1..=sc.repetitions {
+        for t in tools {
+            let mut r = base_record(sc, t, ds, rep);
+            r.error = Some(msg.to_string());
+            runs.push(r);
+        }
+    }
+    runs
+}
+
+fn base_record(sc: &Scenario, spec: &ToolSpec, ds: &Dataset, rep: u32) -> RunRecord {
+    RunRecord {
+        scenario: sc.name.clone(),
+        label: spec.label(),
+        tool: Some(spec.tool),
+        repetition: rep,
+        started: now_rfc3339(),
+        payload_bytes: ds.bytes,
+        verified: "no".into(),
+        ..Default::default()
+    }
+}
+
+fn report_progress(sc: &Scenario, r: &RunRecord) {
+    let what = if r.ok {
+        format!("{:.2} s, {}", r.ttc_s, fmt_rate(r.goodput_bps))
+    } else {
+        format!("FAILED: {}", r.error.as_deref().unwrap_or("?"))
+    };
+    eprintln!("bench: {} | {} | run {}/{}: {what}", sc.name, r.label, r.repetition, sc.repetitions);
+}
+
+/// Fresh, empty destination and log directories.
+fn prepare_scratch(env: &Env) -> Result<(PathBuf, PathBuf)> {
+    let scratch = env.cache.join("scratch");
+    if scratch.exists() {
+        fs::remove_dir_all(&scratch).with_context(|| format!("cannot clean {}", scratch.display()))?;
+    }
+    let (dest, logs) = (scratch.join("dest"), scratch.join("logs"));
+    fs::create_dir_all(&dest)?;
+    fs::create_dir_all(&logs)?;
+    fs::set_permissions(&scratch, fs::Permissions::from_mode(0o755))?;
+    fs::set_permissions(&logs, fs::Permissions::from_mode(0o777))?;
+    std::os::unix::fs::chown(&dest, Some(env.server_ids.0), Some(env.server_ids.1))?;
+    Ok((dest, logs))
+}
+
+/// One repetition; every failure except an interruption becomes a failed record.
+fn run_once(env: &Env, sc: &Scenario, path: &NetPath, ds: &Dataset, spec: &ToolSpec, rep: u32) -> Result<RunRecord> {
+    check_stop()?;
+    let mut rec = base_record(sc, spec, ds, rep);
+    let (dest, logs) = prepare_scratch(env)?;
+    rec.caches_dropped = drop_caches();
+    rec.load_before = load_average();
+    let ctx = Ctx { mode: sc.mode, ds, a: path.addr(Side::A), b: path.addr(Side::B), dest: &dest, logs: &logs };
+    let cpu0 = sampler::self_cpu_s();
+    let outcome =
+        tools::invocation(spec, &env.progs, &ctx).and_then(|inv| execute(env, sc, path, &inv, &logs, &mut rec));
+    rec.harness_cpu_s = sampler::self_cpu_s() - cpu0;
+    match outcome {
+        Err(e) if e.is::<Interrupted>() => return Err(e),
+        Err(e) => rec.error = Some(format!("{e:#}")),
+        Ok(()) => check_output(sc, spec, ds, &dest, &mut rec),
+    }
+    rec.ok = rec.error.is_none();
+    if !rec.ok {
+        rec.stderr_tail = log_tail(&logs.join("client"));
+        keep_logs(env, &rec, &logs);
+    }
+    Ok(rec)
+}
+
+fn check_output(sc: &Scenario, spec: &ToolSpec, ds: &Dataset, dest: &Path, rec: &mut RunRecord) {
+    if rec.error.is_some() {
+        return;
+    }
+    rec.verified = if spec.tool == ToolKind::Iperf3 {
+        "n/a (iperf3 moves no files)".into()
+    } else if ds.kind == DatasetKind::Memory {
+        "n/a (memory to memory)".into()
+    } else if sc.verify == Verify::None {
+        "none".into()
+    } else {
+        let full = sc.verify == Verify::Full;
+        match dataset::verify(ds, dest, full) {
+            Ok(()) => if full { "full" } else { "size" }.into(),
+            Err(e) => {
+                rec.error = Some(format!("output check failed: {e:#}"));
+                "failed".into()
+            }
+        }
+    };
+}
+
+/// A started server with its accounting group.
+struct Running {
+    role: String,
+    side: Side,
+    argv: Vec<String>,
+    proc: Proc,
+    group: Group,
+}
+
+fn start_server(env: &Env, path: &NetPath, s: &tools::ServerCmd, logs: &Path) -> Result<Running> {
+    let group = env.cgroups.group(&s.role)?;
+    let mut cmd = path.command(s.side, &group, &s.argv[0]);
+    cmd.args(&s.argv[1..]);
+    let mut proc = Proc::spawn(&s.role, cmd, Some(&logs.join(&s.role)))?;
+    path.wait_listen(s.side, s.port, Duration::from_secs(15), &mut proc)?;
+    Ok(Running { role: s.role.clone(), side: s.side, argv: s.argv.clone(), proc, group })
+}
+
+fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Path, rec: &mut RunRecord) -> Result<()> {
+    let mut running = Vec::new();
+    for s in &inv.servers {
+        running.push(start_server(env, path, s, logs)?);
+    }
+    let group = env.cgroups.group("client")?;
+    let mut cmd = path.command(inv.client_side, &group, &inv.client[0]);
+    cmd.args(&inv.client[1..]);
+    let groups: Vec<&Group> = std::iter::once(&group).chain(running.iter().map(|r| &r.group)).collect();
+    let stop = AtomicBool::new(false);
+    let reader = path.counter_reader();
+    let emu0 = path.emu_snapshot();
+    let base = reader.read()?;
+    let t0 = Instant::now();
+    let (waited, trace) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| sampler::run(&reader, &groups, t0, base, &stop));
+        let waited =
+            Proc::spawn("client", cmd, Some(&logs.join("client"))).and_then(|mut p| p.wait_timeout(sc.timeout.0));
+        stop.store(true, Ordering::SeqCst);
+        (waited, sampler.join().unwrap_or_default())
+    });
+    rec.emulator = emu0.zip(path.emu_snapshot()).map(|(b, a)| crate::wanlab::delta(&b, &a));
+    for r in &mut running {
+        r.proc.kill();
+        r.group.kill_all();
+    }
+    record_ends(rec, inv, &group, &running, &trace);
+    let (ending, ttc) = waited?;
+    finish_timing(rec, ending, ttc, &trace, sc.timeout.0)?;
+    if rec.tool == Some(ToolKind::Iperf3) {
+        iperf3_timing(rec, &logs.join("client.out"))?;
+    }
+    Ok(())
+}
+
+/// iperf3 `-n` exits once the sender has handed the bytes to its kernel and
+/// the receiver has counted what arrived by then; with large socket buffers
+/// that is well before the last byte lands. So its TTC is the data set at
+/// the receiver-side rate iperf3 reports.
+fn iperf3_timing(rec: &mut RunRecord, json_path: &Path) -> Result<()> {
+    let text = fs::read_to_string(json_path).context("no iperf3 output")?;
+    let json: serde_json::Value = serde_json::from_str(&text).context("iperf3 output is not JSON")?;
+    let end = &json["end"];
+    let recv_bps = end["sum_received"]["bits_per_second"].as_f64();
+    let report = serde_json::json!({
+        "received_bytes": end["sum_received"]["bytes"],
+        "received_seconds": end["sum_received"]["seconds"],
+        "received_bps": end["sum_received"]["bits_per_second"],
+        "sent_bytes": end["sum_sent"]["bytes"],
+        "sent_bps": end["sum_sent"]["bits_per_second"],
+        "retransmits": end["sum_sent"]["retransmits"],
+    });
+    rec.tool_report = Some(report);
+    let bps = recv_bps.filter(|b| *b > 0.0).ok_or_else(|| anyhow!("iperf3 reported no received rate"))?;
+    rec.goodput_bps = bps;
+    rec.ttc_s = rec.payload_bytes as f64 * 8.0 / bps;
+    Ok(())
+}
+
+fn record_ends(rec: &mut RunRecord, inv: &Invocation, client: &Group, running: &[Running], trace: &Trace) {
+    let side = |s: Side| if s == Side::A { "A" } else { "B" }.to_string();
+    rec.ends.push(EndRecord {
+        role: "client".into(),
+        side: side(inv.client_side),
+        command: inv.client.clone(),
+        usage: client.usage(),
+        peak_rss_bytes: trace.peak_rss.first().copied().unwrap_or(0),
+    });
+    for (i, r) in running.iter().enumerate() {
+        rec.ends.push(EndRecord {
+            role: r.role.clone(),
+            side: side(r.side),
+            command: r.argv.clone(),
+            usage: r.group.usage(),
+            peak_rss_bytes: trace.peak_rss.get(i + 1).copied().unwrap_or(0),
+        });
+    }
+}
+
+fn finish_timing(rec: &mut RunRecord, ending: Ending, ttc: Duration, trace: &Trace, limit: Duration) -> Result<()> {
+    rec.ttc_s = ttc.as_secs_f64();
+    rec.client_wall_s = rec.ttc_s;
+    rec.samples = trace.samples.clone();
+    rec.wire_bytes = trace.samples.last().map_or(0, |s| s.1);
+    match ending {
+        Ending::Exited(Some(0)) => {
+            rec.exit_code = Some(0);
+            rec.goodput_bps = rec.payload_bytes as f64 * 8.0 / rec.ttc_s;
+            Ok(())
+        }
+        Ending::Exited(code) => {
+            rec.exit_code = code;
+            Err(anyhow!("client exited with {}", code.map_or("a signal".into(), |c| format!("code {c}"))))
+        }
+        Ending::TimedOut => Err(anyhow!("timed out after {limit:?}")),
+    }
+}
+
+fn log_tail(base: &Path) -> String {
+    let mut text = String::new();
+    for ext in ["err", "out"] {
+        let t = fs::read_to_string(base.with_extension(ext)).unwrap_or_default();
+        text += t.trim();
+        text.push('\n');
+    }
+    let t = text.trim();
+    let start = t.char_indices().rev().nth(1500).map_or(0, |(i, _)| i);
+    t[start..].to_string()
+}
+
+/// Copies the logs of a failed run into the results.
+fn keep_logs(env: &Env, rec: &RunRecord, logs: &Path) {
+    let slug: String = rec.label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let dir = env.out.join("logs").join(&rec.scenario).join(format!("{slug}-run{}", rec.repetition));
+    if fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    for e in fs::read_dir(logs).into_iter().flatten().flatten() {
+        let _ = fs::copy(e.path(), dir.join(e.file_name()));
+    }
+}

@@ -1,0 +1,142 @@
+//! Statistics, the summary table and the plots, from synthetic records.
+use lightpath_bench::record::{EndRecord, HostInfo, Results, RunRecord, Sample, ScenarioResult};
+use lightpath_bench::scenario::{Scenario, ToolKind};
+use lightpath_bench::stats::{index_of_median, median, summarize};
+use lightpath_bench::{plot, report};
+
+#[test]
+fn medians_and_ranges() {
+    assert_eq!(median(&[]), None);
+    assert_eq!(median(&[3.0]), Some(3.0));
+    assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+    assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    assert_eq!(median(&[f64::NAN, 1.0, 2.0]), Some(1.5), "non-finite values are ignored");
+    let s = summarize(&[2.0, 9.0, 4.0, 1.0, 5.0]).unwrap();
+    assert_eq!((s.n, s.median, s.min, s.max, s.mean), (5, 4.0, 1.0, 9.0, 4.2));
+    assert_eq!(index_of_median(&[10.0, 30.0, 20.0]), Some(2));
+}
+
+fn run(label: &str, tool: ToolKind, rep: u32, ttc: Option<f64>) -> RunRecord {
+    let bytes = 1_000_000_000u64;
+    let samples: Vec<Sample> = (0..=10)
+        .map(|i| {
+            let t = ttc.unwrap_or(1.0) * i as f64 / 10.0;
+            Sample(t, bytes / 10 * i, 0)
+        })
+        .collect();
+    let end = |role: &str, cpu: f64, rss: u64| EndRecord {
+        role: role.into(),
+        side: "A".into(),
+        usage: lightpath_bench::cgroup::Usage { cpu_s: Some(cpu), ..Default::default() },
+        peak_rss_bytes: rss,
+        ..Default::default()
+    };
+    RunRecord {
+        scenario: "demo".into(),
+        label: label.into(),
+        tool: Some(tool),
+        repetition: rep,
+        ok: ttc.is_some(),
+        error: ttc.is_none().then(|| "client exited with code 1".to_string()),
+        ttc_s: ttc.unwrap_or(0.0),
+        payload_bytes: bytes,
+        goodput_bps: ttc.map_or(0.0, |t| bytes as f64 * 8.0 / t),
+        samples,
+        ends: vec![end("client", 1.5, 10 << 20), end("server", 2.5, 20 << 20)],
+        ..Default::default()
+    }
+}
+
+fn results() -> Results {
+    let scenario = Scenario::parse(
+        "[path]\nkind = \"emulated\"\nrate = \"1Gbit\"\nrtt = \"95ms\"\n[dataset]\nkind = \"large-file\"\n[[tool]]\ntool = \"iperf3\"\n",
+        std::path::Path::new("demo.toml"),
+    )
+    .unwrap();
+    let mut runs = Vec::new();
+    for rep in 1..=3 {
+        runs.push(run("iperf3 -P 4", ToolKind::Iperf3, rep, Some(8.5 + rep as f64 * 0.1)));
+        runs.push(run("guc -p 4", ToolKind::GlobusUrlCopy, rep, Some([12.0, 10.0, 11.0][rep as usize - 1])));
+        runs.push(run("lightpath -p 4", ToolKind::Lightpath, rep, if rep == 2 { None } else { Some(9.0) }));
+        runs.push(run("broken", ToolKind::Lightpath, rep, None));
+    }
+    let sc = ScenarioResult {
+        name: "demo".into(),
+        scenario,
+        path: "1.00 Gbit/s, 95 ms RTT".into(),
+        path_settings: Default::default(),
+        counted_interfaces: vec!["wan0".into()],
+        dataset: "large-file-1000000000".into(),
+        dataset_files: 1,
+        dataset_bytes: 1_000_000_000,
+        wire_time_s: Some(8.0),
+        tools: Vec::new(),
+        runs,
+        error: None,
+    };
+    Results {
+        started: "2026-01-01T00:00:00Z".into(),
+        finished: "2026-01-01T00:01:00Z".into(),
+        quick: false,
+        command: vec!["lightpath".into(), "bench".into()],
+        host: HostInfo::default(),
+        scenarios: vec![sc],
+    }
+}
+
+fn line<'a>(table: &'a str, label: &str) -> &'a str {
+    table.lines().find(|l| l.starts_with(&format!("| {label} |"))).unwrap_or_else(|| panic!("no row {label}:\n{table}"))
+}
+
+#[test]
+fn summary_table_has_medians_ratios_and_failures() {
+    let res = results();
+    let md = report::summary(&res);
+    // guc: TTCs 12, 10, 11 -> median 11, range 10-12; wire 8 s -> 1.38; best is lightpath (9 s).
+    let guc = line(&md, "guc -p 4");
+    assert!(guc.contains("| 3/3 | 11.00 (10.00–12.00) |"), "{guc}");
+    assert!(guc.contains("727 Mbit/s (667–800)"), "{guc}");
+    assert!(guc.contains("| 1.38 | 1.22 |"), "{guc}");
+    assert!(guc.contains("| 1.50 / 2.50 | 10 / 20 |"), "{guc}");
+    let lp = line(&md, "lightpath -p 4");
+    assert!(lp.contains("| 2/3 | 9.00 (9.00–9.00) |"), "a failed run is counted: {lp}");
+    assert!(lp.contains("| 1.12 | 1.00 |"), "{lp}");
+    let ip = line(&md, "iperf3 -P 4");
+    assert!(ip.contains("| ref |"), "{ip}");
+    let broken = line(&md, "broken");
+    assert!(broken.contains("| 0/3 | FAILED |"), "an all-failed tool keeps its row: {broken}");
+    assert!(md.contains("- broken failed: client exited with code 1"), "{md}");
+    assert!(md.contains("wire time 8.00 s (rate)"), "{md}");
+}
+
+#[test]
+fn csv_keeps_every_run() {
+    let csv = results().csv();
+    assert_eq!(csv.lines().count(), 1 + 12);
+    assert!(csv.lines().any(|l| l.contains("broken") && l.contains(",false,")));
+}
+
+#[test]
+fn plots_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = plot::plot_all(&results(), dir.path()).unwrap();
+    // One overlay plus one per tool with a successful run (not "broken").
+    assert_eq!(files.len(), 4, "{files:?}");
+    let overlay = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(overlay.starts_with("<svg"));
+    assert!(overlay.contains("guc -p 4 (median run)"));
+    assert!(overlay.contains("<polyline"), "a line is drawn");
+    assert!(overlay.contains("throughput (Gbit/s)"));
+    let per_tool = std::fs::read_to_string(dir.path().join("demo--guc__p_4.svg")).unwrap();
+    assert!(per_tool.contains("run 3"));
+}
+
+#[test]
+fn results_round_trip_through_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let res = results();
+    res.save(dir.path()).unwrap();
+    let back = Results::load(dir.path()).unwrap();
+    assert_eq!(back.scenarios[0].runs, res.scenarios[0].runs);
+    assert_eq!(report::summary(&back), report::summary(&res));
+}

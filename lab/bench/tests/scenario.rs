@@ -1,0 +1,129 @@
+//! Scenario files: parsing, strictness, validation, quick overrides.
+use std::path::{Path, PathBuf};
+
+use lightpath_bench::scenario::{load_all, DatasetKind, Mode, PathKind, Scenario, ToolKind};
+
+const GOOD: &str = r#"
+description = "one file over a lossy path"
+repetitions = 3
+mode = "third-party"
+timeout = "90s"
+
+[path]
+kind = "emulated"
+rate = "1Gbit"
+rtt = "95ms"
+loss_percent = 0.01
+mtu = 1500
+tcp_buffer_max = "64M"
+
+[dataset]
+kind = "large-file"
+size = "2G"
+
+[quick]
+repetitions = 1
+size = "16M"
+
+[[tool]]
+tool = "globus-url-copy"
+parallel = 4
+concurrency = 2
+pipeline = true
+fast = true
+
+[[tool]]
+tool = "lightpath"
+parallel = 8
+
+[[tool]]
+tool = "iperf3"
+parallel = 4
+"#;
+
+fn parse(text: &str) -> anyhow::Result<Scenario> {
+    Scenario::parse(text, Path::new("bench/scenarios/example.toml"))
+}
+
+fn err(text: &str) -> String {
+    format!("{:#}", parse(text).expect_err("must be rejected"))
+}
+
+#[test]
+fn parses_a_complete_scenario() {
+    let s = parse(GOOD).unwrap();
+    assert_eq!(s.name, "example", "the name defaults to the file stem");
+    assert_eq!(s.repetitions, 3);
+    assert_eq!(s.mode, Mode::ThirdParty);
+    assert_eq!(s.path.kind, PathKind::Emulated);
+    assert_eq!(s.path.rate.unwrap().0, 1_000_000_000);
+    assert_eq!(s.path.rtt.unwrap().0.as_millis(), 95);
+    assert_eq!(s.path.tcp_buffer_max.unwrap().0, 64 << 20);
+    assert_eq!(s.dataset.kind, DatasetKind::LargeFile);
+    assert_eq!(s.dataset.size.unwrap().0, 2 << 30);
+    assert_eq!(s.tools.len(), 3);
+    assert_eq!(s.tools[0].tool, ToolKind::GlobusUrlCopy);
+    assert_eq!(s.tools[0].label(), "guc -p 4 -cc 2 -pp -fast");
+    assert_eq!(s.tools[1].label(), "lightpath -p 8");
+    assert_eq!(s.tools[2].label(), "iperf3 -P 4");
+}
+
+#[test]
+fn unknown_keys_are_rejected_everywhere() {
+    let cases = [
+        ("repetitions = 3", "repetitons = 3"),
+        ("kind = \"emulated\"", "kind = \"emulated\"\nlatency = \"95ms\""),
+        ("kind = \"large-file\"", "kind = \"large-file\"\nfiles = 3"),
+        ("repetitions = 1\nsize", "repetitions = 1\nverbose = true\nsize"),
+        ("parallel = 8", "parallel = 8\nstreams = 8"),
+    ];
+    for (from, to) in cases {
+        let text = GOOD.replacen(from, to, 1);
+        assert_ne!(text, GOOD, "test case did not apply: {from}");
+        let e = err(&text);
+        assert!(e.contains("unknown field"), "{to}: {e}");
+        assert!(e.contains("example.toml"), "the error names the file: {e}");
+    }
+}
+
+#[test]
+fn bad_values_are_explained() {
+    let e = err(&GOOD.replace("rate = \"1Gbit\"\n", ""));
+    assert!(e.contains("needs `rate`"), "{e}");
+    let e = err(&GOOD.replace("kind = \"emulated\"", "kind = \"loopback\""));
+    assert!(e.contains("loopback path is not shaped"), "{e}");
+    let e = err(&GOOD.replace("parallel = 8", "parallel = 8\npipeline = true"));
+    assert!(e.contains("`pipeline` is a globus-url-copy setting"), "{e}");
+    let e = err(&GOOD.replace("loss_percent = 0.01", "loss_percent = 150"));
+    assert!(e.contains("loss_percent"), "{e}");
+    let e = err(&GOOD.replace("rtt = \"95ms\"", "rtt = \"95 parsecs\""));
+    assert!(e.contains("unknown duration unit"), "{e}");
+    let e = err(&GOOD.replace("mode = \"third-party\"", "mode = \"sideways\""));
+    assert!(e.contains("unknown variant"), "{e}");
+    let e = err(&GOOD.replace(
+        "tool = \"lightpath\"\nparallel = 8",
+        "tool = \"globus-url-copy\"\nparallel = 4\nconcurrency = 2\npipeline = true\nfast = true",
+    ));
+    assert!(e.contains("both labelled"), "{e}");
+    let e = err(&GOOD.replace("kind = \"large-file\"", "kind = \"linux-source\""));
+    assert!(e.contains("fixed size"), "{e}");
+}
+
+#[test]
+fn quick_overrides_apply() {
+    let mut s = parse(GOOD).unwrap();
+    s.apply_quick();
+    assert_eq!(s.repetitions, 1);
+    assert_eq!(s.dataset.size.unwrap().0, 16 << 20);
+    assert_eq!(s.timeout.0.as_secs(), 90, "unset quick keys keep their value");
+}
+
+#[test]
+fn the_repository_scenarios_are_valid() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/scenarios");
+    let all = load_all(&[dir]).unwrap();
+    assert!(all.len() >= 8, "found {} scenarios", all.len());
+    let quick: Vec<&Scenario> = all.iter().filter(|s| s.quick.is_some()).collect();
+    assert!(quick.iter().any(|s| s.path.kind == PathKind::Loopback));
+    assert!(quick.iter().any(|s| s.path.kind == PathKind::Emulated), "quick mode has one emulated case");
+}
