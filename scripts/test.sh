@@ -9,7 +9,13 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+log=$(mktemp)
+cargo test --workspace --locked 2>&1 | tee "$log"
 # The benchmark harness in --quick mode (loopback + one short emulated path),
 # so it cannot rot. Results go to a scratch directory, not bench/results.
 cargo run --locked --quiet --bin lightpath -- bench --quick --out target/bench-quick
+
+# One closing line with the totals of every test binary above.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
