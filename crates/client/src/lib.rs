@@ -56,19 +56,10 @@ pub enum ClientError {
         /// Other side.
         remote: String,
     },
-    /// Invalid source or destination.
-    #[error(transparent)]
-    Location(std::sync::Arc<location::LocationError>),
 }
 
 impl From<lightpath_engine::EngineError> for ClientError {
     fn from(e: lightpath_engine::EngineError) -> Self {
         ClientError::Local(format!("data channel: {e}"))
-    }
-}
-
-impl From<location::LocationError> for ClientError {
-    fn from(e: location::LocationError) -> Self {
-        ClientError::Location(std::sync::Arc::new(e))
     }
 }

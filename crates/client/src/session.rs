@@ -476,8 +476,8 @@ impl Session {
     }
 }
 
+/// Report `e` for every file of an `n`-file batch that has no result yet.
 fn fill_err(mut out: Vec<Result<u64, ClientError>>, n: usize, e: ClientError) -> Vec<Result<u64, ClientError>> {
-    let n = if n == usize::MAX { out.len() } else { n };
     while out.len() < n {
         out.push(Err(e.clone()));
     }
