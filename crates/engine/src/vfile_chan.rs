@@ -11,60 +11,38 @@ use crate::error::{EngineError, Result};
 use crate::io::Sink;
 use crate::modee::{OutBlock, Payload, RecvOpts};
 use crate::progress::Control;
-use crate::vfile::{Pack, UnpackStats, Unpacker};
+use crate::vfile::{Pack, PackItem, UnpackStats, Unpacker};
 use crate::DataChannel;
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::mpsc;
 use std::sync::Mutex;
 
 /// Wire offset of the first manifest byte (2^62: far above any data offset).
 pub const MANIFEST_BASE: u64 = 1 << 62;
 
 /// Send `pack` on the prepared MODE E connections of `dc`.
+///
+/// Each stream thread takes one item ([`Pack::next_item`]) and writes it
+/// before taking the next, so a manifest chunk is on the wire before any
+/// data it covers is taken, and never behind such data on its own stream.
 pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, ctl: &Control) -> Result<u64> {
-    // The feeder alone numbers the chunks, in manifest order: stream
-    // threads may pop them in any order without reordering the manifest.
-    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
-    let rx = Mutex::new(rx);
     let reader = pack.reader();
-    std::thread::scope(|s| {
-        let feeder = s.spawn(move || -> Result<()> {
-            let mut off = MANIFEST_BASE;
-            while let Some(chunk) = pack.next_manifest_chunk().map_err(EngineError::from)? {
-                let len = chunk.len() as u64;
-                if tx.send((off, chunk)).is_err() {
-                    break;
-                }
-                off += len;
+    let supplier = || -> io::Result<Option<OutBlock>> {
+        let item = pack.next_item(block).map_err(io::Error::from)?;
+        Ok(item.map(|item| match item {
+            PackItem::Manifest { at, bytes } => {
+                OutBlock { wire_offset: MANIFEST_BASE + at, len: bytes.len() as u64, payload: Payload::Bytes(bytes) }
             }
-            Ok(())
-        });
-        let manifest_block = |(off, chunk): (u64, Vec<u8>)| OutBlock {
-            wire_offset: off,
-            len: chunk.len() as u64,
-            payload: Payload::Bytes(chunk),
-        };
-        let supplier = || -> io::Result<Option<OutBlock>> {
-            if let Ok(chunk) = rx.lock().unwrap_or_else(|e| e.into_inner()).try_recv() {
-                return Ok(Some(manifest_block(chunk)));
+            PackItem::Data { offset, len } => {
+                OutBlock { wire_offset: offset, len, payload: Payload::Read(&reader, offset) }
             }
-            if let Some((off, len)) = pack.next_block(block).map_err(io::Error::from)? {
-                return Ok(Some(OutBlock { wire_offset: off, len, payload: Payload::Read(&reader, off) }));
-            }
-            // Data is done: drain what is left of the manifest, then end.
-            let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-            Ok(next.ok().map(manifest_block))
-        };
-        let r = dc.send_blocks_e(&supplier, ctl);
-        if r.is_err() {
-            pack.cancel();
-        }
-        let f = feeder.join().unwrap_or_else(|_| Err(EngineError::Protocol("manifest feeder panicked".into())));
-        let sent = r?;
-        f?;
-        Ok(sent)
-    })
+        }))
+    };
+    let r = dc.send_blocks_e(&supplier, ctl);
+    if r.is_err() {
+        pack.cancel();
+    }
+    r
 }
 
 /// Receives a virtual file: manifest bytes reassembled in order, data

@@ -3,7 +3,9 @@
 //! random points and interleaved with the blocks), unpack, compare. Then
 //! hostile manifests and interrupted transfers.
 
-use lightpath_engine::vfile::{self, Pack, PackOptions, UnpackOptions, Unpacker, VfileError};
+use lightpath_engine::vfile::{self, Pack, PackItem, PackOptions, UnpackOptions, Unpacker, VfileError};
+use lightpath_engine::vfile_chan::{VfileSink, MANIFEST_BASE};
+use lightpath_engine::Sink;
 use lightpath_engine::Source;
 use lightpath_proto::manifest::{self, Entry, Kind, ManifestError, Summary};
 use lightpath_sys::root::Root;
@@ -319,12 +321,130 @@ fn sending_starts_before_the_walk_ends() {
     // Nobody takes manifest chunks yet, so the walk stalls after its first one.
     let opts = PackOptions { max_queued: 1, chunk_bytes: 1, ..small_pack_opts() };
     let pack = vfile::pack(s.root("src"), vec![Vec::new()], opts).unwrap();
-    let first = pack.next_block(1 << 20).unwrap().expect("a first block");
-    assert_eq!(first.0, 0);
+    let first = pack.next_item(1 << 20).unwrap().expect("a first item");
+    assert!(matches!(first, PackItem::Manifest { at: 0, .. }), "the manifest comes first: {first:?}");
+    let second = pack.next_item(1 << 20).unwrap().expect("a second item");
+    assert!(matches!(second, PackItem::Data { offset: 0, .. }), "then the data it covers: {second:?}");
     assert_eq!(pack.total(), None, "walk still running");
     let sent = send_all(&pack, &mut Rng(8), 1 << 20);
     assert!(!sent.blocks.is_empty());
     pack.wait().unwrap();
+}
+
+/// Streams as a real channel has them: each sender thread writes the item
+/// it took before taking the next, into a bounded in-order queue (its
+/// socket); each receiver thread reads one queue in order, and they stall
+/// in turn, so data on some runs ahead of the manifest on others and is
+/// parked over the limit. A receiver waiting for entries must never hold
+/// back the manifest chunk that would free it (that deadlock once failed
+/// LPVF transfers over the emulated WAN after 30 s).
+#[test]
+fn streams_never_block_the_manifest_they_wait_for() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let mut rng = Rng(77);
+    make_tree(&s.p("src"), &mut rng);
+    for i in 0..400 {
+        let n = 1 + rng.below(9000) as usize;
+        fs::write(s.p(&format!("src/many/extra{i}")), rng.bytes(n)).unwrap();
+    }
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
+    let opts = UnpackOptions { park_limit: 32 << 10, park_wait: Duration::from_secs(60), ..Default::default() };
+    let sink = VfileSink::new(Unpacker::new(s.root("dst"), opts).unwrap());
+    let reader = pack.reader();
+    let streams = 4;
+    std::thread::scope(|sc| {
+        for i in 0..streams {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>)>(2);
+            let (pack, reader, sink) = (&pack, &reader, &sink);
+            sc.spawn(move || {
+                while let Some(item) = pack.next_item(5000).unwrap() {
+                    let msg = match item {
+                        PackItem::Manifest { at, bytes } => (MANIFEST_BASE + at, bytes),
+                        PackItem::Data { offset, len } => {
+                            let mut buf = vec![0; len as usize];
+                            reader.read_exact_at(&mut buf, offset).unwrap();
+                            (offset, buf)
+                        }
+                    };
+                    tx.send(msg).unwrap();
+                }
+            });
+            sc.spawn(move || {
+                for (n, (off, buf)) in rx.into_iter().enumerate() {
+                    if (n + i) % streams == 0 {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    sink.write_all_at(&buf, off).unwrap();
+                }
+            });
+        }
+    });
+    sink.finish().unwrap();
+    assert_same_tree(&s.p("src"), &s.p("dst"));
+}
+
+/// The receiver's half of that rule, scripted: stream 1 delivers data of
+/// entry B (unknown yet, parked over the limit: it waits); stream 2 then
+/// delivers data of entry A (known) and behind it the chunk with B. The
+/// data of A must not wait, or B never arrives.
+#[test]
+fn known_data_never_waits_for_room() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let (a, b) = (file(b"a", 4, 0), file(b"b", 100, 4));
+    let mut first = Vec::new();
+    manifest::encode_header(&mut first);
+    manifest::encode_entry_unchecked(&a, &mut first);
+    let mut second = Vec::new();
+    manifest::encode_entry_unchecked(&b, &mut second);
+    manifest::encode_end_unchecked(Summary { entries: 2, total: 104 }, &mut second);
+    let opts = UnpackOptions { park_limit: 10, park_wait: Duration::from_secs(20), ..Default::default() };
+    let u = Unpacker::new(s.root("dst"), opts).unwrap();
+    u.manifest_bytes(&first).unwrap();
+    std::thread::scope(|sc| {
+        let parked = sc.spawn(|| u.write_block(4, &[7; 100]));
+        std::thread::sleep(Duration::from_millis(50));
+        // Stream 2: A's data, then the chunk naming B.
+        u.write_block(0, b"aaaa").unwrap();
+        u.manifest_bytes(&second).unwrap();
+        parked.join().unwrap().unwrap();
+    });
+    u.finish().unwrap();
+    assert_eq!(fs::read(s.p("dst/b")).unwrap(), vec![7; 100]);
+}
+
+/// The sender's half: every data block handed out lies within entries of
+/// manifest chunks handed out before it.
+#[test]
+fn data_is_handed_out_only_after_its_entries() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let mut rng = Rng(5);
+    make_tree(&s.p("src"), &mut rng);
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
+    let mut dec = manifest::Decoder::new(manifest::Limits::default());
+    let (mut known_end, mut next_at, mut data) = (0, 0, 0);
+    while let Some(item) = pack.next_item(1 + rng.below(70_000)).unwrap() {
+        match item {
+            PackItem::Manifest { at, bytes } => {
+                assert_eq!(at, next_at, "chunks in order");
+                next_at += bytes.len() as u64;
+                dec.handle_bytes(&bytes);
+                while let Some(e) = dec.poll_entry().unwrap() {
+                    if let Kind::File { size, offset } = e.kind {
+                        known_end = offset + size;
+                    }
+                }
+            }
+            PackItem::Data { offset, len } => {
+                assert!(offset + len <= known_end, "block {offset}+{len} ahead of the entries (end {known_end})");
+                data += len;
+            }
+        }
+    }
+    assert!(dec.is_finished());
+    assert_eq!(Some(data), pack.total());
 }
 
 #[test]

@@ -25,7 +25,7 @@ mod reader;
 mod unpack;
 mod writer;
 
-pub use pack::{pack, Pack, PackOptions, PackStats};
+pub use pack::{pack, Pack, PackItem, PackOptions, PackStats};
 pub use reader::PackReader;
 pub use unpack::{UnpackOptions, UnpackStats, Unpacker};
 

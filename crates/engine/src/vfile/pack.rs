@@ -85,8 +85,14 @@ pub(crate) struct State {
     pub extents: Vec<Extent>,
     /// End of the published data.
     pub published: u64,
+    /// End of the data covered by the manifest chunks taken so far: only
+    /// data below it is handed out (see [`Pack::next_item`]).
+    released: u64,
+    /// Offset of the next manifest chunk in the manifest stream.
+    manifest_at: u64,
     cursor: u64,
-    chunks: VecDeque<Vec<u8>>,
+    /// Published chunks, each with the end of the data it covers.
+    chunks: VecDeque<(Vec<u8>, u64)>,
     queued: usize,
     done: bool,
     error: Option<VfileError>,
@@ -98,8 +104,8 @@ impl State {
     /// small file rather than through it.
     fn cut(&mut self, max: u64, small: u64) -> (u64, u64) {
         let start = self.cursor;
-        let mut end = start.saturating_add(max.max(1)).min(self.published);
-        if end < self.published {
+        let mut end = start.saturating_add(max.max(1)).min(self.released);
+        if end < self.released {
             let i = self.extents.partition_point(|e| e.end() <= end);
             if let Some(x) = self.extents.get(i).filter(|x| x.start > start && x.start < end && x.size <= small) {
                 end = x.start;
@@ -108,6 +114,36 @@ impl State {
         self.cursor = end;
         (start, end - start)
     }
+
+    /// Take the next manifest chunk: its offset in the manifest stream and
+    /// bytes; the data it covers is released.
+    fn pop_chunk(&mut self) -> Option<(u64, Vec<u8>)> {
+        let (c, end) = self.chunks.pop_front()?;
+        let at = self.manifest_at;
+        self.queued -= c.len();
+        self.manifest_at += c.len() as u64;
+        self.released = end;
+        Some((at, c))
+    }
+}
+
+/// One thing for a sender to put on its stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PackItem {
+    /// A manifest chunk at offset `at` of the manifest stream.
+    Manifest {
+        /// Offset in the manifest stream.
+        at: u64,
+        /// The chunk.
+        bytes: Vec<u8>,
+    },
+    /// A block of the virtual file.
+    Data {
+        /// Offset in the virtual file.
+        offset: u64,
+        /// Length.
+        len: u64,
+    },
 }
 
 pub(crate) struct Shared {
@@ -175,13 +211,50 @@ pub fn pack(root: Arc<Root>, items: Vec<Vec<u8>>, opts: PackOptions) -> Result<P
 }
 
 impl Pack {
+    /// The next thing to send, waiting for the walk; `None` when all of the
+    /// manifest and the data were handed out. Thread-safe.
+    ///
+    /// A manifest chunk always comes before the data it covers, and data is
+    /// handed out only once its chunk was taken. A sender that writes each
+    /// item before taking the next therefore never puts a chunk behind data
+    /// that needs it on the same stream, and receivers that wait for
+    /// missing entries cannot wait on each other (see `vfile_chan`).
+    pub fn next_item(&self, max: u64) -> Result<Option<PackItem>, VfileError> {
+        let mut st = self.sh.lock();
+        loop {
+            self.check(&st)?;
+            if let Some((at, bytes)) = st.pop_chunk() {
+                self.sh.cv.notify_all();
+                return Ok(Some(PackItem::Manifest { at, bytes }));
+            }
+            if st.cursor < st.released {
+                let (offset, len) = st.cut(max, self.sh.opts.small_file);
+                return Ok(Some(PackItem::Data { offset, len }));
+            }
+            if st.done {
+                return Ok(None);
+            }
+            self.sh.hungry.store(true, Ordering::Relaxed);
+            st = self.sh.wait(st);
+        }
+    }
+
+    fn check(&self, st: &State) -> Result<(), VfileError> {
+        if let Some(e) = &st.error {
+            return Err(e.clone());
+        }
+        if self.sh.cancelled.load(Ordering::Relaxed) {
+            return Err(VfileError::Aborted);
+        }
+        Ok(())
+    }
+
     /// The next manifest chunk, waiting for the walk; `None` after the
     /// last one (which ends with the end record). Send them in order.
     pub fn next_manifest_chunk(&self) -> Result<Option<Vec<u8>>, VfileError> {
         let mut st = self.sh.lock();
         loop {
-            if let Some(c) = st.chunks.pop_front() {
-                st.queued -= c.len();
+            if let Some((_, c)) = st.pop_chunk() {
                 self.sh.cv.notify_all();
                 return Ok(Some(c));
             }
@@ -196,21 +269,17 @@ impl Pack {
     }
 
     /// The next block `(offset, len)` of the virtual file, at most `max`
-    /// bytes; waits for the walk; `None` when everything was handed out.
-    /// Thread-safe: each byte is handed out exactly once.
+    /// bytes, among the data whose manifest chunks were taken (with
+    /// [`Pack::next_manifest_chunk`], by another thread); waits for them;
+    /// `None` when everything was handed out. Each byte is handed out once.
     pub fn next_block(&self, max: u64) -> Result<Option<(u64, u64)>, VfileError> {
         let mut st = self.sh.lock();
         loop {
-            if let Some(e) = &st.error {
-                return Err(e.clone());
-            }
-            if self.sh.cancelled.load(Ordering::Relaxed) {
-                return Err(VfileError::Aborted);
-            }
-            if st.cursor < st.published {
+            self.check(&st)?;
+            if st.cursor < st.released {
                 return Ok(Some(st.cut(max, self.sh.opts.small_file)));
             }
-            if st.done {
+            if st.done && st.chunks.is_empty() {
                 return Ok(None);
             }
             self.sh.hungry.store(true, Ordering::Relaxed);
@@ -426,12 +495,13 @@ impl<'a> Walker<'a> {
         if sh.cancelled.load(Ordering::Relaxed) {
             return Err(VfileError::Aborted);
         }
-        if !self.chunk.is_empty() {
-            st.queued += self.chunk.len();
-            st.chunks.push_back(std::mem::take(&mut self.chunk));
-        }
         st.extents.append(&mut self.pending);
         st.published = self.enc.next_offset();
+        if !self.chunk.is_empty() {
+            st.queued += self.chunk.len();
+            let covers = st.published;
+            st.chunks.push_back((std::mem::take(&mut self.chunk), covers));
+        }
         self.pending_data = 0;
         sh.hungry.store(false, Ordering::Relaxed);
         sh.cv.notify_all();

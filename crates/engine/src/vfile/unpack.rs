@@ -135,6 +135,11 @@ impl Unpacker {
     }
 
     /// Feed one data block at its virtual-file offset.
+    ///
+    /// A block whose entries are all known never waits. A block that had
+    /// to be parked waits while more than the park limit is parked: the
+    /// entries that free it must then come on another stream (the sender
+    /// puts a manifest chunk on the wire before any data it covers).
     pub fn write_block(&self, offset: u64, data: &[u8]) -> Result<(), VfileError> {
         if data.is_empty() {
             return Ok(());
@@ -142,10 +147,13 @@ impl Unpacker {
         let pieces = {
             let mut st = self.lock();
             Self::check(&st)?;
+            let before = st.parked_bytes;
             let r = self.take_block(&mut st, offset, data);
             let pieces = self.poison(&mut st, r)?;
-            let st = self.wait_room(st)?;
-            Self::check(&st)?;
+            if st.parked_bytes > before {
+                let st = self.wait_room(st)?;
+                Self::check(&st)?;
+            }
             pieces
         };
         self.submit(pieces)
