@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod placement;
+
 /// What a sender must send: absolute file ranges (half-open, in order) and
 /// the base subtracted from file offsets on the wire (ERET sends its part
 /// as a new virtual file starting at 0).

@@ -6,4 +6,5 @@ pub mod file;
 pub mod net;
 pub mod privs;
 pub mod root;
+pub mod topo;
 pub mod tun;
