@@ -99,7 +99,11 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         );
     }
     let bytes: u64 = results.iter().filter_map(|r| r.result.as_ref().ok()).sum();
-    summary(results.len() - failed.len(), failed.len(), bytes, started.elapsed());
+    let ok: Vec<_> = results.iter().filter(|r| r.result.is_ok()).collect();
+    let files = ok.iter().map(|r| r.files).sum::<u64>() as usize;
+    let trees = ok.iter().filter(|r| r.files == 0).count();
+    let what = if trees > 0 { format!("{files} file(s) and {trees} third-party tree(s)") } else { format!("{files} file(s)") };
+    summary(&what, failed.len(), bytes, started.elapsed());
     Ok(failed.is_empty())
 }
 
@@ -124,10 +128,10 @@ fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBoo
 }
 
 /// Print the throughput summary.
-pub fn summary(ok: usize, failed: usize, bytes: u64, t: Duration) {
+pub fn summary(ok: &str, failed: usize, bytes: u64, t: Duration) {
     let secs = t.as_secs_f64().max(1e-9);
     eprintln!(
-        "lightpath: {ok} file(s) copied, {failed} failed, {bytes} bytes in {secs:.2} s = {:.1} MB/s ({:.2} Gbit/s)",
+        "lightpath: {ok} copied, {failed} failed, {bytes} bytes in {secs:.2} s = {:.1} MB/s ({:.2} Gbit/s)",
         bytes as f64 / secs / 1e6,
         bytes as f64 * 8.0 / secs / 1e9
     );

@@ -88,7 +88,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     pb.finish_and_clear();
     let bad: Vec<_> = results.iter().filter_map(|r| r.result.as_ref().err()).collect();
     anyhow::ensure!(bad.is_empty(), "demo transfer failed: {:?}", bad);
-    summary(results.len(), 0, a.size, t.elapsed());
+    summary(&format!("{} file(s)", results.len()), 0, a.size, t.elapsed());
     eprintln!("lightpath demo: MD5 verified by the server's CKSM against the received file");
     Ok(())
 }

@@ -182,10 +182,19 @@ fn server_drops_root_with_run_as() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     let (p, port) = lp_server(&root, &["--anonymous", "--run-as", "gftp"]);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    let uids: Vec<&str> = uid_line.split_whitespace().skip(1).collect();
-    assert!(uids.iter().all(|u| *u != "0"), "still root: {uid_line}");
+    // The port accepts (kernel backlog) as soon as it listens, a moment
+    // before the server drops root: give it up to 10 s.
+    let uid_line = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
+        status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string()
+    };
+    let dropped = |l: &str| l.split_whitespace().skip(1).all(|u| u != "0");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !dropped(&uid_line()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let line = uid_line();
+    assert!(dropped(&line), "still root: {line}");
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("MKD made-by-gftp").0, 257);
 }

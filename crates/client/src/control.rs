@@ -19,34 +19,32 @@ pub struct ControlConn {
     parser: ReplyParser,
     /// Commands sent with [`ControlConn::queue`] whose replies are unread.
     pending: std::collections::VecDeque<String>,
-    /// Round-trip time measured on FEAT at login.
+    /// Round-trip time: the TCP handshake of the control connection.
     pub rtt: Duration,
     /// Server name for messages.
     pub name: String,
 }
 
 impl ControlConn {
-    /// Connect and read the 220 greeting.
+    /// Connect (the 220 greeting is read by [`ControlConn::login`], so that
+    /// the login can travel before it arrives).
     pub async fn connect(host: &str, port: u16) -> Result<ControlConn, ClientError> {
         let name = format!("{host}:{port}");
+        let started = std::time::Instant::now();
         let fut = TcpStream::connect((host, port));
         let stream = tokio::time::timeout(Duration::from_secs(30), fut)
             .await
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
             .map_err(|e| ClientError::Connect(name.clone(), e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let mut c = ControlConn {
+        let c = ControlConn {
             stream,
             lines: LineBuffer::new(),
             parser: ReplyParser::new(),
             pending: Default::default(),
-            rtt: Duration::ZERO,
+            rtt: started.elapsed(),
             name,
         };
-        let hello = c.reply().await?;
-        if hello.code != 220 {
-            return Err(c.unexpected("greeting", &hello));
-        }
         Ok(c)
     }
 
@@ -147,10 +145,26 @@ impl ControlConn {
         Ok(r)
     }
 
-    /// USER/PASS, FEAT, TYPE I, SITE CLIENTINFO in two round trips.
-    pub async fn login(&mut self, user: &str, pass: &str) -> Result<Features, ClientError> {
+    /// USER/PASS, FEAT, TYPE I, SITE CLIENTINFO and `extra` commands, all
+    /// sent at once without waiting for the greeting: the whole login takes
+    /// the round trip the greeting needs anyway. Returns the features and
+    /// the final replies to `extra`, in order.
+    ///
+    /// RFC 959 lets a client send before the greeting arrives (the server
+    /// reads commands after it); the Globus server and ours both do.
+    pub async fn login(&mut self, user: &str, pass: &str, extra: &[String]) -> Result<(Features, Vec<Reply>), ClientError> {
         self.send(format!("USER {user}").as_bytes()).await?;
         self.send(format!("PASS {pass}").as_bytes()).await?;
+        self.send(b"FEAT").await?;
+        self.send(b"TYPE I").await?;
+        self.send(b"SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await?;
+        for cmd in extra {
+            self.send(cmd.as_bytes()).await?;
+        }
+        let hello = self.reply().await?;
+        if hello.code != 220 {
+            return Err(self.unexpected("greeting", &hello));
+        }
         let r = self.final_reply().await?;
         let p = self.final_reply().await?;
         let logged_in = (r.code == 331 && p.is_ok()) || (r.is_ok() && p.code == 503);
@@ -158,15 +172,17 @@ impl ControlConn {
             let why = if r.code == 331 { p.full_text() } else { r.full_text() };
             return Err(ClientError::Login(self.name.clone(), why));
         }
-        let sent = std::time::Instant::now();
-        self.send(b"FEAT").await?;
-        self.queue("TYPE I").await?;
-        self.send(b"SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await?;
         let feat = self.final_reply().await?;
-        self.rtt = sent.elapsed();
-        self.flush().await?;
+        let ty = self.final_reply().await?;
+        if ty.is_error() {
+            return Err(self.unexpected("TYPE I", &ty));
+        }
         let _ = self.final_reply().await?; // CLIENTINFO: optional, errors ignored
-        Ok(Features::from_reply(&feat))
+        let mut replies = Vec::with_capacity(extra.len());
+        for _ in extra {
+            replies.push(self.final_reply().await?);
+        }
+        Ok((Features::from_reply(&feat), replies))
     }
 
     /// The error for a reply we did not expect.

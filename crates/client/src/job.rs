@@ -43,6 +43,10 @@ pub struct FileResult {
     pub dst: String,
     /// Bytes, or why it failed.
     pub result: Result<u64, ClientError>,
+    /// Regular files this result stands for: 1 for a file, the count for a
+    /// tree moved as one virtual file, 0 when unknown (a third-party tree:
+    /// only the servers saw its files).
+    pub files: u64,
 }
 
 /// Progress counters the caller may watch while the copy runs.
@@ -76,8 +80,14 @@ pub async fn copy(
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {
         return Err(ClientError::Usage("sources must be all local or all remote".into()));
     }
+    // The sources on the planning server are asked about in the login's round trip.
+    let same_server = |r: &Remote| remote_src.as_ref().is_some_and(|f| (&f.host, f.port, &f.user) == (&r.host, r.port, &r.user));
+    let paths: Vec<Vec<u8>> = srcs
+        .iter()
+        .filter_map(|s| if let Location::Remote(r) = s { same_server(r).then(|| r.path.clone()) } else { None })
+        .collect();
     let mut lister = match &remote_src {
-        Some(r) => Some(Session::open(r, sopts.clone()).await?),
+        Some(r) => Some(Session::open_and_stat(r, sopts.clone(), &paths).await?),
         None => None,
     };
     if opts.recursive && srcs.len() == 1 && opts.part.is_none() {
@@ -127,23 +137,25 @@ async fn try_tree(
         }
         return Ok(None);
     }
+    let files = Arc::new(AtomicU64::new(0));
     let r = match (src, &target, lister.as_mut(), dst_s.as_mut()) {
         (Location::Remote(sr), Location::Local(p), Some(s), None) => {
-            crate::vfile::get_tree(s, &sr.path, p.clone()).await
+            crate::vfile::get_tree(s, &sr.path, p.clone(), files.clone()).await
         }
         (Location::Local(p), Location::Remote(dr), None, Some(d)) => {
-            crate::vfile::put_tree(d, p.clone(), &dr.path).await
+            crate::vfile::put_tree(d, p.clone(), &dr.path, files.clone()).await
         }
         (Location::Remote(sr), Location::Remote(dr), Some(s), Some(d)) => {
             crate::vfile::tpt_tree(s, d, &sr.path, &dr.path).await
         }
         _ => return Ok(None),
     };
-    progress.files.store(1, std::sync::atomic::Ordering::Relaxed);
+    let files = files.load(std::sync::atomic::Ordering::Relaxed);
+    progress.files.store(files, std::sync::atomic::Ordering::Relaxed);
     for s in [lister.take(), dst_s].into_iter().flatten() {
         s.quit().await;
     }
-    Ok(Some(vec![FileResult { src: describe(src), dst: describe(&target), result: r }]))
+    Ok(Some(vec![FileResult { src: describe(src), dst: describe(&target), result: r, files }]))
 }
 
 /// Create the destination directories; returns the session used for a remote destination.
@@ -202,7 +214,7 @@ fn take_batch(q: &Queue, n: usize) -> Vec<Item> {
 }
 
 fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
-    FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r }
+    FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r, files: 1 }
 }
 
 async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pair>) -> Vec<FileResult> {

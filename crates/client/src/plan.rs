@@ -105,20 +105,11 @@ pub fn describe(l: &Location) -> String {
     }
 }
 
-/// Whether a remote source is a directory, and its size: MLST and SIZE
-/// sent together (one round trip).
+/// Whether a remote source is a directory, and its size (see [`Session::stat`]).
 pub(crate) async fn remote_stat(r: &Remote, lister: Option<&mut Session>) -> Result<(bool, u64), ClientError> {
     let Some(s) = lister else { return Ok((r.path.ends_with(b"/"), 0)) };
-    s.ctl.flush().await?;
-    let p = String::from_utf8_lossy(&r.path).into_owned();
-    s.ctl.send(format!("MLST {p}").as_bytes()).await?;
-    s.ctl.send(format!("SIZE {p}").as_bytes()).await?;
-    let mlst = s.ctl.final_reply().await?;
-    let size = s.ctl.final_reply().await?;
-    let is_dir = r.path.ends_with(b"/")
-        || (mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir")));
-    let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
-    Ok((is_dir, size))
+    let (is_dir, size) = s.stat(&r.path).await?;
+    Ok((is_dir || r.path.ends_with(b"/"), size))
 }
 
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {

@@ -59,6 +59,8 @@ pub struct Session {
     dc: Option<DataChannel>,
     mode_e: Option<bool>,
     parallelism: u32,
+    /// MLST/SIZE answers fetched with the login: path -> (is a directory, size).
+    stats: std::collections::HashMap<Vec<u8>, (bool, u64)>,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -66,8 +68,16 @@ pub struct Session {
 impl Session {
     /// Connect and log in.
     pub async fn open(remote: &Remote, opts: SessionOpts) -> Result<Session, ClientError> {
+        Self::open_and_stat(remote, opts, &[]).await
+    }
+
+    /// Connect and log in, asking MLST and SIZE of `paths` in the same
+    /// round trip (see [`Session::stat`]).
+    pub async fn open_and_stat(remote: &Remote, opts: SessionOpts, paths: &[Vec<u8>]) -> Result<Session, ClientError> {
         let mut ctl = ControlConn::connect(&remote.host, remote.port).await?;
-        let feat = ctl.login(&remote.user, &remote.pass).await?;
+        let extra: Vec<String> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
+        let (feat, replies) = ctl.login(&remote.user, &remote.pass, &extra).await?;
+        let stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         Ok(Session {
             ctl,
             feat,
@@ -75,8 +85,26 @@ impl Session {
             dc: Some(DataChannel::new()),
             mode_e: None,
             parallelism: 0,
+            stats,
             opts,
         })
+    }
+
+    /// Whether `path` is a directory, and its size (0 when unknown): from
+    /// the login's answers, else MLST and SIZE sent together (one round trip).
+    pub async fn stat(&mut self, path: &[u8]) -> Result<(bool, u64), ClientError> {
+        if let Some(&st) = self.stats.get(path) {
+            return Ok(st);
+        }
+        self.ctl.flush().await?;
+        for cmd in stat_cmds(path) {
+            self.ctl.send(cmd.as_bytes()).await?;
+        }
+        let mlst = self.ctl.final_reply().await?;
+        let size = self.ctl.final_reply().await?;
+        let st = stat_of(&mlst, &size);
+        self.stats.insert(path.to_vec(), st);
+        Ok(st)
     }
 
     /// Streams for this session's transfers: as asked, or enough for
@@ -88,7 +116,8 @@ impl Session {
         let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
         let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
         let rtt_us = self.ctl.rtt.as_micros() as u64;
-        let n = lightpath_plan::auto_streams(rtt_us, window, self.opts.target_bps, 4, 16);
+        let min = lightpath_plan::min_streams_for_rtt(rtt_us);
+        let n = lightpath_plan::auto_streams(rtt_us, window, self.opts.target_bps, min, 16);
         tracing::info!(server = %self.ctl.name, rtt_us, window, n, "automatic stream count");
         n
     }
@@ -522,4 +551,16 @@ pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
         out.push(Entry { name: name.to_vec(), is_dir, size });
     }
     out
+}
+
+fn stat_cmds(path: &[u8]) -> [String; 2] {
+    let p = String::from_utf8_lossy(path);
+    [format!("MLST {p}"), format!("SIZE {p}")]
+}
+
+/// (is a directory, size) from the replies to MLST and SIZE.
+fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> (bool, u64) {
+    let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
+    let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
+    (is_dir, size)
 }

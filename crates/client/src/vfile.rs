@@ -12,6 +12,7 @@ use lightpath_engine::vfile_chan::{recv_opts, send_pack, VfileSink};
 use lightpath_engine::{Control, DataChannel};
 use lightpath_sys::root::Root;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn verb(v: &str, p: &[u8]) -> Vec<u8> {
@@ -35,7 +36,8 @@ fn local_root(dir: &Path) -> Result<Root, ClientError> {
 }
 
 /// Download the tree at `rpath` into `dir`.
-pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf) -> Result<u64, ClientError> {
+/// `files` receives the number of regular files rebuilt.
+pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<AtomicU64>) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
     let n = s.streams();
     s.set_parallelism(n).await?;
@@ -56,7 +58,8 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf) -> Result<u64
                     .map_err(|e| ClientError::Local(e.to_string()))?,
             );
             let got = dc.recv_e(&sink, &recv_opts(dc.idle), &c2)?;
-            sink.finish()?;
+            let stats = sink.finish()?;
+            files.store(stats.files, Ordering::Relaxed);
             Ok(got.covered())
         });
         (dc, r)
@@ -65,7 +68,8 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf) -> Result<u64
 }
 
 /// Upload the tree in `dir` to `rpath`.
-pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8]) -> Result<u64, ClientError> {
+/// `files` receives the number of regular files sent.
+pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<AtomicU64>) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
     let addr = s.pasv().await?;
     s.ctl.send(&verb("VSTO", rpath)).await?;
@@ -77,7 +81,10 @@ pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8]) -> Result<u64
     let c2 = ctl.clone();
     let job = tokio::task::spawn_blocking(move || {
         let r = send_tree(&mut dc, &dir, streams, block, &c2, go_rx);
-        (dc, r)
+        (dc, r.map(|(bytes, n)| {
+            files.store(n, Ordering::Relaxed);
+            bytes
+        }))
     });
     let first = match s.settle().await {
         Ok(()) => s.ctl.reply().await,
@@ -101,7 +108,7 @@ fn send_tree(
     block: u64,
     ctl: &Control,
     go: std::sync::mpsc::Receiver<bool>,
-) -> Result<u64, ClientError> {
+) -> Result<(u64, u64), ClientError> {
     let root = Root::open(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
     let pk = pack(Arc::new(root), vec![Vec::new()], PackOptions::default())
         .map_err(|e| ClientError::Local(e.to_string()))?;
@@ -111,8 +118,8 @@ fn send_tree(
         return Err(ClientError::Local("server refused the tree".into()));
     }
     let sent = send_pack(dc, &pk, block, ctl);
-    pk.wait().map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
-    Ok(sent?)
+    let stats = pk.wait().map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
+    Ok((sent?, stats.files))
 }
 
 /// Third party: `d` rebuilds the tree that `s` sends, server to server.

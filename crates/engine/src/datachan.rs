@@ -46,10 +46,19 @@ impl Default for DataChannel {
             endpoint: None,
             cached: Vec::new(),
             cached_dir: None,
-            opts: SockOpts::default(),
+            opts: SockOpts { notsent_lowat: notsent_lowat_default(), ..SockOpts::default() },
             idle: Duration::from_secs(120),
         }
     }
+}
+
+/// Unsent bytes a data socket may hold (`LIGHTPATH_NOTSENT_LOWAT`, bytes;
+/// 0 turns the bound off). See [`SockOpts::notsent_lowat`].
+pub const NOTSENT_LOWAT: u32 = 1 << 20;
+
+fn notsent_lowat_default() -> Option<u32> {
+    let n = std::env::var("LIGHTPATH_NOTSENT_LOWAT").ok().and_then(|v| v.parse().ok()).unwrap_or(NOTSENT_LOWAT);
+    (n > 0).then_some(n)
 }
 
 impl DataChannel {

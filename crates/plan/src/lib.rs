@@ -77,6 +77,20 @@ pub fn auto_streams(rtt_us: u64, window: u64, target_bps: u64, min: u32, max: u3
     need.clamp(u128::from(min.max(1)), u128::from(max.max(min.max(1)))) as u32
 }
 
+/// The fewest streams worth opening on a path with this RTT. Every stream
+/// starts at the kernel's initial window (10 segments), so n streams leave
+/// slow start log2(n) round trips sooner; on a long path that is most of a
+/// short transfer. Measured on the emulated 1 Gbit/s, 95 ms path (5000
+/// files, 480 MB as one virtual file): 4 streams 5.0-5.7 s, 8 streams
+/// 5.3 s, 16 streams 4.8 s.
+pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
+    match rtt_us {
+        50_000.. => 16,
+        20_000.. => 8,
+        _ => 4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +143,18 @@ mod tests {
         let plan = SendPlan { ranges: vec![(0, 3)], wire_base: 0, block: 0 };
         let mut c = BlockCursor::new();
         assert_eq!(c.next_block(&plan), Some(Block { offset: 0, len: 1 }));
+    }
+
+    #[test]
+    fn longer_paths_open_more_streams() {
+        assert_eq!(min_streams_for_rtt(100), 4);
+        assert_eq!(min_streams_for_rtt(25_000), 8);
+        assert_eq!(min_streams_for_rtt(95_000), 16);
+        let mut last = 0;
+        for rtt in (0..300_000).step_by(1000) {
+            let n = min_streams_for_rtt(rtt);
+            assert!(n >= last, "never fewer streams for a longer path");
+            last = n;
+        }
     }
 }

@@ -24,6 +24,19 @@ pub fn sendfile_all(sock: &TcpStream, file: &File, offset: u64, len: u64) -> io:
     Ok(())
 }
 
+/// One `sendfile(2)` call on a non-blocking socket: returns the bytes sent
+/// (0 when the file ended), or `WouldBlock` when the socket buffer is full.
+pub fn sendfile_some(sock: &impl AsFd, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+    let mut off = offset;
+    loop {
+        match rustix::fs::sendfile(sock.as_fd(), file.as_fd(), Some(&mut off), len) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Wait until `fd` is readable (or has a pending connection). `Ok(false)` on timeout.
 pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
     let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
@@ -54,6 +67,28 @@ impl Waker {
         let _ = rustix::io::write(&self.tx, &[1]);
     }
 
+    /// Forget past wakes, so the next wait blocks until a new one.
+    pub fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!(rustix::io::read(&self.rx, &mut buf), Ok(n) if n > 0) {}
+    }
+
+    /// Wait until [`Waker::wake`] was called or `timeout` passed, then
+    /// [`Waker::drain`].
+    pub fn park(&self, timeout: Duration) -> io::Result<()> {
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.rx, PollFlags::IN)];
+        let ts =
+            rustix::event::Timespec { tv_sec: timeout.as_secs() as i64, tv_nsec: i64::from(timeout.subsec_nanos()) };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {
+                self.drain();
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Wait until `fd` is readable or [`Waker::wake`] was called. Returns
     /// `Ok(true)` if `fd` is readable.
     pub fn wait(&self, fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
@@ -77,6 +112,11 @@ pub struct SockOpts {
     pub buffer: Option<usize>,
     /// TCP congestion control to ask for (e.g. "bbr"); failures are ignored.
     pub congestion: Option<String>,
+    /// TCP_NOTSENT_LOWAT: most bytes a socket holds that it has not sent
+    /// yet. Parallel streams take blocks from one queue; without a bound a
+    /// stream buffers seconds of data that it alone must then drain at the
+    /// end of a transfer, while the others idle.
+    pub notsent_lowat: Option<u32>,
 }
 
 /// Apply [`SockOpts`]; returns what could not be applied, for verbose output.
@@ -93,5 +133,32 @@ pub fn tune(sock: &TcpStream, opts: &SockOpts) -> Vec<String> {
             notes.push(format!("congestion control {cc}: {e}"));
         }
     }
+    if let Some(n) = opts.notsent_lowat {
+        if let Err(e) = set_notsent_lowat(sock, n) {
+            notes.push(format!("TCP_NOTSENT_LOWAT {n}: {e}"));
+        }
+    }
     notes
+}
+
+/// `setsockopt(TCP_NOTSENT_LOWAT)` (neither socket2 nor rustix wraps it).
+fn set_notsent_lowat(sock: &TcpStream, bytes: u32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = bytes as libc::c_int;
+    // SAFETY: a valid socket fd for the lifetime of `sock`; the option value
+    // is a c_int read by the kernel during the call only.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
