@@ -6,9 +6,11 @@
 
 pub mod checksum;
 pub mod datachan;
+pub mod dio;
 pub mod error;
 pub mod io;
 pub mod modee;
+pub mod pool;
 pub mod progress;
 pub mod stream;
 pub mod vfile;
