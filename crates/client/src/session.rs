@@ -307,7 +307,7 @@ impl Session {
         self.dc = Some(dc);
         let fin = fin?;
         if !fin.is_ok() {
-            return Err(self.ctl.unexpected("RETR", &fin));
+            return Err(with_local_cause(self.ctl.unexpected("RETR", &fin), &data));
         }
         let (w, got) = data?;
         w.finish(op.part.is_none().then_some(got.covered()))?;
@@ -363,7 +363,7 @@ impl Session {
         self.dc = Some(dc);
         let fin = fin?;
         if !fin.is_ok() {
-            return Err(self.ctl.unexpected(what, &fin));
+            return Err(with_local_cause(self.ctl.unexpected(what, &fin), &data));
         }
         data
     }
@@ -563,4 +563,16 @@ fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> (boo
     let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
     let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
     (is_dir, size)
+}
+
+/// A server's refusal, with our own failure beside it when that came first
+/// (a full local disk shows on the server as a broken data connection).
+fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientError>) -> ClientError {
+    if let (ClientError::Refused { reply, .. }, Err(local)) = (&mut e, data) {
+        let l = local.to_string();
+        if !l.ends_with("transfer aborted") {
+            reply.push_str(&format!(" (here: {l})"));
+        }
+    }
+    e
 }

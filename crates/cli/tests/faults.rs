@@ -1,0 +1,175 @@
+//! The fault matrix of issue 4: a full disk, a file that shrinks while it
+//! is read, a data stream that dies. Each transfer must fail with a clear
+//! error naming the file, and never leave a short file under its final
+//! name. Runs as root (CI does): the full disks are small tmpfs mounts.
+
+mod common;
+use common::*;
+use lightpath_proto::BlockHeader;
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A tmpfs of `mib` MiB mounted on a fresh directory, unmounted on drop.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn new(at: &Path, mib: u32) -> SmallDisk {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0777"), "tmpfs"])
+            .arg(at)
+            .status()
+            .map(|s| s.success());
+        assert!(matches!(ok, Ok(true)), "mount tmpfs on {} (tests run as root)", at.display());
+        SmallDisk(at.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn cp(args: &[&str]) -> (i32, String) {
+    let out = Command::new(LP).arg("cp").arg("-q").args(args).stdout(Stdio::null()).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Names in `dir` (temporary files included).
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn full_disk_on_the_server_fails_the_upload_cleanly() {
+    let d = scratch();
+    let disk = SmallDisk::new(&d.path().join("root"), 8);
+    write_random(&d.path().join("big"), 24 << 20, 1);
+    let (_s, port) = lp_server(&disk.0, &["--anonymous"]);
+    let src = d.path().join("big").display().to_string();
+    for p in ["1", "4"] {
+        let (code, err) = cp(&["-p", p, &src, &format!("ftp://127.0.0.1:{port}/big")]);
+        assert_ne!(code, 0, "an upload larger than the disk cannot succeed");
+        assert!(err.contains("big"), "the error names the file: {err}");
+        assert!(err.to_lowercase().contains("space"), "the error says why: {err}");
+        assert!(!names(&disk.0).iter().any(|n| n == "big"), "no file under the final name: {:?}", names(&disk.0));
+    }
+    assert!(names(&disk.0).is_empty(), "temporary files removed too: {:?}", names(&disk.0));
+}
+
+#[test]
+fn full_disk_on_the_client_fails_the_download_cleanly() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    write_random(&root.join("big"), 24 << 20, 2);
+    let disk = SmallDisk::new(&d.path().join("local"), 8);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    for p in ["1", "4"] {
+        let (code, err) = cp(&["-p", p, &format!("ftp://127.0.0.1:{port}/big"), &format!("{}/", disk.0.display())]);
+        assert_ne!(code, 0, "a download larger than the disk cannot succeed");
+        assert!(err.contains("big"), "the error names the file: {err}");
+        assert!(err.to_lowercase().contains("space"), "the error says why: {err}");
+    }
+    assert!(names(&disk.0).is_empty(), "nothing left behind: {:?}", names(&disk.0));
+}
+
+/// Truncate `src` to `to` bytes once some file in `watch` holds `at` bytes.
+fn shrink_when(src: PathBuf, watch: PathBuf, at: u64, to: u64) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(60) {
+            let grown = std::fs::read_dir(&watch)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.metadata().map(|m| m.len() >= at).unwrap_or(false));
+            if grown {
+                std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(to).unwrap();
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    })
+}
+
+/// A sparse file: large, fast to read, costs no disk.
+fn sparse(p: &Path, len: u64) {
+    std::fs::File::create(p).unwrap().set_len(len).unwrap();
+}
+
+#[test]
+fn source_shrinking_during_a_download_fails_it() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let local = open_dir(&d.path().join("local"));
+    sparse(&root.join("shrinks"), 8 << 30);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let watcher = shrink_when(root.join("shrinks"), local.clone(), 64 << 20, 32 << 20);
+    let (code, err) = cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/shrinks"), &format!("{}/", local.display())]);
+    assert!(watcher.join().unwrap(), "the transfer never got going");
+    assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
+    assert!(err.contains("shrinks"), "the error names the file: {err}");
+    assert!(names(&local).is_empty(), "no file under the final name or left over: {:?}", names(&local));
+}
+
+#[test]
+fn source_shrinking_during_an_upload_fails_it() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let local = open_dir(&d.path().join("local"));
+    sparse(&local.join("shrinks"), 8 << 30);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let watcher = shrink_when(local.join("shrinks"), root.clone(), 64 << 20, 32 << 20);
+    let src = local.join("shrinks").display().to_string();
+    let (code, err) = cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/shrinks")]);
+    assert!(watcher.join().unwrap(), "the transfer never got going");
+    assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
+    assert!(err.contains("shrinks"), "the error names the file: {err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(names(&root).is_empty(), "no file under the final name or left over: {:?}", names(&root));
+}
+
+#[test]
+fn a_data_stream_dying_fails_the_download_and_the_session_survives() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    sparse(&root.join("big"), 8 << 30);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    assert_eq!(c.cmd("OPTS RETR Parallelism=4,4,4;").0, 200);
+    // In MODE E the sender connects: we listen (PORT).
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = l.local_addr().unwrap().port();
+    assert_eq!(c.cmd(&format!("PORT 127,0,0,1,{},{}", p >> 8, p & 255)).0, 200);
+    c.send(b"RETR big");
+    let mut conns: Vec<TcpStream> = (0..4).map(|_| l.accept().unwrap().0).collect();
+    assert_eq!(c.reply().0, 150);
+    // Read a little on every stream, then one of them dies.
+    let mut buf = vec![0u8; 1 << 20];
+    for s in &mut conns {
+        s.read_exact(&mut buf[..BlockHeader::data(0, 0).encode().len()]).unwrap();
+    }
+    let dead = conns.remove(1);
+    dead.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(dead);
+    let drain: Vec<_> = conns
+        .into_iter()
+        .map(|mut s| std::thread::spawn(move || while matches!(s.read(&mut [0u8; 65536]), Ok(n) if n > 0) {}))
+        .collect();
+    let (code, text) = c.final_reply();
+    assert!(code == 426 || code == 451, "the transfer fails: {code} {text}");
+    assert!(text.contains("data connection"), "the reply says what broke: {text}");
+    assert_eq!(c.cmd("NOOP").0, 200, "session survives");
+    drop(c);
+    drain.into_iter().for_each(|t| t.join().unwrap());
+}
