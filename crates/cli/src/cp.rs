@@ -102,7 +102,8 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
     let ok: Vec<_> = results.iter().filter(|r| r.result.is_ok()).collect();
     let files = ok.iter().map(|r| r.files).sum::<u64>() as usize;
     let trees = ok.iter().filter(|r| r.files == 0).count();
-    let what = if trees > 0 { format!("{files} file(s) and {trees} third-party tree(s)") } else { format!("{files} file(s)") };
+    let what =
+        if trees > 0 { format!("{files} file(s) and {trees} third-party tree(s)") } else { format!("{files} file(s)") };
     summary(&what, failed.len(), bytes, started.elapsed());
     Ok(failed.is_empty())
 }
