@@ -46,11 +46,21 @@ impl Default for DataChannel {
             endpoint: None,
             cached: Vec::new(),
             cached_dir: None,
-            opts: SockOpts { notsent_lowat: notsent_lowat_default(), ..SockOpts::default() },
+            opts: SockOpts {
+                notsent_lowat: notsent_lowat_default(),
+                congestion: Some(DEFAULT_CONGESTION.into()),
+                ..SockOpts::default()
+            },
             idle: Duration::from_secs(120),
         }
     }
 }
+
+/// Congestion control asked for on data connections: BBR paces its sends
+/// and does not halve its rate on every random loss, which is what long
+/// fat paths need. Where the kernel refuses it, the system default stays
+/// (see [`lightpath_sys::net::tune`]'s notes).
+pub const DEFAULT_CONGESTION: &str = "bbr";
 
 /// Unsent bytes a data socket may hold (`LIGHTPATH_NOTSENT_LOWAT`, bytes;
 /// 0 turns the bound off). See [`SockOpts::notsent_lowat`].

@@ -50,7 +50,8 @@ pub struct ServerConfig {
     pub memory_paths: bool,
     /// Address to announce in PASV replies (behind NAT).
     pub public_ip: Option<IpAddr>,
-    /// TCP congestion control for data connections (e.g. "bbr").
+    /// TCP congestion control for data connections (`None`: BBR where
+    /// allowed; "kernel": the system default).
     pub congestion: Option<String>,
     /// Flush uploads to disk before publishing them under their names.
     pub fsync: bool,

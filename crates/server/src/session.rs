@@ -43,7 +43,11 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(read_lines(rd, tx, current.clone()));
     let mut dc = DataChannel::new();
-    dc.opts.congestion = ctx.cfg.congestion.clone();
+    match ctx.cfg.congestion.as_deref() {
+        Some("kernel") => dc.opts.congestion = None,
+        Some(cc) => dc.opts.congestion = Some(cc.to_string()),
+        None => {}
+    }
     let pi = ServerPi::new(ctx.pi_config());
     let mut s = Session { ctx, pi, out, dc, local, current };
     tracing::info!(?peer, "session start");
