@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use clap::Args;
+use lightpath_engine::iothreads::{self, IoConfig};
 use lightpath_server::{Server, ServerConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -30,7 +31,8 @@ pub struct ServeArgs {
     /// Address announced in PASV replies.
     #[arg(long, env = "LIGHTPATH_PUBLIC_IP")]
     pub public_ip: Option<IpAddr>,
-    /// TCP congestion control for data connections (e.g. bbr, cubic).
+    /// TCP congestion control for data connections (default bbr where the
+    /// kernel allows it; `kernel` keeps the system default).
     #[arg(long, env = "LIGHTPATH_CONGESTION")]
     pub congestion: Option<String>,
     /// Flush each upload to disk before it appears under its name (durable
@@ -40,6 +42,12 @@ pub struct ServeArgs {
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
+    /// Network I/O threads shared by all sessions (fixed for the server).
+    #[arg(long, default_value_t = IoConfig::default().net_threads, env = "LIGHTPATH_NET_THREADS")]
+    pub net_threads: usize,
+    /// Disk I/O threads per storage device, shared by all sessions.
+    #[arg(long, default_value_t = IoConfig::default().disk_threads, env = "LIGHTPATH_DISK_THREADS")]
+    pub disk_threads: usize,
 }
 
 impl ServeArgs {
@@ -77,6 +85,8 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
 /// Run the server until killed.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let l = bind_and_drop(&args)?;
+    let io = IoConfig { net_threads: args.net_threads, disk_threads: args.disk_threads };
+    iothreads::configure(io).context("starting the I/O threads")?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let root = args.root.display().to_string();

@@ -59,6 +59,7 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<At
             );
             let got = dc.recv_e(&sink, &recv_opts(dc.idle), &c2)?;
             let stats = sink.finish()?;
+            tracing::info!(?stats, "tree rebuilt");
             files.store(stats.files, Ordering::Relaxed);
             Ok(got.covered())
         });

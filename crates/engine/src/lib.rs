@@ -9,6 +9,7 @@ pub mod datachan;
 pub mod dio;
 pub mod error;
 pub mod io;
+pub mod iothreads;
 pub mod modee;
 pub mod pool;
 pub mod progress;

@@ -12,8 +12,7 @@ use std::fs::Permissions;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How to unpack.
 #[derive(Debug, Clone)]
@@ -26,11 +25,12 @@ pub struct UnpackOptions {
     pub job_pieces: usize,
     /// Most data bytes in one job (a job may exceed it by one piece).
     pub job_bytes: usize,
-    /// Most bytes held for ranges whose manifest entries have not arrived.
+    /// Most bytes held for ranges whose manifest entries have not arrived;
+    /// a block that would go over it fails the transfer at once. Writers
+    /// never wait for entries: they run on the engine's shared disk
+    /// threads, and a writer waiting for a manifest chunk could hold the
+    /// very thread (or the read of the very stream) that would deliver it.
     pub park_limit: u64,
-    /// How long a block over the park limit waits for entries before the
-    /// transfer fails.
-    pub park_wait: Duration,
     /// Limits of the manifest decoder.
     pub limits: Limits,
 }
@@ -42,8 +42,7 @@ impl Default for UnpackOptions {
             queue: 64,
             job_pieces: 32,
             job_bytes: 256 << 10,
-            park_limit: 64 << 20,
-            park_wait: Duration::from_secs(30),
+            park_limit: 512 << 20,
             limits: Limits::default(),
         }
     }
@@ -62,6 +61,8 @@ pub struct UnpackStats {
     pub hardlinks: u64,
     /// Data bytes (length of the virtual file).
     pub bytes: u64,
+    /// Most data that was held at once ahead of its manifest entries.
+    pub parked_peak: u64,
 }
 
 #[derive(Debug, Default)]
@@ -97,7 +98,6 @@ struct State {
 pub struct Unpacker {
     opts: UnpackOptions,
     st: Mutex<State>,
-    room: Condvar,
     pool: Pool,
 }
 
@@ -107,7 +107,7 @@ impl Unpacker {
     pub fn new(root: Arc<Root>, opts: UnpackOptions) -> Result<Self, VfileError> {
         let pool = Pool::new(Arc::new(WorkCtx::new(root)), opts.workers, opts.queue)?;
         let st = State { decoder: Decoder::new(opts.limits), ..State::default() };
-        Ok(Unpacker { opts, st: Mutex::new(st), room: Condvar::new(), pool })
+        Ok(Unpacker { opts, st: Mutex::new(st), pool })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -134,12 +134,11 @@ impl Unpacker {
         self.submit(pieces)
     }
 
-    /// Feed one data block at its virtual-file offset.
-    ///
-    /// A block whose entries are all known never waits. A block that had
-    /// to be parked waits while more than the park limit is parked: the
-    /// entries that free it must then come on another stream (the sender
-    /// puts a manifest chunk on the wire before any data it covers).
+    /// Feed one data block at its virtual-file offset. Never waits for
+    /// entries: data ahead of them is parked (see
+    /// [`UnpackOptions::park_limit`]); the sender puts a manifest chunk on
+    /// the wire before any data it covers, so parked data is what other
+    /// streams carried while the chunk's own stream was slower.
     pub fn write_block(&self, offset: u64, data: &[u8]) -> Result<(), VfileError> {
         if data.is_empty() {
             return Ok(());
@@ -147,14 +146,8 @@ impl Unpacker {
         let pieces = {
             let mut st = self.lock();
             Self::check(&st)?;
-            let before = st.parked_bytes;
-            let r = self.take_block(&mut st, offset, data);
-            let pieces = self.poison(&mut st, r)?;
-            if st.parked_bytes > before {
-                let st = self.wait_room(st)?;
-                Self::check(&st)?;
-            }
-            pieces
+            let r = self.take_block(&mut st, offset, data).and_then(|p| self.check_park(&st).map(|()| p));
+            self.poison(&mut st, r)?
         };
         self.submit(pieces)
     }
@@ -163,14 +156,20 @@ impl Unpacker {
         st.error.as_ref().map_or(Ok(()), |e| Err(e.clone()))
     }
 
-    /// Remember the first error; wake blocks waiting for room.
+    /// Remember the first error.
     fn poison<T>(&self, st: &mut State, r: Result<T, VfileError>) -> Result<T, VfileError> {
         if let Err(e) = &r {
             st.error.get_or_insert_with(|| e.clone());
             self.pool.ctx.fail(e.clone());
-            self.room.notify_all();
         }
         r
+    }
+
+    fn check_park(&self, st: &State) -> Result<(), VfileError> {
+        if st.parked_bytes > self.opts.park_limit {
+            return Err(VfileError::ParkLimit(self.opts.park_limit));
+        }
+        Ok(())
     }
 
     fn take_entries(&self, st: &mut State, bytes: &[u8]) -> Result<Vec<Piece>, VfileError> {
@@ -182,7 +181,6 @@ impl Unpacker {
         }
         if st.known_end > before {
             Self::unpark(st, &mut pieces);
-            self.room.notify_all();
         }
         if st.decoder.is_finished() && st.total.is_none() {
             st.total = Some(st.known_end);
@@ -239,20 +237,6 @@ impl Unpacker {
         Ok(pieces)
     }
 
-    /// Wait while too much data is parked (entries may free it).
-    fn wait_room<'a>(&self, mut st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>, VfileError> {
-        let deadline = Instant::now() + self.opts.park_wait;
-        while st.parked_bytes > self.opts.park_limit && st.error.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let r = Err(VfileError::ParkLimit(self.opts.park_limit));
-                return self.poison(&mut st, r);
-            }
-            st = self.room.wait_timeout(st, left).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0);
-        }
-        Ok(st)
-    }
-
     /// Turn `data[range]` (at virtual `start`) into pieces for the files
     /// known so far; park the rest.
     fn place(st: &mut State, start: u64, data: Arc<[u8]>, range: Range<usize>, pieces: &mut Vec<Piece>) {
@@ -272,6 +256,7 @@ impl Unpacker {
             let rest = range.start + (cut - start) as usize..range.end;
             st.parked.insert(cut, (data, rest));
             st.parked_bytes += end - cut;
+            st.stats.parked_peak = st.stats.parked_peak.max(st.parked_bytes);
         }
     }
 

@@ -1,0 +1,185 @@
+//! A network thread: an epoll loop (mio, edge triggered) over the
+//! non-blocking data connections of every job, served round robin.
+
+use super::TURN_BYTES;
+use crate::error::{EngineError, Result};
+use mio::{Events, Interest, Poll, Token};
+use std::collections::{HashMap, VecDeque};
+use std::io::ErrorKind;
+use std::sync::{mpsc, Arc, Mutex};
+
+const WAKE: Token = Token(usize::MAX);
+
+/// What a connection's turn ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// The turn's byte budget is spent; more to do.
+    More,
+    /// The socket would block: wait for its readiness event.
+    Blocked,
+    /// The job has nothing for it now: wait for a poke.
+    Paused,
+    /// Finished (or failed): nothing more until the job removes it.
+    Done,
+}
+
+/// One connection of one job, driven by a network thread.
+pub(crate) trait Conn: Send {
+    /// The socket.
+    fn stream(&mut self) -> &mut mio::net::TcpStream;
+    /// Readable for receivers, writable for senders.
+    fn interest(&self) -> Interest;
+    /// Move at most `budget` bytes.
+    fn turn(&mut self, budget: usize) -> Turn;
+    /// Report a failure to the job.
+    fn fail(&self, e: EngineError);
+    /// `(index, keep)` when the job removes it.
+    fn end(&mut self) -> (usize, bool);
+}
+
+/// Commands from management threads to a network thread.
+pub(crate) enum Cmd {
+    /// Serve this connection of job `.0`.
+    Add(u64, Box<dyn Conn>),
+    /// Job `.0` changed: give its connections a turn.
+    Resume(u64),
+    /// Deregister and drop job `.0`'s connections; reply with their ends.
+    Remove(u64, mpsc::Sender<Vec<(usize, bool)>>),
+}
+
+/// How management threads reach a network thread.
+pub(crate) struct NetHandle {
+    cmds: Arc<Mutex<Vec<Cmd>>>,
+    waker: mio::Waker,
+}
+
+impl NetHandle {
+    /// Start network thread `i`.
+    pub(crate) fn spawn(i: usize) -> Result<NetHandle> {
+        let setup = |e| EngineError::io("starting network thread", e);
+        let poll = Poll::new().map_err(setup)?;
+        let waker = mio::Waker::new(poll.registry(), WAKE).map_err(setup)?;
+        let cmds = Arc::new(Mutex::new(Vec::new()));
+        let mut t = NetThread {
+            poll,
+            cmds: cmds.clone(),
+            slots: HashMap::new(),
+            jobs: HashMap::new(),
+            runnable: VecDeque::new(),
+            next: 0,
+        };
+        std::thread::Builder::new().name(format!("lp-net-{i}")).spawn(move || t.run()).map_err(setup)?;
+        Ok(NetHandle { cmds, waker })
+    }
+
+    /// Queue `cmd` and wake the thread.
+    pub(crate) fn send(&self, cmd: Cmd) {
+        self.cmds.lock().unwrap_or_else(|e| e.into_inner()).push(cmd);
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!("waking network thread: {e}");
+        }
+    }
+}
+
+struct Slot {
+    job: u64,
+    conn: Box<dyn Conn>,
+    queued: bool,
+}
+
+struct NetThread {
+    poll: Poll,
+    cmds: Arc<Mutex<Vec<Cmd>>>,
+    slots: HashMap<usize, Slot>,
+    jobs: HashMap<u64, Vec<usize>>,
+    runnable: VecDeque<usize>,
+    next: usize,
+}
+
+impl NetThread {
+    fn run(&mut self) {
+        let mut events = Events::with_capacity(256);
+        loop {
+            let timeout = (!self.runnable.is_empty()).then_some(std::time::Duration::ZERO);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != ErrorKind::Interrupted {
+                    tracing::error!("network thread poll: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKE => self.commands(),
+                    Token(t) => self.enqueue(t),
+                }
+            }
+            self.round();
+        }
+    }
+
+    /// One round robin pass over the connections that were runnable.
+    fn round(&mut self) {
+        for _ in 0..self.runnable.len() {
+            let Some(t) = self.runnable.pop_front() else { break };
+            let Some(slot) = self.slots.get_mut(&t) else { continue };
+            slot.queued = false;
+            if slot.conn.turn(TURN_BYTES) == Turn::More {
+                slot.queued = true;
+                self.runnable.push_back(t);
+            }
+        }
+    }
+
+    fn enqueue(&mut self, t: usize) {
+        if let Some(slot) = self.slots.get_mut(&t) {
+            if !slot.queued {
+                slot.queued = true;
+                self.runnable.push_back(t);
+            }
+        }
+    }
+
+    fn commands(&mut self) {
+        let cmds = std::mem::take(&mut *self.cmds.lock().unwrap_or_else(|e| e.into_inner()));
+        for cmd in cmds {
+            match cmd {
+                Cmd::Add(job, conn) => self.add(job, conn),
+                Cmd::Resume(job) => {
+                    for t in self.jobs.get(&job).cloned().unwrap_or_default() {
+                        self.enqueue(t);
+                    }
+                }
+                Cmd::Remove(job, reply) => {
+                    let _ = reply.send(self.remove(job));
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, job: u64, mut conn: Box<dyn Conn>) {
+        let t = self.next;
+        self.next = (self.next + 1) % (usize::MAX - 1);
+        let interest = conn.interest();
+        if let Err(e) = self.poll.registry().register(conn.stream(), Token(t), interest) {
+            conn.fail(EngineError::io("registering data connection", e));
+        }
+        self.slots.insert(t, Slot { job, conn, queued: false });
+        self.jobs.entry(job).or_default().push(t);
+        self.enqueue(t);
+    }
+
+    fn remove(&mut self, job: u64) -> Vec<(usize, bool)> {
+        let mut ends = Vec::new();
+        for t in self.jobs.remove(&job).unwrap_or_default() {
+            let Some(mut slot) = self.slots.remove(&t) else { continue };
+            debug_assert_eq!(slot.job, job);
+            // The original socket stays open, so its epoll registration
+            // would outlive this dup unless removed explicitly.
+            let _ = self.poll.registry().deregister(slot.conn.stream());
+            ends.push(slot.conn.end());
+        }
+        self.runnable.retain(|t| self.slots.contains_key(t));
+        ends
+    }
+}

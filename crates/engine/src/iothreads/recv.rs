@@ -1,0 +1,470 @@
+//! Receiving a MODE E transfer on the I/O threads.
+//!
+//! Network threads parse each connection's block headers incrementally,
+//! check them (bounds, overlap, EOF count) and read payload pieces of at
+//! most [`crate::WRITE_CHUNK`] bytes into buffers queued to the job; the
+//! management thread hands the queue to disk tasks that write the sink.
+//! The transfer is complete when EOF arrived, as many EODs as it announced,
+//! and every piece is written. A connection stops being read after its EOD
+//! (it is kept for reuse unless the peer set CLOSE).
+
+use super::net::{Conn, Turn};
+use super::{
+    dup_nonblocking, engine, restore_blocking, DiskId, Registration, DISK_TASKS_PER_JOB, RECV_BUFFERS_PER_JOB,
+};
+use crate::error::{EngineError, Result};
+use crate::io::Sink;
+use crate::modee::RecvOpts;
+use crate::progress::Control;
+use lightpath_proto::modee::{HEADER_LEN, MAX_STREAMS};
+use lightpath_proto::{BlockHeader, RangeSet};
+use lightpath_sys::net::Waker;
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Most pieces one disk task writes (fewer tasks when the queue builds up).
+const WRITE_BATCH: usize = 4;
+
+/// A payload piece waiting for the disk.
+struct Piece {
+    buf: Vec<u8>,
+    /// Where it goes in the sink.
+    at: u64,
+    /// Its offset on the wire (for range markers).
+    wire: u64,
+}
+
+struct State {
+    claimed: RangeSet,
+    eof_expected: Option<u64>,
+    eods: u64,
+    queue: VecDeque<Piece>,
+    outstanding: usize,
+    buffers: usize,
+    free: Vec<Vec<u8>>,
+    error: Option<EngineError>,
+    stopped: bool,
+    last_activity: Instant,
+    /// A connection found no free buffer: poke the network threads when one frees.
+    net_waiting: bool,
+}
+
+impl State {
+    fn finished(&self) -> bool {
+        self.eof_expected.is_some_and(|n| self.eods >= n)
+    }
+}
+
+/// What the network threads and disk tasks share about one receive.
+struct Job {
+    st: Mutex<State>,
+    notify: Waker,
+    base: u64,
+    max_offset: u64,
+}
+
+impl Job {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fail(&self, e: EngineError) {
+        let mut st = self.lock();
+        if st.error.is_none() && !st.stopped {
+            st.error = Some(e);
+        }
+        st.stopped = true;
+        drop(st);
+        self.notify.wake();
+    }
+
+    /// Reserve the block's range; returns where it is written.
+    fn claim(&self, h: &BlockHeader) -> Result<u64> {
+        let end = h.offset + h.count;
+        let start = self.base.checked_add(h.offset).filter(|&s| s.checked_add(h.count).is_some());
+        let start = start.ok_or_else(|| EngineError::Protocol("block offset overflows".into()))?;
+        if start + h.count > self.max_offset {
+            return Err(EngineError::Protocol(format!("block {}-{} beyond the allowed size", h.offset, end)));
+        }
+        let mut st = self.lock();
+        if st.claimed.overlaps(h.offset, end) {
+            return Err(EngineError::Protocol(format!("overlapping block {}-{}", h.offset, end)));
+        }
+        st.claimed.insert(h.offset, end);
+        Ok(start)
+    }
+
+    /// EOF and EOD bookkeeping after a block's payload was read.
+    fn ends(&self, h: &BlockHeader) -> Result<()> {
+        let mut st = self.lock();
+        if h.is_eof() {
+            match st.eof_expected {
+                Some(n) if n != h.offset => {
+                    return Err(EngineError::Protocol(format!("second EOF with count {} != {n}", h.offset)))
+                }
+                _ => st.eof_expected = Some(h.offset),
+            }
+        }
+        if h.is_eod() {
+            st.eods += 1;
+        }
+        drop(st);
+        self.notify.wake();
+        Ok(())
+    }
+
+    /// A buffer for the next piece, unless the job has enough in use.
+    fn buffer(&self, len: usize) -> Option<Vec<u8>> {
+        let mut st = self.lock();
+        if st.buffers >= RECV_BUFFERS_PER_JOB {
+            st.net_waiting = true;
+            return None;
+        }
+        st.buffers += 1;
+        let mut b = st.free.pop().unwrap_or_default();
+        b.resize(len, 0);
+        Some(b)
+    }
+
+    fn queue(&self, p: Piece) {
+        let mut st = self.lock();
+        st.queue.push_back(p);
+        // A running disk task wakes the management thread when it ends.
+        let none_running = st.outstanding == 0;
+        drop(st);
+        if none_running {
+            self.notify.wake();
+        }
+    }
+}
+
+/// Receive one transfer on `conns` plus any connections arriving on
+/// `listener`. Reusable connections are left in `conns`.
+pub(crate) fn recv(
+    conns: &mut Vec<TcpStream>,
+    listener: Option<&TcpListener>,
+    sink: &dyn Sink,
+    opts: &RecvOpts,
+    ctl: &Control,
+) -> Result<RangeSet> {
+    let eng = engine()?;
+    let notify = Waker::new().map_err(|e| EngineError::io("creating waker", e))?;
+    let st = State {
+        claimed: RangeSet::default(),
+        eof_expected: None,
+        eods: 0,
+        queue: VecDeque::new(),
+        outstanding: 0,
+        buffers: 0,
+        free: Vec::new(),
+        error: None,
+        stopped: false,
+        last_activity: Instant::now(),
+        net_waiting: false,
+    };
+    let job = Arc::new(Job { st: Mutex::new(st), notify, base: opts.base, max_offset: opts.max_offset });
+    let reg = Registration::new(eng);
+    let mut all: Vec<TcpStream> = std::mem::take(conns);
+    let r = all.iter().enumerate().try_for_each(|(i, c)| add_conn(&job, &reg, c, i)).and_then(|()| {
+        let mut d = Driver { job: &job, reg: &reg, sink, ctl, idle: opts.idle, accepted: 0 };
+        eng.disk(DiskId::DEFAULT).in_place_scope(|s| d.run(s, listener, &mut all))
+    });
+    if r.is_err() {
+        job.fail(EngineError::Aborted);
+    }
+    let ends = reg.remove();
+    restore_blocking(&all);
+    let keep: Vec<bool> = (0..all.len()).map(|i| r.is_ok() && ends.iter().any(|&(j, k)| j == i && k)).collect();
+    conns.extend(all.into_iter().zip(keep).filter_map(|(c, k)| k.then_some(c)));
+    r
+}
+
+fn add_conn(job: &Arc<Job>, reg: &Registration, c: &TcpStream, index: usize) -> Result<()> {
+    let stream = dup_nonblocking(c).map_err(|e| EngineError::io("data connection", e))?;
+    let phase = Phase::Header { raw: [0; HEADER_LEN], got: 0 };
+    reg.add(Box::new(RecvConn { job: job.clone(), index, stream, phase }));
+    Ok(())
+}
+
+/// The management side of one receive.
+struct Driver<'a> {
+    job: &'a Arc<Job>,
+    reg: &'a Registration,
+    sink: &'a dyn Sink,
+    ctl: &'a Control,
+    idle: Duration,
+    accepted: u64,
+}
+
+impl<'a> Driver<'a> {
+    fn run<'s>(&mut self, s: &rayon::Scope<'s>, l: Option<&TcpListener>, all: &mut Vec<TcpStream>) -> Result<RangeSet>
+    where
+        'a: 's,
+    {
+        loop {
+            if let Some(r) = self.step(s)? {
+                return Ok(r);
+            }
+            let waited = match l {
+                Some(l) => self.job.notify.wait(l, Duration::from_millis(50)).inspect(|_| self.job.notify.drain()),
+                None => self.job.notify.park(Duration::from_millis(100)).map(|()| false),
+            };
+            if waited.map_err(|e| EngineError::io("waiting for data connections", e))? {
+                if let Some(l) = l {
+                    self.accept(l, all)?;
+                }
+            }
+        }
+    }
+
+    /// Check the job, start disk writes; `Some` when complete.
+    fn step<'s>(&self, s: &rayon::Scope<'s>) -> Result<Option<RangeSet>>
+    where
+        'a: 's,
+    {
+        let mut st = self.job.lock();
+        if let Some(e) = st.error.take() {
+            return Err(e);
+        }
+        if self.ctl.is_cancelled() {
+            return Err(EngineError::Aborted);
+        }
+        if st.finished() && st.queue.is_empty() && st.outstanding == 0 {
+            return Ok(Some(std::mem::take(&mut st.claimed)));
+        }
+        if st.last_activity.elapsed() > self.idle {
+            return Err(EngineError::Idle(self.idle));
+        }
+        while st.outstanding < DISK_TASKS_PER_JOB && !st.queue.is_empty() {
+            let k = st.queue.len().min(WRITE_BATCH);
+            let pieces: Vec<Piece> = st.queue.drain(..k).collect();
+            st.outstanding += 1;
+            let (job, reg, sink, ctl) = (self.job, self.reg, self.sink, self.ctl);
+            s.spawn(move |_| write(job, reg, sink, ctl, pieces));
+        }
+        Ok(None)
+    }
+
+    fn accept(&mut self, l: &TcpListener, all: &mut Vec<TcpStream>) -> Result<()> {
+        match l.accept() {
+            Ok((c, _)) => {
+                self.accepted += 1;
+                if self.accepted > MAX_STREAMS {
+                    return Err(EngineError::Protocol("too many data connections".into()));
+                }
+                self.job.lock().last_activity = Instant::now();
+                add_conn(self.job, self.reg, &c, all.len())?;
+                all.push(c);
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+            Err(e) => Err(EngineError::io("accepting data connection", e)),
+        }
+    }
+}
+
+/// A disk task: write some pieces, give their buffers back.
+fn write(job: &Job, reg: &Registration, sink: &dyn Sink, ctl: &Control, pieces: Vec<Piece>) {
+    let mut r = Ok(());
+    for p in &pieces {
+        if r.is_err() || job.lock().stopped {
+            break;
+        }
+        r = sink.write_all_at(&p.buf, p.at);
+        if r.is_ok() {
+            ctl.add_written(p.wire, p.wire + p.buf.len() as u64);
+        }
+    }
+    let mut st = job.lock();
+    st.outstanding -= 1;
+    st.buffers -= pieces.len();
+    st.last_activity = Instant::now();
+    for p in pieces {
+        if st.free.len() < RECV_BUFFERS_PER_JOB {
+            st.free.push(p.buf);
+        }
+    }
+    let poke = std::mem::take(&mut st.net_waiting);
+    drop(st);
+    if let Err(e) = r {
+        job.fail(EngineError::io("writing data", e));
+    }
+    job.notify.wake();
+    if poke {
+        reg.poke();
+    }
+}
+
+/// Where a connection is in its block stream.
+enum Phase {
+    /// Reading a header (`got` bytes so far).
+    Header { raw: [u8; HEADER_LEN], got: usize },
+    /// Reading payload: `left` bytes of the block after the current piece.
+    Payload { h: BlockHeader, at: u64, wire: u64, left: u64, piece: Option<(Vec<u8>, usize)> },
+    /// Past its EOD; `keep` unless the peer set CLOSE.
+    Ended { keep: bool },
+    /// Closed or failed.
+    Dead,
+}
+
+struct RecvConn {
+    job: Arc<Job>,
+    index: usize,
+    stream: mio::net::TcpStream,
+    phase: Phase,
+}
+
+/// What one read step did.
+enum Step {
+    Moved(usize),
+    Again,
+    Stop(Turn),
+}
+
+impl RecvConn {
+    fn step(&mut self) -> Result<Step> {
+        match &mut self.phase {
+            Phase::Header { raw, got } => {
+                if *got == 0 && self.job.lock().finished() {
+                    return Ok(Step::Stop(Turn::Paused));
+                }
+                let (raw, got) = (*raw, *got);
+                self.read_header(raw, got)
+            }
+            Phase::Payload { .. } => self.read_payload(),
+            Phase::Ended { .. } | Phase::Dead => Ok(Step::Stop(Turn::Done)),
+        }
+    }
+
+    fn read_header(&mut self, mut raw: [u8; HEADER_LEN], got: usize) -> Result<Step> {
+        let k = match self.stream.read(&mut raw[got..]) {
+            Ok(0) if got == 0 && self.job.lock().finished() => {
+                self.phase = Phase::Dead;
+                return Ok(Step::Stop(Turn::Done));
+            }
+            Ok(0) => return Err(EngineError::Protocol("peer closed a data connection before EOD".into())),
+            Ok(k) => k,
+            Err(e) => return io_step(e),
+        };
+        self.job.lock().last_activity = Instant::now();
+        if got + k < HEADER_LEN {
+            self.phase = Phase::Header { raw, got: got + k };
+            return Ok(Step::Moved(k));
+        }
+        let h = BlockHeader::parse(&raw).map_err(|e| EngineError::Protocol(e.to_string()))?;
+        let len = h.payload_len();
+        if len == 0 {
+            self.block_done(&h)?;
+        } else {
+            let at = self.job.claim(&h)?;
+            self.phase = Phase::Payload { h, at, wire: h.offset, left: len, piece: None };
+        }
+        Ok(Step::Moved(k))
+    }
+
+    fn read_payload(&mut self) -> Result<Step> {
+        let Phase::Payload { h, at, wire, left, piece } = &mut self.phase else { return Ok(Step::Again) };
+        if piece.is_none() {
+            let want = (*left).min(crate::WRITE_CHUNK as u64) as usize;
+            match self.job.buffer(want) {
+                Some(b) => *piece = Some((b, 0)),
+                None => return Ok(Step::Stop(Turn::Paused)),
+            }
+        }
+        let Some((buf, fill)) = piece else { return Ok(Step::Again) };
+        let k = match self.stream.read(&mut buf[*fill..]) {
+            Ok(0) => return Err(EngineError::Protocol("peer closed a data connection before EOD".into())),
+            Ok(k) => k,
+            Err(e) => return io_step(e),
+        };
+        *fill += k;
+        if *fill < buf.len() {
+            self.job.lock().last_activity = Instant::now();
+            return Ok(Step::Moved(k));
+        }
+        let n = buf.len() as u64;
+        let p = Piece { buf: std::mem::take(buf), at: *at, wire: *wire };
+        *piece = None;
+        (*at, *wire, *left) = (*at + n, *wire + n, *left - n);
+        let (h, end) = (*h, *left == 0);
+        self.job.lock().last_activity = Instant::now();
+        self.job.queue(p);
+        if end {
+            self.block_done(&h)?;
+        }
+        Ok(Step::Moved(k))
+    }
+
+    /// The block's payload is read: count EOF/EOD, go on or end.
+    fn block_done(&mut self, h: &BlockHeader) -> Result<()> {
+        self.job.ends(h)?;
+        self.phase = if h.is_eod() {
+            Phase::Ended { keep: !h.is_close() }
+        } else {
+            Phase::Header { raw: [0; HEADER_LEN], got: 0 }
+        };
+        Ok(())
+    }
+
+    /// Whether an idle connection's peer closed it (then it is not reused).
+    fn peer_closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.stream.peek(&mut b), Ok(0))
+    }
+}
+
+fn io_step(e: std::io::Error) -> Result<Step> {
+    match e.kind() {
+        ErrorKind::WouldBlock => Ok(Step::Stop(Turn::Blocked)),
+        ErrorKind::Interrupted => Ok(Step::Again),
+        _ => Err(EngineError::io("data connection", e)),
+    }
+}
+
+impl Conn for RecvConn {
+    fn stream(&mut self) -> &mut mio::net::TcpStream {
+        &mut self.stream
+    }
+
+    fn interest(&self) -> mio::Interest {
+        mio::Interest::READABLE
+    }
+
+    fn turn(&mut self, budget: usize) -> Turn {
+        let mut spent = 0;
+        loop {
+            if self.job.lock().stopped {
+                return Turn::Done;
+            }
+            match self.step() {
+                Ok(Step::Moved(k)) => spent += k,
+                Ok(Step::Again) => {}
+                Ok(Step::Stop(t)) => return t,
+                Err(e) => {
+                    self.phase = Phase::Dead;
+                    self.fail(e);
+                    return Turn::Done;
+                }
+            }
+            if spent >= budget {
+                return Turn::More;
+            }
+        }
+    }
+
+    fn fail(&self, e: EngineError) {
+        self.job.fail(e);
+    }
+
+    fn end(&mut self) -> (usize, bool) {
+        let keep = match self.phase {
+            Phase::Ended { keep } => keep,
+            Phase::Header { got: 0, .. } => !self.peer_closed(),
+            _ => false,
+        };
+        (self.index, keep)
+    }
+}

@@ -1,0 +1,396 @@
+//! Sending a MODE E transfer on the I/O threads.
+//!
+//! Disk tasks call the supplier and read `Payload::Read` blocks into
+//! owned buffers; ready blocks wait in the job's queue; each connection's
+//! network thread takes the next one when its socket is writable, so any
+//! stream carries any block. When the supplier is exhausted and the queue
+//! is empty, every stream ends with EOD and stream 0 with EOF|EOD.
+
+use super::net::{Conn, Turn};
+use super::{dup_nonblocking, engine, restore_blocking, DiskId, Registration, DISK_TASKS_PER_JOB};
+use crate::error::{EngineError, Result};
+use crate::modee::{OutBlock, Payload, Supplier};
+use crate::progress::Control;
+use lightpath_proto::modee::HEADER_LEN;
+use lightpath_proto::BlockHeader;
+use lightpath_sys::net::Waker;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{ErrorKind, IoSlice, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A block ready to go: header and payload.
+struct Ready {
+    hdr: [u8; HEADER_LEN],
+    len: u64,
+    body: Body,
+}
+
+enum Body {
+    /// Bytes in memory; `pooled` buffers go back to the job's free list.
+    Mem { buf: Vec<u8>, pooled: bool },
+    /// A file range, sent with `sendfile`.
+    File(Arc<File>, u64),
+}
+
+struct State {
+    ready: VecDeque<Ready>,
+    outstanding: usize,
+    supplier_done: bool,
+    sent: u64,
+    conns_done: usize,
+    free: Vec<Vec<u8>>,
+    error: Option<EngineError>,
+    stopped: bool,
+    last_progress: Instant,
+    /// A connection found no block: poke the network threads on the next.
+    net_waiting: bool,
+}
+
+/// What the network threads and disk tasks share about one send.
+struct Job {
+    st: Mutex<State>,
+    notify: Waker,
+}
+
+impl Job {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fail(&self, e: EngineError) {
+        let mut st = self.lock();
+        if st.error.is_none() && !st.stopped {
+            st.error = Some(e);
+        }
+        st.stopped = true;
+        drop(st);
+        self.notify.wake();
+    }
+
+    fn take_buf(&self, len: usize) -> Vec<u8> {
+        let mut b = self.lock().free.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Turn a supplied block into a ready one (reading it if needed).
+    fn make_ready(&self, b: OutBlock) -> Result<Ready> {
+        let hdr = BlockHeader::data(b.wire_offset, b.len).encode();
+        let body = match b.payload {
+            Payload::Bytes(mut v) => {
+                if (v.len() as u64) < b.len {
+                    return Err(EngineError::Setup("block shorter than its length".into()));
+                }
+                v.truncate(b.len as usize);
+                Body::Mem { buf: v, pooled: false }
+            }
+            Payload::File(f, off) => Body::File(f, off),
+            Payload::Read(src, off) => {
+                let mut buf = self.take_buf(b.len as usize);
+                src.read_exact_at(&mut buf, off).map_err(|e| EngineError::io("reading source", e))?;
+                Body::Mem { buf, pooled: true }
+            }
+        };
+        Ok(Ready { hdr, len: b.len, body })
+    }
+}
+
+/// Send the blocks `supplier` hands out over `conns` on the I/O threads.
+pub(crate) fn send_blocks(conns: &mut [TcpStream], supplier: &Supplier, ctl: &Control) -> Result<u64> {
+    if conns.is_empty() {
+        return Err(EngineError::Setup("no data connection".into()));
+    }
+    let eng = engine()?;
+    let idle = conns[0].write_timeout().ok().flatten();
+    let notify = Waker::new().map_err(|e| EngineError::io("creating waker", e))?;
+    let st = State {
+        ready: VecDeque::new(),
+        outstanding: 0,
+        supplier_done: false,
+        sent: 0,
+        conns_done: 0,
+        free: Vec::new(),
+        error: None,
+        stopped: false,
+        last_progress: Instant::now(),
+        net_waiting: false,
+    };
+    let job = Arc::new(Job { st: Mutex::new(st), notify });
+    let reg = Registration::new(eng);
+    let r = register(conns, &job, &reg).and_then(|()| {
+        eng.disk(DiskId::DEFAULT).in_place_scope(|s| drive(s, &job, &reg, supplier, ctl, idle, conns.len()))
+    });
+    if r.is_err() {
+        job.fail(EngineError::Aborted);
+    }
+    drop(reg);
+    restore_blocking(conns);
+    r
+}
+
+fn register(conns: &[TcpStream], job: &Arc<Job>, reg: &Registration) -> Result<()> {
+    let n = conns.len() as u64;
+    for (i, c) in conns.iter().enumerate() {
+        let stream = dup_nonblocking(c).map_err(|e| EngineError::io(format!("data connection {i}"), e))?;
+        reg.add(Box::new(SendConn { job: job.clone(), index: i, streams: n, stream, cur: None, done: false }));
+    }
+    Ok(())
+}
+
+/// The management loop: keep blocks ready, report progress, watch for
+/// errors, cancellation and idleness, until every stream sent its EOD.
+fn drive<'s, 'b: 's>(
+    s: &rayon::Scope<'s>,
+    job: &'s Arc<Job>,
+    reg: &'s Registration,
+    supplier: &'s Supplier<'b>,
+    ctl: &Control,
+    idle: Option<Duration>,
+    n: usize,
+) -> Result<u64> {
+    let mut reported = 0;
+    loop {
+        let mut st = job.lock();
+        ctl.add(st.sent - reported);
+        reported = st.sent;
+        if let Some(e) = st.error.take() {
+            return Err(e);
+        }
+        if st.conns_done == n {
+            return Ok(st.sent);
+        }
+        if ctl.is_cancelled() {
+            return Err(EngineError::Aborted);
+        }
+        // Idle only counts while the network has bytes to move (a slow
+        // supplier is not an idle peer).
+        let waiting = !st.ready.is_empty() || st.supplier_done;
+        if let Some(idle) = idle.filter(|&i| waiting && st.last_progress.elapsed() > i) {
+            return Err(EngineError::Idle(idle));
+        }
+        while !st.supplier_done && st.outstanding < DISK_TASKS_PER_JOB && st.outstanding + st.ready.len() < 2 * n {
+            st.outstanding += 1;
+            s.spawn(move |_| fetch(job, reg, supplier, n));
+        }
+        drop(st);
+        job.notify.park(Duration::from_millis(100)).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
+    }
+}
+
+/// Most blocks one disk task fetches in a row while there is room.
+const FETCH_BATCH: usize = 4;
+
+/// A disk task: take blocks from the supplier and make them ready, one
+/// after the other while the job has room (at most [`FETCH_BATCH`]).
+fn fetch(job: &Job, reg: &Registration, supplier: &Supplier, n: usize) {
+    for i in 0.. {
+        let r = if job.lock().stopped {
+            Ok(None)
+        } else {
+            supplier()
+                .map_err(|e| EngineError::io("reading source", e))
+                .and_then(|b| b.map(|b| job.make_ready(b)).transpose())
+        };
+        let mut st = job.lock();
+        let go_on = fetched(&mut st, reg, r);
+        if !go_on || i + 1 >= FETCH_BATCH || st.supplier_done || st.stopped || st.outstanding + st.ready.len() >= 2 * n
+        {
+            drop(st);
+            // The management thread starts the next task.
+            return job.notify.wake();
+        }
+        st.outstanding += 1;
+    }
+}
+
+/// Account for one fetched block; whether to go on.
+fn fetched(st: &mut State, reg: &Registration, r: Result<Option<Ready>>) -> bool {
+    st.outstanding -= 1;
+    let go_on = match r {
+        Ok(None) => {
+            if !st.supplier_done {
+                st.last_progress = Instant::now();
+            }
+            st.supplier_done = true;
+            false
+        }
+        Ok(Some(b)) => {
+            if st.ready.is_empty() {
+                st.last_progress = Instant::now();
+            }
+            st.ready.push_back(b);
+            true
+        }
+        Err(e) => {
+            if st.error.is_none() && !st.stopped {
+                st.error = Some(e);
+            }
+            st.stopped = true;
+            st.net_waiting = true;
+            false
+        }
+    };
+    if std::mem::take(&mut st.net_waiting) {
+        reg.poke();
+    }
+    go_on
+}
+
+/// One connection's block in progress: `pos` bytes of header + payload written.
+struct Cur {
+    ready: Ready,
+    pos: u64,
+    trailer: bool,
+}
+
+struct SendConn {
+    job: Arc<Job>,
+    index: usize,
+    streams: u64,
+    stream: mio::net::TcpStream,
+    cur: Option<Cur>,
+    done: bool,
+}
+
+/// What a connection takes from its job next.
+enum Next {
+    Block(Ready),
+    Trailer,
+    Wait,
+    Stop,
+}
+
+impl SendConn {
+    fn next(&self) -> Next {
+        let mut st = self.job.lock();
+        if st.stopped {
+            return Next::Stop;
+        }
+        if let Some(b) = st.ready.pop_front() {
+            // Room for another block: the management thread may start a
+            // task (a running one wakes it when it ends).
+            if !st.supplier_done && st.outstanding == 0 {
+                drop(st);
+                self.job.notify.wake();
+            }
+            return Next::Block(b);
+        }
+        if st.supplier_done && st.outstanding == 0 {
+            return Next::Trailer;
+        }
+        st.net_waiting = true;
+        Next::Wait
+    }
+
+    fn trailer(&self) -> Ready {
+        let h = if self.index == 0 { BlockHeader::eof_eod(self.streams) } else { BlockHeader::eod() };
+        Ready { hdr: h.encode(), len: 0, body: Body::Mem { buf: Vec::new(), pooled: false } }
+    }
+
+    /// Write some of the current block (header, then payload); a write of
+    /// nothing is an error.
+    fn write_some(&mut self, budget: usize) -> std::io::Result<usize> {
+        let Some(cur) = &self.cur else { return Ok(0) };
+        let hl = HEADER_LEN as u64;
+        let pos = cur.pos;
+        let n = match &cur.ready.body {
+            Body::Mem { buf, .. } => {
+                let body = &buf[(pos.saturating_sub(hl) as usize).min(buf.len())..];
+                let body = &body[..body.len().min(budget)];
+                let hdr = &cur.ready.hdr[(pos.min(hl) as usize)..];
+                self.stream.write_vectored(&[IoSlice::new(hdr), IoSlice::new(body)])?
+            }
+            Body::File(..) if pos < hl => self.stream.write(&cur.ready.hdr[pos as usize..])?,
+            Body::File(f, off) => {
+                let left = (cur.ready.len - (pos - hl)).min(budget as u64) as usize;
+                let n = lightpath_sys::net::sendfile_some(&self.stream, f, off + pos - hl, left)?;
+                if n == 0 {
+                    return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "file shrank while being sent"));
+                }
+                n
+            }
+        };
+        if n == 0 {
+            return Err(ErrorKind::WriteZero.into());
+        }
+        Ok(n)
+    }
+
+    /// The current block is on the wire.
+    fn completed(&mut self) -> bool {
+        let Some(cur) = self.cur.take() else { return false };
+        let trailer = cur.trailer;
+        let mut st = self.job.lock();
+        st.sent += cur.ready.len;
+        st.last_progress = Instant::now();
+        if let Body::Mem { buf, pooled: true } = cur.ready.body {
+            if st.free.len() < 4 * self.streams as usize {
+                st.free.push(buf);
+            }
+        }
+        if trailer {
+            st.conns_done += 1;
+            drop(st);
+            self.job.notify.wake();
+        }
+        trailer
+    }
+}
+
+impl Conn for SendConn {
+    fn stream(&mut self) -> &mut mio::net::TcpStream {
+        &mut self.stream
+    }
+
+    fn interest(&self) -> mio::Interest {
+        mio::Interest::WRITABLE
+    }
+
+    fn turn(&mut self, budget: usize) -> Turn {
+        let mut spent = 0;
+        while !self.done {
+            if self.cur.is_none() {
+                let (ready, trailer) = match self.next() {
+                    Next::Block(b) => (b, false),
+                    Next::Trailer => (self.trailer(), true),
+                    Next::Wait => return Turn::Paused,
+                    Next::Stop => return Turn::Done,
+                };
+                self.cur = Some(Cur { ready, pos: 0, trailer });
+            }
+            match self.write_some(budget - spent) {
+                Ok(n) => {
+                    spent += n;
+                    if let Some(c) = &mut self.cur {
+                        c.pos += n as u64;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Turn::Blocked,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.fail(EngineError::io(format!("data connection {}", self.index), e));
+                    self.done = true;
+                    return Turn::Done;
+                }
+            }
+            if self.cur.as_ref().is_some_and(|c| c.pos == HEADER_LEN as u64 + c.ready.len) {
+                self.done = self.completed();
+            }
+            if spent >= budget {
+                return Turn::More;
+            }
+        }
+        Turn::Done
+    }
+
+    fn fail(&self, e: EngineError) {
+        self.job.fail(e);
+    }
+
+    fn end(&mut self) -> (usize, bool) {
+        (self.index, self.done)
+    }
+}

@@ -1,0 +1,179 @@
+//! The fixed I/O threads: many concurrent MODE E transfers share the same
+//! network and disk threads, deliver every byte, and a small transfer is
+//! not starved by a big one.
+
+use lightpath_engine::iothreads::{self, IoConfig};
+use lightpath_engine::{
+    modee, BytesSource, Control, EngineError, MemorySink, NullSink, RecvOpts, SendPlan, ZeroSource,
+};
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const CFG: IoConfig = IoConfig { net_threads: 2, disk_threads: 3 };
+
+fn setup() {
+    iothreads::configure(CFG).unwrap();
+}
+
+/// `(lp-net-*, lp-disk-*)` threads of this process.
+fn io_threads() -> (usize, usize) {
+    let (mut net, mut disk) = (0, 0);
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        net += comm.starts_with("lp-net-") as usize;
+        disk += comm.starts_with("lp-disk-") as usize;
+    }
+    (net, disk)
+}
+
+fn pair(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let send: Vec<_> = (0..n).map(|_| TcpStream::connect(a).unwrap()).collect();
+    let recv: Vec<_> = (0..n).map(|_| l.accept().unwrap().0).collect();
+    (send, recv)
+}
+
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn opts() -> RecvOpts {
+    RecvOpts { base: 0, max_offset: 1 << 40, idle: Duration::from_secs(30) }
+}
+
+/// One transfer over `streams` loopback connections; returns the bytes received.
+fn transfer(bytes: &[u8], streams: usize, block: u64) -> Vec<u8> {
+    let (mut s, mut r) = pair(streams);
+    let src = BytesSource(bytes.to_vec());
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block };
+    let sink = MemorySink::new(1 << 30);
+    std::thread::scope(|sc| {
+        let h = sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
+        modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap();
+        assert_eq!(h.join().unwrap(), bytes.len() as u64);
+    });
+    assert_eq!(r.len(), streams, "connections kept for reuse");
+    sink.into_inner()
+}
+
+#[test]
+fn twenty_concurrent_transfers_share_the_fixed_threads() {
+    setup();
+    let done = AtomicBool::new(false);
+    let samples = Mutex::new(Vec::new());
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                samples.lock().unwrap().push(io_threads());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let jobs: Vec<_> = (0..20u64)
+            .map(|i| {
+                sc.spawn(move || {
+                    let bytes = data(1_500_000 + i as usize * 40_961, i);
+                    let got = transfer(&bytes, 4, 64 << 10);
+                    assert!(got == bytes, "transfer {i}: {} bytes back, differ", got.len());
+                })
+            })
+            .collect();
+        for j in jobs {
+            j.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    let samples = samples.into_inner().unwrap();
+    assert!(samples.len() > 5, "too few samples: {}", samples.len());
+    let want = (CFG.net_threads, CFG.disk_threads);
+    assert!(samples.iter().all(|&s| s == want), "I/O thread counts {:?} != {want:?}", samples);
+}
+
+#[test]
+fn a_small_transfer_is_not_starved_by_a_big_one() {
+    setup();
+    let big_len: u64 = 1 << 30;
+    let (mut bs, mut br) = pair(4);
+    let big_rx = Control::new();
+    let order = Mutex::new(Vec::new());
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let plan = SendPlan { ranges: vec![(0, big_len)], wire_base: 0, block: 256 << 10 };
+            modee::send(&mut bs, &ZeroSource(big_len), &plan, &Control::new()).unwrap();
+        });
+        sc.spawn(|| {
+            modee::recv(&mut br, None, &NullSink, &opts(), &big_rx).unwrap();
+            order.lock().unwrap().push(("big", big_rx.bytes()));
+        });
+        let t = Instant::now();
+        while big_rx.bytes() < 8 << 20 {
+            assert!(t.elapsed() < Duration::from_secs(60), "big transfer did not start");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let small = data(1 << 20, 7);
+        assert!(transfer(&small, 4, 256 << 10) == small);
+        order.lock().unwrap().push(("small", big_rx.bytes()));
+    });
+    let order = order.into_inner().unwrap();
+    assert_eq!(order[0].0, "small", "completion order {order:?}");
+    assert!(order[0].1 < big_len, "the big transfer was already complete: {order:?}");
+}
+
+#[test]
+fn cancelled_receiver_stops_both_sides() {
+    setup();
+    let (mut s, mut r) = pair(2);
+    let len: u64 = 1 << 40;
+    let rx = Control::new();
+    let sent = std::thread::scope(|sc| {
+        let h = sc.spawn(|| {
+            let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 256 << 10 };
+            modee::send(&mut s, &ZeroSource(len), &plan, &Control::new())
+        });
+        sc.spawn(|| {
+            while rx.bytes() < 4 << 20 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            rx.cancel();
+        });
+        let got = modee::recv(&mut r, None, &NullSink, &opts(), &rx);
+        assert!(matches!(got, Err(EngineError::Aborted)), "receiver: {got:?}");
+        assert!(r.is_empty(), "connections of a failed transfer are not kept");
+        h.join().unwrap()
+    });
+    assert!(sent.is_err(), "sender to a vanished receiver: {sent:?}");
+}
+
+#[test]
+fn connections_block_again_after_a_transfer() {
+    setup();
+    let (mut s, mut r) = pair(2);
+    let bytes = data(300_000, 3);
+    let src = BytesSource(bytes.clone());
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 65536 };
+    let sink = MemorySink::new(1 << 30);
+    std::thread::scope(|sc| {
+        sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
+        modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap();
+    });
+    assert!(sink.into_inner() == bytes);
+    // Nothing more comes: a blocking read with a timeout waits for it, a
+    // non-blocking one would return at once.
+    for c in r.iter_mut().chain(s.iter_mut()) {
+        c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let t = Instant::now();
+        let e = c.read(&mut [0u8; 1]).unwrap_err();
+        assert!(t.elapsed() >= Duration::from_millis(250), "connection left non-blocking: {e}");
+    }
+}
