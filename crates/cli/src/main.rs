@@ -2,6 +2,7 @@
 
 mod cp;
 mod demo;
+mod placement;
 mod serve;
 mod units;
 

@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// Disk I/O threads per storage device, shared by all sessions.
     #[arg(long, default_value_t = IoConfig::default().disk_threads, env = "LIGHTPATH_DISK_THREADS")]
     pub disk_threads: usize,
+    /// Declare devices by hand (TOML `[[device]]` entries: name, kind = "nic"
+    /// or "disk", node, threads, speed_mbit, media), e.g. on VMs whose sysfs
+    /// does not tell the NUMA node.
+    #[arg(long, env = "LIGHTPATH_DEVICES")]
+    pub devices: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -86,6 +91,15 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let l = bind_and_drop(&args)?;
     let io = IoConfig { net_threads: args.net_threads, disk_threads: args.disk_threads };
+    let counts = (io.net_threads, io.disk_threads);
+    match crate::placement::plan(args.listen.ip(), &args.root, args.devices.as_deref(), counts) {
+        Ok(p) => {
+            p.lines.iter().for_each(|l| tracing::info!("placement: {l}"));
+            iothreads::set_pins(p.pins);
+        }
+        Err(e) if args.devices.is_some() => return Err(e),
+        Err(e) => tracing::info!("placement: none ({e:#}); I/O threads unpinned"),
+    }
     iothreads::configure(io).context("starting the I/O threads")?;
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {

@@ -198,3 +198,48 @@ fn server_drops_root_with_run_as() {
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("MKD made-by-gftp").0, 257);
 }
+
+/// `serve -v` says where its fixed I/O threads go (sysfs topology, the
+/// NIC of the listen address, the disk under the root) and what it could
+/// not do; a bad hand-written device file stops it with a clear error.
+#[test]
+fn serve_reports_its_placement_and_refuses_bad_device_files() {
+    use std::io::BufRead;
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let port = free_port();
+    let mut child = std::process::Command::new(LP)
+        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in err.lines() {
+        let line = line.unwrap();
+        let done = line.contains("serving");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let all = seen.join("\n");
+    assert!(all.contains("placement: I/O threads:"), "{all}");
+    assert!(all.contains("net  lo#0"), "the loopback listener's NIC: {all}");
+    assert!(all.contains("placement: management: cpus"), "{all}");
+    let bad = d.path().join("devices.toml");
+    std::fs::write(&bad, "[[device]]\nname = \"eth0\"\nkind = \"nic\"\nthreads = 0\n").unwrap();
+    let out = std::process::Command::new(LP)
+        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{}", free_port()), "--devices"])
+        .arg(&bad)
+        .arg("--root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a bad device file stops the server");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("devices.toml"), "the error names the file: {text}");
+}

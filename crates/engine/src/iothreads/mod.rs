@@ -74,6 +74,33 @@ impl Default for IoConfig {
     }
 }
 
+/// CPU sets the I/O threads pin themselves to (from the hardware
+/// placement); thread `i` of a kind takes entry `i`, none means unpinned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pins {
+    /// Per network thread.
+    pub net: Vec<Vec<u32>>,
+    /// Per disk thread.
+    pub disk: Vec<Vec<u32>>,
+}
+
+static PINS: OnceLock<Pins> = OnceLock::new();
+
+/// Give the I/O threads their CPU sets; call before [`configure`]. A pin
+/// the kernel refuses is a warning, not an error.
+pub fn set_pins(pins: Pins) {
+    let _ = PINS.set(pins);
+}
+
+/// Pin the calling I/O thread to entry `i` of `sets`, if there is one.
+fn pin(what: &str, i: usize, sets: impl Fn(&Pins) -> &Vec<Vec<u32>>) {
+    let Some(cpus) = PINS.get().and_then(|p| sets(p).get(i)) else { return };
+    match lightpath_sys::topo::pin_current_thread(cpus) {
+        Ok(()) => tracing::debug!(thread = %format!("{what}-{i}"), ?cpus, "pinned"),
+        Err(e) => tracing::warn!(thread = %format!("{what}-{i}"), "not pinned: {e}"),
+    }
+}
+
 /// A storage device's disk pool. One pool today ([`DiskId::DEFAULT`]);
 /// placement by device comes with the topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -129,6 +156,7 @@ fn start(cfg: IoConfig) -> Result<&'static IoEngine> {
     let disk = rayon::ThreadPoolBuilder::new()
         .num_threads(cfg.disk_threads)
         .thread_name(|i| format!("lp-disk-{i}"))
+        .start_handler(|i| pin("lp-disk", i, |p| &p.disk))
         .build()
         .map_err(|e| EngineError::Setup(format!("starting disk threads: {e}")))?;
     Ok(ENGINE.get_or_init(|| IoEngine { cfg, net, disks: vec![disk] }))

@@ -68,7 +68,11 @@ impl NetHandle {
             runnable: VecDeque::new(),
             next: 0,
         };
-        std::thread::Builder::new().name(format!("lp-net-{i}")).spawn(move || t.run()).map_err(setup)?;
+        let run = move || {
+            super::pin("lp-net", i, |p| &p.net);
+            t.run()
+        };
+        std::thread::Builder::new().name(format!("lp-net-{i}")).spawn(run).map_err(setup)?;
         Ok(NetHandle { cmds, waker })
     }
 
