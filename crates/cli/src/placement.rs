@@ -93,10 +93,15 @@ fn pins(p: &Placement, (net, disk): (usize, usize)) -> Pins {
 fn lines(p: &Placement, (net, disk): (usize, usize)) -> Vec<String> {
     let placed = |role: Role| p.threads.iter().filter(|t| t.role == role).count();
     let mut v = placement::describe(p);
-    v.push("note: the mover pins its threads; it does not yet lock buffers, raise priority or bind buffers to nodes".into());
+    v.push(
+        "note: the mover pins its threads; it does not yet lock buffers, raise priority or bind buffers to nodes"
+            .into(),
+    );
     for (flag, running, suggested) in [("net", net, placed(Role::Net)), ("disk", disk, placed(Role::Disk))] {
         if running != suggested {
-            v.push(format!("running {running} {flag} threads (--{flag}-threads); the devices' capacity suggests {suggested}"));
+            v.push(format!(
+                "running {running} {flag} threads (--{flag}-threads); the devices' capacity suggests {suggested}"
+            ));
         }
     }
     v

@@ -152,7 +152,12 @@ impl ControlConn {
     ///
     /// RFC 959 lets a client send before the greeting arrives (the server
     /// reads commands after it); the Globus server and ours both do.
-    pub async fn login(&mut self, user: &str, pass: &str, extra: &[String]) -> Result<(Features, Vec<Reply>), ClientError> {
+    pub async fn login(
+        &mut self,
+        user: &str,
+        pass: &str,
+        extra: &[String],
+    ) -> Result<(Features, Vec<Reply>), ClientError> {
         self.send(format!("USER {user}").as_bytes()).await?;
         self.send(format!("PASS {pass}").as_bytes()).await?;
         self.send(b"FEAT").await?;

@@ -81,7 +81,8 @@ pub async fn copy(
         return Err(ClientError::Usage("sources must be all local or all remote".into()));
     }
     // The sources on the planning server are asked about in the login's round trip.
-    let same_server = |r: &Remote| remote_src.as_ref().is_some_and(|f| (&f.host, f.port, &f.user) == (&r.host, r.port, &r.user));
+    let same_server =
+        |r: &Remote| remote_src.as_ref().is_some_and(|f| (&f.host, f.port, &f.user) == (&r.host, r.port, &r.user));
     let paths: Vec<Vec<u8>> = srcs
         .iter()
         .filter_map(|s| if let Location::Remote(r) = s { same_server(r).then(|| r.path.clone()) } else { None })

@@ -82,10 +82,13 @@ pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<At
     let c2 = ctl.clone();
     let job = tokio::task::spawn_blocking(move || {
         let r = send_tree(&mut dc, &dir, streams, block, &c2, go_rx);
-        (dc, r.map(|(bytes, n)| {
-            files.store(n, Ordering::Relaxed);
-            bytes
-        }))
+        (
+            dc,
+            r.map(|(bytes, n)| {
+                files.store(n, Ordering::Relaxed);
+                bytes
+            }),
+        )
     });
     let first = match s.settle().await {
         Ok(()) => s.ctl.reply().await,
