@@ -8,6 +8,7 @@ pub mod mem;
 pub mod net;
 pub mod privs;
 pub mod root;
+pub mod scoped;
 pub mod splice;
 pub mod topo;
 pub mod tun;

@@ -24,8 +24,7 @@
 //! # Fairness
 //! - A network thread serves its ready connections round robin; a turn
 //!   moves at most [`TURN_BYTES`] before the next connection's turn.
-//! - The disk pools are FIFO across jobs (tasks come from management
-//!   threads, so they enter rayon's global queue in order), and a job has
+//! - The disk pools are FIFO across jobs (one queue per pool), and a job has
 //!   at most [`DISK_TASKS_PER_JOB`] disk tasks outstanding: a big transfer
 //!   cannot fill the queue ahead of a small one.
 //! - A sending job keeps at most two blocks per stream ready; a receiving
@@ -43,6 +42,7 @@ mod recv;
 mod send;
 
 use crate::error::{EngineError, Result};
+use lightpath_sys::scoped::FixedPool;
 use net::{Cmd, NetHandle};
 use std::sync::{mpsc, Mutex, OnceLock};
 
@@ -115,7 +115,7 @@ impl DiskId {
 pub struct IoEngine {
     cfg: IoConfig,
     net: Vec<NetHandle>,
-    disks: Vec<rayon::ThreadPool>,
+    disks: Vec<FixedPool>,
 }
 
 static ENGINE: OnceLock<IoEngine> = OnceLock::new();
@@ -153,18 +153,14 @@ fn start(cfg: IoConfig) -> Result<&'static IoEngine> {
         return Err(EngineError::Setup("I/O thread counts must be at least 1".into()));
     }
     let net = (0..cfg.net_threads).map(NetHandle::spawn).collect::<Result<Vec<_>>>()?;
-    let disk = rayon::ThreadPoolBuilder::new()
-        .num_threads(cfg.disk_threads)
-        .thread_name(|i| format!("lp-disk-{i}"))
-        .start_handler(|i| pin("lp-disk", i, |p| &p.disk))
-        .build()
-        .map_err(|e| EngineError::Setup(format!("starting disk threads: {e}")))?;
+    let disk = FixedPool::new(cfg.disk_threads, |i| format!("lp-disk-{i}"), |i| pin("lp-disk", i, |p| &p.disk))
+        .map_err(|e| EngineError::io("starting disk threads", e))?;
     Ok(ENGINE.get_or_init(|| IoEngine { cfg, net, disks: vec![disk] }))
 }
 
 impl IoEngine {
     /// The disk pool of `disk` (the default pool for an unknown device).
-    pub(crate) fn disk(&self, disk: DiskId) -> &rayon::ThreadPool {
+    pub(crate) fn disk(&self, disk: DiskId) -> &FixedPool {
         self.disks.get(disk.0).unwrap_or(&self.disks[0])
     }
 }

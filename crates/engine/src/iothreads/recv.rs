@@ -19,6 +19,7 @@ use crate::progress::Control;
 use lightpath_proto::modee::{HEADER_LEN, MAX_STREAMS};
 use lightpath_proto::{BlockHeader, RangeSet};
 use lightpath_sys::net::Waker;
+use lightpath_sys::scoped::Scope;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read};
 use std::net::{TcpListener, TcpStream};
@@ -200,7 +201,12 @@ struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
-    fn run<'s>(&mut self, s: &rayon::Scope<'s>, l: Option<&TcpListener>, all: &mut Vec<TcpStream>) -> Result<RangeSet>
+    fn run<'s, 'e>(
+        &mut self,
+        s: &'s Scope<'s, 'e>,
+        l: Option<&TcpListener>,
+        all: &mut Vec<TcpStream>,
+    ) -> Result<RangeSet>
     where
         'a: 's,
     {
@@ -221,7 +227,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Check the job, start disk writes; `Some` when complete.
-    fn step<'s>(&self, s: &rayon::Scope<'s>) -> Result<Option<RangeSet>>
+    fn step<'s, 'e>(&self, s: &'s Scope<'s, 'e>) -> Result<Option<RangeSet>>
     where
         'a: 's,
     {
@@ -243,7 +249,7 @@ impl<'a> Driver<'a> {
             let pieces: Vec<Piece> = st.queue.drain(..k).collect();
             st.outstanding += 1;
             let (job, reg, sink, ctl) = (self.job, self.reg, self.sink, self.ctl);
-            s.spawn(move |_| write(job, reg, sink, ctl, pieces));
+            s.spawn(move || write(job, reg, sink, ctl, pieces));
         }
         Ok(None)
     }

@@ -14,6 +14,7 @@ use crate::progress::Control;
 use lightpath_proto::modee::HEADER_LEN;
 use lightpath_proto::BlockHeader;
 use lightpath_sys::net::Waker;
+use lightpath_sys::scoped::Scope;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{ErrorKind, IoSlice, Write};
@@ -142,8 +143,8 @@ fn register(conns: &[TcpStream], job: &Arc<Job>, reg: &Registration) -> Result<(
 
 /// The management loop: keep blocks ready, report progress, watch for
 /// errors, cancellation and idleness, until every stream sent its EOD.
-fn drive<'s, 'b: 's>(
-    s: &rayon::Scope<'s>,
+fn drive<'s, 'e, 'b: 's>(
+    s: &'s Scope<'s, 'e>,
     job: &'s Arc<Job>,
     reg: &'s Registration,
     supplier: &'s Supplier<'b>,
@@ -173,7 +174,7 @@ fn drive<'s, 'b: 's>(
         }
         while !st.supplier_done && st.outstanding < DISK_TASKS_PER_JOB && st.outstanding + st.ready.len() < 2 * n {
             st.outstanding += 1;
-            s.spawn(move |_| fetch(job, reg, supplier, n));
+            s.spawn(move || fetch(job, reg, supplier, n));
         }
         drop(st);
         job.notify.park(Duration::from_millis(100)).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
