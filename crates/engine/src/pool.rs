@@ -207,7 +207,7 @@ fn note_once(notes: &mut Vec<String>, note: String) {
 }
 
 /// A buffer taken from a [`BufferPool`]; goes back to the pool on drop.
-/// Derefs to its first [`PoolBuf::len`] bytes.
+/// Derefs to its first `len` bytes (see [`PoolBuf::set_len`]).
 pub struct PoolBuf {
     buf: Option<AlignedBuf>,
     len: usize,

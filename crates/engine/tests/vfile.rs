@@ -127,27 +127,22 @@ struct Sent {
     blocks: Vec<(u64, Vec<u8>)>,
 }
 
-/// Take blocks and manifest chunks at the same time (as a real sender
-/// must: the walk waits while too many manifest bytes are untaken).
+/// Take every item the sender would put on the wire, in the order it hands
+/// them out (manifest chunks and blocks of random sizes).
 fn send_all(pack: &Pack, rng: &mut Rng, max_block: u64) -> Sent {
     let _dog = Watchdog::new();
     let reader = pack.reader();
-    let mut blocks = Vec::new();
-    let manifest = std::thread::scope(|sc| {
-        let chunks = sc.spawn(|| {
-            let mut manifest = Vec::new();
-            while let Some(c) = pack.next_manifest_chunk().unwrap() {
-                manifest.extend_from_slice(&c);
+    let (mut manifest, mut blocks) = (Vec::new(), Vec::new());
+    while let Some(item) = pack.next_item(1 + rng.below(max_block)).unwrap() {
+        match item {
+            PackItem::Manifest { bytes, .. } => manifest.extend_from_slice(&bytes),
+            PackItem::Data { offset, len } => {
+                let mut buf = vec![0; len as usize];
+                reader.read_exact_at(&mut buf, offset).unwrap();
+                blocks.push((offset, buf));
             }
-            manifest
-        });
-        while let Some((off, len)) = pack.next_block(1 + rng.below(max_block)).unwrap() {
-            let mut buf = vec![0; len as usize];
-            reader.read_exact_at(&mut buf, off).unwrap();
-            blocks.push((off, buf));
         }
-        chunks.join().unwrap()
-    });
+    }
     assert_eq!(reader.len(), pack.total().unwrap());
     Sent { manifest, blocks }
 }

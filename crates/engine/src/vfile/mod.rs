@@ -8,8 +8,9 @@
 //!
 //! - [`pack`] walks a tree in a background thread and publishes manifest
 //!   chunks and the data they cover as it goes, so the first blocks leave
-//!   before the walk ends. [`Pack::next_block`] hands out blocks (each byte
-//!   once); [`PackReader`] is the [`crate::Source`] that reads them, small
+//!   before the walk ends. [`Pack::next_item`] hands out manifest chunks
+//!   and blocks (each byte once, a chunk before the data it covers);
+//!   [`PackReader`] is the [`crate::Source`] that reads them, small
 //!   files whole (cached), large ones by range.
 //! - [`Unpacker`] rebuilds the tree beneath a [`Root`]: manifest bytes and
 //!   data blocks arrive in any order and from any thread; data that runs

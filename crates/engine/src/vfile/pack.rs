@@ -249,44 +249,6 @@ impl Pack {
         Ok(())
     }
 
-    /// The next manifest chunk, waiting for the walk; `None` after the
-    /// last one (which ends with the end record). Send them in order.
-    pub fn next_manifest_chunk(&self) -> Result<Option<Vec<u8>>, VfileError> {
-        let mut st = self.sh.lock();
-        loop {
-            if let Some((_, c)) = st.pop_chunk() {
-                self.sh.cv.notify_all();
-                return Ok(Some(c));
-            }
-            if let Some(e) = &st.error {
-                return Err(e.clone());
-            }
-            if st.done {
-                return Ok(None);
-            }
-            st = self.sh.wait(st);
-        }
-    }
-
-    /// The next block `(offset, len)` of the virtual file, at most `max`
-    /// bytes, among the data whose manifest chunks were taken (with
-    /// [`Pack::next_manifest_chunk`], by another thread); waits for them;
-    /// `None` when everything was handed out. Each byte is handed out once.
-    pub fn next_block(&self, max: u64) -> Result<Option<(u64, u64)>, VfileError> {
-        let mut st = self.sh.lock();
-        loop {
-            self.check(&st)?;
-            if st.cursor < st.released {
-                return Ok(Some(st.cut(max, self.sh.opts.small_file)));
-            }
-            if st.done && st.chunks.is_empty() {
-                return Ok(None);
-            }
-            self.sh.hungry.store(true, Ordering::Relaxed);
-            st = self.sh.wait(st);
-        }
-    }
-
     /// A reader of the virtual file (any thread, any published range).
     pub fn reader(&self) -> PackReader {
         PackReader::new(self.sh.clone())
