@@ -165,6 +165,15 @@ impl IoEngine {
     }
 }
 
+/// Stop a job with `e` as its error, unless it had already stopped (the
+/// first error wins; a job stopped by completion or cancel keeps its end).
+pub(crate) fn stop_with(error: &mut Option<EngineError>, stopped: &mut bool, e: EngineError) {
+    if error.is_none() && !*stopped {
+        *error = Some(e);
+    }
+    *stopped = true;
+}
+
 /// One job's connections on the network threads. Dropping it removes
 /// them (and waits until no network thread touches them any more).
 pub(crate) struct Registration {

@@ -10,7 +10,8 @@
 
 use super::net::{Conn, Turn};
 use super::{
-    dup_nonblocking, engine, restore_blocking, DiskId, Registration, DISK_TASKS_PER_JOB, RECV_BUFFERS_PER_JOB,
+    dup_nonblocking, engine, restore_blocking, stop_with, DiskId, Registration, DISK_TASKS_PER_JOB,
+    RECV_BUFFERS_PER_JOB,
 };
 use crate::error::{EngineError, Result};
 use crate::io::Sink;
@@ -73,12 +74,10 @@ impl Job {
     }
 
     fn fail(&self, e: EngineError) {
-        let mut st = self.lock();
-        if st.error.is_none() && !st.stopped {
-            st.error = Some(e);
-        }
-        st.stopped = true;
-        drop(st);
+        let mut g = self.lock();
+        let st = &mut *g;
+        stop_with(&mut st.error, &mut st.stopped, e);
+        drop(g);
         self.notify.wake();
     }
 

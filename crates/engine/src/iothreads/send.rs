@@ -7,7 +7,7 @@
 //! is empty, every stream ends with EOD and stream 0 with EOF|EOD.
 
 use super::net::{Conn, Turn};
-use super::{dup_nonblocking, engine, restore_blocking, DiskId, Registration, DISK_TASKS_PER_JOB};
+use super::{dup_nonblocking, engine, restore_blocking, stop_with, DiskId, Registration, DISK_TASKS_PER_JOB};
 use crate::error::{EngineError, Result};
 use crate::modee::{OutBlock, Payload, Supplier};
 use crate::progress::Control;
@@ -62,12 +62,10 @@ impl Job {
     }
 
     fn fail(&self, e: EngineError) {
-        let mut st = self.lock();
-        if st.error.is_none() && !st.stopped {
-            st.error = Some(e);
-        }
-        st.stopped = true;
-        drop(st);
+        let mut g = self.lock();
+        let st = &mut *g;
+        stop_with(&mut st.error, &mut st.stopped, e);
+        drop(g);
         self.notify.wake();
     }
 
@@ -226,10 +224,7 @@ fn fetched(st: &mut State, reg: &Registration, r: Result<Option<Ready>>) -> bool
             true
         }
         Err(e) => {
-            if st.error.is_none() && !st.stopped {
-                st.error = Some(e);
-            }
-            st.stopped = true;
+            stop_with(&mut st.error, &mut st.stopped, e);
             st.net_waiting = true;
             false
         }
