@@ -2,12 +2,13 @@
 //! network and disk threads, deliver every byte, and a small transfer is
 //! not starved by a big one.
 
+mod common;
+use common::pair;
 use lightpath_engine::iothreads::{self, IoConfig};
 use lightpath_engine::{
     modee, BytesSource, Control, EngineError, MemorySink, NullSink, RecvOpts, SendPlan, ZeroSource,
 };
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,14 +28,6 @@ fn io_threads() -> (usize, usize) {
         disk += comm.starts_with("lp-disk-") as usize;
     }
     (net, disk)
-}
-
-fn pair(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    let send: Vec<_> = (0..n).map(|_| TcpStream::connect(a).unwrap()).collect();
-    let recv: Vec<_> = (0..n).map(|_| l.accept().unwrap().0).collect();
-    (send, recv)
 }
 
 fn data(len: usize, seed: u64) -> Vec<u8> {

@@ -1,22 +1,15 @@
 //! MODE E sender and receiver against each other, and against hand-made
 //! hostile block streams.
 
+mod common;
+use common::pair;
 use lightpath_engine::{modee, BytesSource, Control, MemorySink, RecvOpts, SendPlan};
 use lightpath_proto::BlockHeader;
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 fn opts() -> RecvOpts {
     RecvOpts { base: 0, max_offset: 1 << 40, idle: Duration::from_secs(10) }
-}
-
-fn pair(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    let send: Vec<_> = (0..n).map(|_| TcpStream::connect(a).unwrap()).collect();
-    let recv: Vec<_> = (0..n).map(|_| l.accept().unwrap().0).collect();
-    (send, recv)
 }
 
 fn data(len: usize) -> Vec<u8> {
