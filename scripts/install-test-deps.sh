@@ -2,10 +2,11 @@
 # Installs everything the tests and the benchmark harness need on a fresh
 # Debian 12 machine (run as root): the real Globus tools (interop peers),
 # iperf3/fio/hyperfine (lab and bench references), the unprivileged `gftp`
-# user the Globus server runs its sessions as. Idempotent.
+# user the Globus server runs its sessions as; mount(8) for the full-disk
+# tests (small tmpfs mounts). Idempotent.
 set -euo pipefail
 
-PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps)
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount)
 EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
 
 missing=()
@@ -21,7 +22,7 @@ fi
 # The Globus server refuses anonymous sessions as root: they run as gftp.
 id gftp >/dev/null 2>&1 || useradd -r -M -d /nonexistent -s /usr/sbin/nologin gftp
 
-for t in cargo globus-url-copy globus-gridftp-server iperf3; do
+for t in cargo globus-url-copy globus-gridftp-server iperf3 mount; do
     command -v "$t" >/dev/null || { echo "install-test-deps: $t still missing" >&2; exit 1; }
 done
 echo "install-test-deps: ok"
