@@ -31,8 +31,25 @@ pub fn open_dir(p: &Path) -> PathBuf {
     p.to_path_buf()
 }
 
+/// A free port below the kernel's ephemeral range (32768-60999 by default).
+///
+/// Asking the kernel for port 0 and dropping the listener races: before the
+/// server binds it, the same port can be handed out again as another test's
+/// PASV listener or as the local end of an outgoing data connection, and the
+/// test then talks to the wrong socket (CI once saw "connection reset" on a
+/// greeting that way). Ports below the ephemeral range are never handed out by
+/// the kernel, and the counter keeps this process's tests apart.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 500) * 20;
+    loop {
+        let port = (base + NEXT.fetch_add(1, Ordering::Relaxed) % 12_000) as u16;
+        let port = if port >= 32_000 { port - 12_000 } else { port };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub fn write_random(p: &Path, len: usize, seed: u64) {
@@ -107,10 +124,13 @@ impl Drop for Proc {
     }
 }
 
-fn wait_port(port: u16) {
+fn wait_port(child: &mut Child, port: u16) {
     let t = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(t.elapsed() < Duration::from_secs(10), "server on port {port} did not start");
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("server for port {port} exited before listening: {st}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -118,7 +138,7 @@ fn wait_port(port: u16) {
 /// `lightpath serve` on a free port, anonymous read-write.
 pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
     let port = free_port();
-    let child = Command::new(LP)
+    let mut child = Command::new(LP)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
         .arg(root)
         .args(extra)
@@ -126,7 +146,7 @@ pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start lightpath serve");
-    wait_port(port);
+    wait_port(&mut child, port);
     (Proc(child), port)
 }
 
@@ -146,7 +166,7 @@ fn need(tool: &str) {
 pub fn gct_server(home: &Path) -> (Proc, u16) {
     need("globus-gridftp-server");
     let port = free_port();
-    let child = Command::new("globus-gridftp-server")
+    let mut child = Command::new("globus-gridftp-server")
         .args([
             "-aa",
             "-anonymous-user",
@@ -162,7 +182,7 @@ pub fn gct_server(home: &Path) -> (Proc, u16) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start globus-gridftp-server");
-    wait_port(port);
+    wait_port(&mut child, port);
     (Proc(child), port)
 }
 
