@@ -5,7 +5,7 @@
 //! info level (`serve -v`), never an error: placement is an optimisation.
 
 use anyhow::Context;
-use lightpath_engine::iothreads::Pins;
+use lightpath_engine::iothreads::{DiskDevice, Pins};
 use lightpath_plan::placement::{self, Device, DeviceKind, Limits, Media, Node, Placement, Role, Topology};
 use lightpath_sys::topo::{self, Sysfs};
 use std::net::IpAddr;
@@ -15,14 +15,23 @@ use std::path::Path;
 pub struct Plan {
     /// CPU sets for the network and disk threads.
     pub pins: Pins,
+    /// The disks under the root, each with its own disk threads.
+    pub disks: Vec<DiskDevice>,
     /// One line per thread and note, for verbose output.
     pub lines: Vec<String>,
 }
 
 /// Place the I/O threads for a server on `ip` serving `root`, with an
 /// optional device file (`--devices`, the `[[device]]` TOML of
-/// `plan::placement::parse_config`).
-pub fn plan(ip: IpAddr, root: &Path, devices: Option<&Path>, counts: (usize, usize)) -> anyhow::Result<Plan> {
+/// `plan::placement::parse_config`). `disk_threads` overrides the
+/// placement's per-disk thread count.
+pub fn plan(
+    ip: IpAddr,
+    root: &Path,
+    devices: Option<&Path>,
+    net: usize,
+    disk_threads: Option<usize>,
+) -> anyhow::Result<Plan> {
     let config = match devices {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
@@ -38,7 +47,21 @@ pub fn plan(ip: IpAddr, root: &Path, devices: Option<&Path>, counts: (usize, usi
         allowed_cpus: topo::allowed_cpus().ok(),
     };
     let p = placement::place(&topo, config.as_ref(), &limits).context("placing the I/O threads")?;
-    Ok(Plan { pins: pins(&p, counts), lines: lines(&p, counts) })
+    let disks = disk_devices(&p, disk_threads);
+    let pins = Pins { net: cycle(&p, Role::Net, None, net), disk: disk_pins(&p, &disks) };
+    Ok(Plan { lines: lines(&p, net, &disks), pins, disks })
+}
+
+/// The placed disks with their thread counts (or `each` threads apiece).
+fn disk_devices(p: &Placement, each: Option<usize>) -> Vec<DiskDevice> {
+    let mut out: Vec<DiskDevice> = Vec::new();
+    for t in p.threads.iter().filter(|t| t.role == Role::Disk) {
+        match out.iter_mut().find(|d| d.name == t.device) {
+            Some(d) => d.threads += usize::from(each.is_none()),
+            None => out.push(DiskDevice { name: t.device.clone(), threads: each.unwrap_or(1) }),
+        }
+    }
+    out
 }
 
 /// The NIC holding `ip` (every physical NIC when it is a wildcard) and the
@@ -69,6 +92,7 @@ fn discover(ip: IpAddr, root: &Path) -> anyhow::Result<Topology> {
         speed_mbit: None,
         media: match (d.nvme, d.rotational) {
             (true, _) => Media::Nvme,
+            _ if d.virtio => Media::Virtio,
             (_, Some(true)) => Media::Hdd,
             (_, Some(false)) => Media::Ssd,
             _ => Media::Unknown,
@@ -77,32 +101,36 @@ fn discover(ip: IpAddr, root: &Path) -> anyhow::Result<Topology> {
     Ok(Topology { nodes, devices })
 }
 
-/// CPU sets for `counts` (network, disk) threads: each running thread takes
-/// the CPUs of a placed thread of its role, in turn.
-fn pins(p: &Placement, (net, disk): (usize, usize)) -> Pins {
-    let of = |role: Role, n: usize| -> Vec<Vec<u32>> {
-        let sets: Vec<&Vec<u32>> = p.threads.iter().filter(|t| t.role == role).map(|t| &t.cpus).collect();
-        if sets.is_empty() {
-            return Vec::new();
-        }
-        (0..n).map(|i| sets[i % sets.len()].clone()).collect()
-    };
-    Pins { net: of(Role::Net, net), disk: of(Role::Disk, disk) }
+/// CPU sets for `n` running threads of `role` (of one device, if given):
+/// each takes the CPUs of a placed thread, in turn.
+fn cycle(p: &Placement, role: Role, device: Option<&str>, n: usize) -> Vec<Vec<u32>> {
+    let placed = p.threads.iter().filter(|t| t.role == role && device.is_none_or(|d| d == t.device));
+    let sets: Vec<&Vec<u32>> = placed.map(|t| &t.cpus).collect();
+    if sets.is_empty() {
+        return Vec::new();
+    }
+    (0..n).map(|i| sets[i % sets.len()].clone()).collect()
 }
 
-fn lines(p: &Placement, (net, disk): (usize, usize)) -> Vec<String> {
+/// The disk threads' CPU sets in the engine's order: device by device.
+fn disk_pins(p: &Placement, disks: &[DiskDevice]) -> Vec<Vec<u32>> {
+    disks.iter().flat_map(|d| cycle(p, Role::Disk, Some(&d.name), d.threads)).collect()
+}
+
+fn lines(p: &Placement, net: usize, disks: &[DiskDevice]) -> Vec<String> {
     let placed = |role: Role| p.threads.iter().filter(|t| t.role == role).count();
     let mut v = placement::describe(p);
     v.push(
-        "note: the mover pins its threads; it does not yet lock buffers, raise priority or bind buffers to nodes"
+        "note: the mover pins its threads and locks its buffer pool where allowed; \
+         it does not raise priority or bind buffers to nodes"
             .into(),
     );
-    for (flag, running, suggested) in [("net", net, placed(Role::Net)), ("disk", disk, placed(Role::Disk))] {
-        if running != suggested {
-            v.push(format!(
-                "running {running} {flag} threads (--{flag}-threads); the devices' capacity suggests {suggested}"
-            ));
-        }
+    if net != placed(Role::Net) {
+        let suggested = placed(Role::Net);
+        v.push(format!("running {net} net threads (--net-threads); the devices' capacity suggests {suggested}"));
+    }
+    for d in disks {
+        v.push(format!("disk pool {}: {} threads", d.name, d.threads));
     }
     v
 }

@@ -45,9 +45,11 @@ pub struct ServeArgs {
     /// Network I/O threads shared by all sessions (fixed for the server).
     #[arg(long, default_value_t = IoConfig::default().net_threads, env = "LIGHTPATH_NET_THREADS")]
     pub net_threads: usize,
-    /// Disk I/O threads per storage device, shared by all sessions.
-    #[arg(long, default_value_t = IoConfig::default().disk_threads, env = "LIGHTPATH_DISK_THREADS")]
-    pub disk_threads: usize,
+    /// Disk I/O threads per storage device, shared by all sessions
+    /// [default: what each disk's capacity calls for (`-v` shows it), or 4
+    /// when the disks cannot be found]
+    #[arg(long, env = "LIGHTPATH_DISK_THREADS")]
+    pub disk_threads: Option<usize>,
     /// Declare devices by hand (TOML `[[device]]` entries: name, kind = "nic"
     /// or "disk", node, threads, speed_mbit, media), e.g. on VMs whose sysfs
     /// does not tell the NUMA node.
@@ -90,12 +92,19 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
 /// Run the server until killed.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let l = bind_and_drop(&args)?;
-    let io = IoConfig { net_threads: args.net_threads, disk_threads: args.disk_threads };
-    let counts = (io.net_threads, io.disk_threads);
-    match crate::placement::plan(args.listen.ip(), &args.root, args.devices.as_deref(), counts) {
+    let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
+    let io = IoConfig { net_threads: args.net_threads, disk_threads };
+    match crate::placement::plan(
+        args.listen.ip(),
+        &args.root,
+        args.devices.as_deref(),
+        io.net_threads,
+        args.disk_threads,
+    ) {
         Ok(p) => {
             p.lines.iter().for_each(|l| tracing::info!("placement: {l}"));
             iothreads::set_pins(p.pins);
+            iothreads::set_devices(p.disks);
         }
         Err(e) if args.devices.is_some() => return Err(e),
         Err(e) => tracing::info!("placement: none ({e:#}); I/O threads unpinned"),

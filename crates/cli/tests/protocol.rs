@@ -230,6 +230,7 @@ fn serve_reports_its_placement_and_refuses_bad_device_files() {
     assert!(all.contains("placement: I/O threads:"), "{all}");
     assert!(all.contains("net  lo#0"), "the loopback listener's NIC: {all}");
     assert!(all.contains("placement: management: cpus"), "{all}");
+    assert!(all.contains("placement: disk pool "), "one disk pool per disk under the root: {all}");
     let bad = d.path().join("devices.toml");
     std::fs::write(&bad, "[[device]]\nname = \"eth0\"\nkind = \"nic\"\nthreads = 0\n").unwrap();
     let out = std::process::Command::new(LP)

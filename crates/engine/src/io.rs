@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Mutex;
 
 /// Something the sender reads blocks from.
@@ -19,12 +19,25 @@ pub trait Source: Sync {
     fn file(&self) -> Option<&File> {
         None
     }
+    /// The device (`st_dev`) it is read from, which picks the disk threads.
+    fn device(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Something the receiver writes blocks to.
 pub trait Sink: Sync {
     /// Write all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// The file behind the sink, when bytes may go straight from the
+    /// socket into it (`splice`, no copy through user space).
+    fn file(&self) -> Option<&File> {
+        None
+    }
+    /// The device (`st_dev`) it is written to, which picks the disk threads.
+    fn device(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A regular file. The length is taken once; a file that shrinks while
@@ -33,14 +46,15 @@ pub trait Sink: Sync {
 pub struct FileSource {
     file: File,
     len: u64,
+    dev: u64,
     zero_copy: bool,
 }
 
 impl FileSource {
     /// Wrap an open file; `zero_copy` allows `sendfile`.
     pub fn new(file: File, zero_copy: bool) -> io::Result<Self> {
-        let len = file.metadata()?.len();
-        Ok(FileSource { file, len, zero_copy })
+        let m = file.metadata()?;
+        Ok(FileSource { file, len: m.len(), dev: m.dev(), zero_copy })
     }
 }
 
@@ -59,6 +73,9 @@ impl Source for FileSource {
     }
     fn file(&self) -> Option<&File> {
         self.zero_copy.then_some(&self.file)
+    }
+    fn device(&self) -> Option<u64> {
+        Some(self.dev)
     }
 }
 
@@ -99,6 +116,12 @@ pub struct FileSink<'a>(pub &'a File);
 impl Sink for FileSink<'_> {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
+    }
+    fn file(&self) -> Option<&File> {
+        Some(self.0)
+    }
+    fn device(&self) -> Option<u64> {
+        self.0.metadata().ok().map(|m| m.dev())
     }
 }
 

@@ -68,14 +68,14 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
         };
         Ok(Some(OutBlock { wire_offset: off - plan.wire_base, len, payload }))
     };
-    send_blocks(conns, &supplier, ctl)
+    crate::iothreads::send_blocks(conns, &supplier, src.device(), ctl)
 }
 
 /// Send the blocks `supplier` hands out over `conns`, any block on any
 /// stream, then EOD on every stream and EOF on stream 0. The work runs on
 /// the process's I/O threads ([`crate::iothreads`]); this thread manages it.
 pub fn send_blocks(conns: &mut [TcpStream], supplier: &Supplier, ctl: &Control) -> Result<u64> {
-    crate::iothreads::send_blocks(conns, supplier, ctl)
+    crate::iothreads::send_blocks(conns, supplier, None, ctl)
 }
 
 /// Receiver limits.

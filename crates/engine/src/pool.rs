@@ -46,6 +46,8 @@ pub struct PoolStats {
     pub high_water: usize,
     /// Times `get` found the pool empty and had to wait.
     pub waits: usize,
+    /// Times [`BufferPool::block`] found no buffer fit and used the heap.
+    pub overflows: usize,
 }
 
 struct Inner {
@@ -57,6 +59,7 @@ struct Inner {
     in_use: AtomicUsize,
     high_water: AtomicUsize,
     waits: AtomicUsize,
+    overflows: AtomicUsize,
     notes: Vec<String>,
 }
 
@@ -112,6 +115,7 @@ impl BufferPool {
             in_use: AtomicUsize::new(0),
             high_water: AtomicUsize::new(0),
             waits: AtomicUsize::new(0),
+            overflows: AtomicUsize::new(0),
             notes,
         };
         Ok(BufferPool { inner: Arc::new(inner) })
@@ -155,6 +159,22 @@ impl BufferPool {
         Some(self.inner.hand_out(b))
     }
 
+    /// A buffer holding `len` bytes that never waits: a pool buffer when
+    /// one is free and large enough, else (counted in
+    /// [`PoolStats::overflows`]) memory from the heap. The pool bounds the
+    /// memory that is pre-allocated and locked, not the transfers: their
+    /// own per-job limits bound what they hold.
+    pub fn block(&self, len: usize) -> BlockBuf {
+        if len <= self.inner.size {
+            if let Some(mut b) = self.try_get() {
+                b.set_len(len);
+                return BlockBuf::Pooled(b);
+            }
+        }
+        self.inner.overflows.fetch_add(1, Ordering::Relaxed);
+        BlockBuf::Heap(vec![0; len])
+    }
+
     /// Bytes per buffer.
     pub fn buf_size(&self) -> usize {
         self.inner.size
@@ -172,6 +192,7 @@ impl BufferPool {
             in_use: self.inner.in_use.load(Ordering::Relaxed),
             high_water: self.inner.high_water.load(Ordering::Relaxed),
             waits: self.inner.waits.load(Ordering::Relaxed),
+            overflows: self.inner.overflows.load(Ordering::Relaxed),
         }
     }
 
@@ -263,5 +284,34 @@ impl Drop for PoolBuf {
 impl std::fmt::Debug for PoolBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PoolBuf").field("len", &self.len).field("capacity", &self.capacity()).finish()
+    }
+}
+
+/// A block's bytes: a pool buffer, or heap memory when the pool had none
+/// (see [`BufferPool::block`]), or bytes made elsewhere (manifest chunks).
+#[derive(Debug)]
+pub enum BlockBuf {
+    /// From the pool; goes back on drop.
+    Pooled(PoolBuf),
+    /// From the heap.
+    Heap(Vec<u8>),
+}
+
+impl Deref for BlockBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlockBuf::Pooled(b) => b,
+            BlockBuf::Heap(v) => v,
+        }
+    }
+}
+
+impl DerefMut for BlockBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            BlockBuf::Pooled(b) => b,
+            BlockBuf::Heap(v) => v,
+        }
     }
 }

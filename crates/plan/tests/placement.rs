@@ -188,9 +188,14 @@ fn more_threads_than_cores() {
     };
     let p = place(&topo, None, &root()).unwrap();
     check_invariants(&p, &topo);
-    assert_eq!(p.threads.len(), 6, "each device capped at the node's 2 cpus");
+    // The NIC's 4 network threads are capped at the node's 2 cpus; disk
+    // threads sleep in I/O, so each NVMe keeps its 4.
+    assert_eq!(p.threads_of("eth0").count(), 2, "network threads capped at the cpus");
+    assert_eq!(p.threads_of("nvme0n1").count(), 4, "disk threads not capped");
+    assert_eq!(p.threads.len(), 10);
     assert!(p.threads.iter().all(|t| t.cpus == vec![0, 1]));
-    assert!(has_note(&p, "6 I/O threads for 2 cpus"));
+    assert!(has_note(&p, "eth0: capacity calls for 4 I/O threads, capped at the 2 cpus"));
+    assert!(has_note(&p, "10 I/O threads for 2 cpus"));
     assert!(has_note(&p, "no cpu is free of I/O threads"));
     assert_eq!(p.management_cpus, vec![0, 1]);
 }
@@ -291,6 +296,7 @@ fn capacity_table() {
     assert_eq!(t(disk("d", None, Media::Ssd)), 2);
     assert_eq!(t(disk("d", None, Media::Nvme)), 4);
     assert_eq!(t(disk("d", None, Media::Unknown)), 1);
+    assert_eq!(t(disk("d", None, Media::Virtio)), 4);
 }
 
 #[test]

@@ -83,6 +83,34 @@ impl Pipe {
     }
 }
 
+impl Pipe {
+    /// Move up to `len` bytes from a non-blocking socket into the pipe
+    /// without waiting on either side: `Ok(0)` when the peer closed,
+    /// `WouldBlock` when the socket has nothing or the pipe no free slot.
+    /// For the receive path of an event loop, which queues the pipe to a
+    /// disk thread that then calls [`Pipe::drain_to_file`].
+    pub fn fill_from(&self, sock: &impl AsFd, len: usize) -> io::Result<usize> {
+        self.check()?;
+        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+        loop {
+            match rustix::pipe::splice(sock, None, &self.tx, None, len, flags) {
+                Ok(n) => return Ok(n),
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Move exactly `n` bytes, all put in by [`Pipe::fill_from`], into
+    /// `file` at `offset`. On failure the pipe is poisoned: drop it.
+    pub fn drain_to_file(&self, file: &File, offset: u64, n: usize) -> io::Result<()> {
+        self.check()?;
+        let mut off = offset;
+        self.drain_to(file, Some(&mut off), n, false)
+    }
+}
+
 /// Move up to `len` bytes from `sock` into `file` at `offset` (socket ->
 /// pipe -> file), with the semantics of one `read` on a blocking socket
 /// with a read timeout: `Ok(n)` with `n > 0` bytes written to the file

@@ -116,6 +116,9 @@ pub struct Disk {
     pub rotational: Option<bool>,
     /// An NVMe namespace.
     pub nvme: bool,
+    /// A virtio disk (a VM's disk: its `rotational` flag says nothing
+    /// about the host's storage behind it).
+    pub virtio: bool,
     /// No `device` link: loop, zram, device-mapper, md.
     pub is_virtual: bool,
 }
@@ -282,7 +285,8 @@ impl Sysfs {
         };
         let dev_path = fs::canonicalize(&device).unwrap_or_default();
         let nvme = name.starts_with("nvme") || dev_path.components().any(|c| c.as_os_str() == "nvme");
-        Disk { name: name.to_string(), node, rotational, nvme, is_virtual }
+        let virtio = dev_path.components().any(|c| c.as_os_str().to_string_lossy().starts_with("virtio"));
+        Disk { name: name.to_string(), node, rotational, nvme, virtio, is_virtual }
     }
 
     /// The node of a device directory: its own `numa_node`, else its
@@ -319,6 +323,11 @@ impl Sysfs {
         disks.sort();
         disks.dedup();
         Ok(Some(BlockHolder { device, disks }))
+    }
+
+    /// The block device of an `st_dev` number.
+    pub fn block_device_of_st_dev(&self, dev: u64) -> Result<Option<BlockHolder>> {
+        self.block_device_of_dev(rustix::fs::major(dev), rustix::fs::minor(dev))
     }
 
     /// The block device holding the file system of `path` (its `st_dev`).

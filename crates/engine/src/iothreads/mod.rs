@@ -7,11 +7,23 @@
 //!   carries any block) and writes header + payload (`writev`, or
 //!   `sendfile` for file ranges); a receiver connection parses the 17-byte
 //!   MODE E headers incrementally and reads payload pieces of at most
-//!   [`crate::WRITE_CHUNK`] bytes into buffers queued to its job.
-//! - **Disk threads** (`lp-disk-N`, [`IoConfig::disk_threads`]) form one
-//!   pool per storage device ([`DiskId`]; one pool today). They call the
-//!   job's supplier and read the source (sending), or write queued pieces
-//!   to the sink (receiving).
+//!   [`crate::WRITE_CHUNK`] bytes, queued to its job (spliced into pipes
+//!   when the sink is a file, else read into pool buffers).
+//! - **Disk threads** (`lp-disk-N`) form one pool per storage device
+//!   declared with [`set_devices`] (the server declares the disks under
+//!   its root, with the thread count their capacity calls for), or a single
+//!   pool of [`IoConfig::disk_threads`]. A transfer runs its disk work on
+//!   the pool of the device holding its file (the `st_dev` of the source or
+//!   sink, resolved to a whole disk through sysfs once per device and
+//!   cached); anything else (memory, an undeclared device, a tree of many
+//!   files) uses the first pool. They call the job's supplier and read the
+//!   source (sending), or write queued pieces to the sink (receiving).
+//! - **Buffers** come from one [`BufferPool`] per process, allocated,
+//!   page-aligned, pre-faulted and (where allowed) locked in RAM when the
+//!   threads start: [`POOL_BUFFERS`] of [`crate::WRITE_CHUNK`] bytes. Blocks
+//!   read for sending and pieces received for a sink that is not a file sit
+//!   in them; receives into files bypass them (`splice`). When every pool
+//!   buffer is out, a block takes heap memory rather than wait (counted).
 //! - **Management** stays on the thread that called `modee::send` or
 //!   `modee::recv`: it registers the connections, accepts new ones, keeps
 //!   the job's disk work going, reports progress, notices cancellation
@@ -42,6 +54,7 @@ mod recv;
 mod send;
 
 use crate::error::{EngineError, Result};
+use crate::pool::{BufferPool, PoolOptions};
 use lightpath_sys::scoped::FixedPool;
 use net::{Cmd, NetHandle};
 use std::sync::{mpsc, Mutex, OnceLock};
@@ -55,6 +68,8 @@ pub const TURN_BYTES: usize = 256 << 10;
 pub const DISK_TASKS_PER_JOB: usize = 4;
 /// Most receive buffers (read, queued or being written) per job.
 pub const RECV_BUFFERS_PER_JOB: usize = 16;
+/// Buffers in the process's pool: four receiving jobs' worth (16 MiB).
+pub const POOL_BUFFERS: usize = 4 * RECV_BUFFERS_PER_JOB;
 
 /// How many I/O threads the process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,8 +116,7 @@ fn pin(what: &str, i: usize, sets: impl Fn(&Pins) -> &Vec<Vec<u32>>) {
     }
 }
 
-/// A storage device's disk pool. One pool today ([`DiskId::DEFAULT`]);
-/// placement by device comes with the topology.
+/// A storage device's disk pool: an index into the declared devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct DiskId(pub usize);
 
@@ -111,11 +125,34 @@ impl DiskId {
     pub const DEFAULT: DiskId = DiskId(0);
 }
 
+/// A storage device with its own disk threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskDevice {
+    /// Kernel name of the whole disk (`vda`, `nvme0n1`, `sdb`).
+    pub name: String,
+    /// Its disk threads.
+    pub threads: usize,
+}
+
+static DEVICES: OnceLock<Vec<DiskDevice>> = OnceLock::new();
+
+/// Declare the storage devices, each getting its own pool of disk threads
+/// (then [`IoConfig::disk_threads`] is not used); call before
+/// [`configure`]. Without it there is one pool.
+pub fn set_devices(devices: Vec<DiskDevice>) {
+    let _ = DEVICES.set(devices);
+}
+
 /// The process-wide I/O threads.
 pub struct IoEngine {
     cfg: IoConfig,
     net: Vec<NetHandle>,
     disks: Vec<FixedPool>,
+    /// Declared device names, by pool.
+    names: Vec<String>,
+    /// `st_dev` -> pool, filled as devices are met.
+    by_dev: Mutex<std::collections::HashMap<u64, DiskId>>,
+    pool: BufferPool,
 }
 
 static ENGINE: OnceLock<IoEngine> = OnceLock::new();
@@ -136,6 +173,30 @@ pub fn running() -> Option<IoConfig> {
     ENGINE.get().map(|e| e.cfg)
 }
 
+/// The disk pool of the device `dev` (`st_dev`), as transfers use it, and
+/// the names of its threads; `None` if the I/O threads do not run.
+pub fn disk_pool_of(dev: Option<u64>) -> Option<(DiskId, String)> {
+    let e = ENGINE.get()?;
+    let id = e.disk_of(dev);
+    Some((id, e.names.get(id.0).cloned().unwrap_or_default()))
+}
+
+/// 0: not decided yet (the environment decides), 1: copy, 2: splice.
+static RECV_SPLICE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Receive into files by splicing socket -> pipe -> file (`true`) or by
+/// reading into pool buffers and writing them (`false`, the default; see
+/// `recv.rs` for the measurements). Process-wide, for the transfers that
+/// start afterwards.
+pub fn set_recv_splice(on: bool) {
+    RECV_SPLICE.store(1 + u8::from(on), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The buffer pool's counters, if the I/O threads run.
+pub fn pool_stats() -> Option<crate::pool::PoolStats> {
+    ENGINE.get().map(|e| e.pool.stats())
+}
+
 /// The engine, started with the defaults if nobody configured it.
 pub(crate) fn engine() -> Result<&'static IoEngine> {
     match ENGINE.get() {
@@ -152,16 +213,74 @@ fn start(cfg: IoConfig) -> Result<&'static IoEngine> {
     if cfg.net_threads == 0 || cfg.disk_threads == 0 {
         return Err(EngineError::Setup("I/O thread counts must be at least 1".into()));
     }
+    let devices = match DEVICES.get() {
+        Some(d) if !d.is_empty() => d.clone(),
+        _ => vec![DiskDevice { name: String::new(), threads: cfg.disk_threads }],
+    };
+    if devices.iter().any(|d| d.threads == 0) {
+        return Err(EngineError::Setup("every storage device needs at least one disk thread".into()));
+    }
     let net = (0..cfg.net_threads).map(NetHandle::spawn).collect::<Result<Vec<_>>>()?;
-    let disk = FixedPool::new(cfg.disk_threads, |i| format!("lp-disk-{i}"), |i| pin("lp-disk", i, |p| &p.disk))
-        .map_err(|e| EngineError::io("starting disk threads", e))?;
-    Ok(ENGINE.get_or_init(|| IoEngine { cfg, net, disks: vec![disk] }))
+    let disks = disk_pools(&devices)?;
+    let names = devices.into_iter().map(|d| d.name).collect();
+    let pool = make_pool()?;
+    let by_dev = Mutex::new(Default::default());
+    Ok(ENGINE.get_or_init(|| IoEngine { cfg, net, disks, names, by_dev, pool }))
+}
+
+/// One pool per device; threads are numbered across pools (`lp-disk-N`)
+/// and take their CPU sets in that order.
+fn disk_pools(devices: &[DiskDevice]) -> Result<Vec<FixedPool>> {
+    let mut first = 0;
+    let mut pools = Vec::new();
+    for d in devices {
+        let base = first;
+        let pool = FixedPool::new(
+            d.threads,
+            |i| format!("lp-disk-{}", base + i),
+            move |i| pin("lp-disk", base + i, |p| &p.disk),
+        );
+        pools.push(pool.map_err(|e| EngineError::io("starting disk threads", e))?);
+        first += d.threads;
+    }
+    Ok(pools)
+}
+
+/// The process's block buffers, locked in RAM where the kernel allows it
+/// (root, CAP_IPC_LOCK or a high enough RLIMIT_MEMLOCK); what it refused is
+/// said at info level.
+fn make_pool() -> Result<BufferPool> {
+    let opts = PoolOptions { count: POOL_BUFFERS, size: crate::WRITE_CHUNK, align: 4096, lock: true, node: None };
+    let pool = BufferPool::new(&opts).map_err(|e| EngineError::io("allocating the buffer pool", e))?;
+    let locked = if pool.notes().is_empty() { "locked in RAM" } else { "not locked" };
+    tracing::info!("buffer pool: {} x {} KiB, {locked}", opts.count, opts.size >> 10);
+    pool.notes().iter().for_each(|n| tracing::info!("buffer pool: {n}"));
+    Ok(pool)
 }
 
 impl IoEngine {
     /// The disk pool of `disk` (the default pool for an unknown device).
     pub(crate) fn disk(&self, disk: DiskId) -> &FixedPool {
         self.disks.get(disk.0).unwrap_or(&self.disks[0])
+    }
+
+    /// The block buffers.
+    pub(crate) fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// The pool of the device with `st_dev` `dev` (the default pool for
+    /// none or an undeclared one).
+    pub(crate) fn disk_of(&self, dev: Option<u64>) -> DiskId {
+        let Some(dev) = dev.filter(|_| self.names.len() > 1) else { return DiskId::DEFAULT };
+        let mut map = self.by_dev.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry(dev).or_insert_with(|| {
+            let holder = lightpath_sys::topo::Sysfs::system().block_device_of_st_dev(dev).ok().flatten();
+            let disks = holder.map(|h| h.disks).unwrap_or_default();
+            let found = self.names.iter().position(|n| disks.contains(n));
+            tracing::debug!(dev, ?disks, pool = ?found, "disk pool for device");
+            DiskId(found.unwrap_or(0))
+        })
     }
 }
 

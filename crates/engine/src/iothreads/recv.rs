@@ -1,26 +1,41 @@
 //! Receiving a MODE E transfer on the I/O threads.
 //!
 //! Network threads parse each connection's block headers incrementally,
-//! check them (bounds, overlap, EOF count) and read payload pieces of at
-//! most [`crate::WRITE_CHUNK`] bytes into buffers queued to the job; the
-//! management thread hands the queue to disk tasks that write the sink.
+//! check them (bounds, overlap, EOF count) and take payload pieces of at
+//! most [`crate::WRITE_CHUNK`] bytes, queued to the job; the management
+//! thread hands the queue to disk tasks that write the sink.
+//!
+//! A piece is read into a pool buffer (then `pwrite`), or, with
+//! [`super::set_recv_splice`] (or `LIGHTPATH_RECV_SPLICE=1`) and a sink
+//! that is a file, spliced from the socket into a pipe that the disk task
+//! splices into the file, so the payload never crosses user space. Which
+//! path a transfer takes is logged at info level (`-v`).
+//!
+//! The copy path is the default because it measured cheaper where it
+//! matters: 1 GiB over the emulated 95 ms path (16 streams, MTU 9000), the
+//! receiving client used 1.16-1.33 s of system time copying and 1.44-1.97 s
+//! splicing, at the same wall time (4 runs each, interleaved). Segments
+//! that arrive in linear socket buffers (veth, TUN) are copied into fresh
+//! pages by the socket splice, then copied again into the page cache. On
+//! loopback the two paths tied (0.70/0.97 s against 0.73/1.00 s for 1 GiB).
 //! The transfer is complete when EOF arrived, as many EODs as it announced,
 //! and every piece is written. A connection stops being read after its EOD
 //! (it is kept for reuse unless the peer set CLOSE).
 
 use super::net::{Conn, Turn};
 use super::{
-    dup_nonblocking, engine, restore_blocking, stop_with, DiskId, Registration, DISK_TASKS_PER_JOB,
-    RECV_BUFFERS_PER_JOB,
+    dup_nonblocking, engine, restore_blocking, stop_with, Registration, DISK_TASKS_PER_JOB, RECV_BUFFERS_PER_JOB,
 };
 use crate::error::{EngineError, Result};
 use crate::io::Sink;
 use crate::modee::RecvOpts;
+use crate::pool::{BlockBuf, BufferPool};
 use crate::progress::Control;
 use lightpath_proto::modee::{HEADER_LEN, MAX_STREAMS};
 use lightpath_proto::{BlockHeader, RangeSet};
 use lightpath_sys::net::Waker;
 use lightpath_sys::scoped::Scope;
+use lightpath_sys::splice::Pipe;
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read};
 use std::net::{TcpListener, TcpStream};
@@ -30,13 +45,44 @@ use std::time::{Duration, Instant};
 /// Most pieces one disk task writes (fewer tasks when the queue builds up).
 const WRITE_BATCH: usize = 4;
 
+/// Where a piece's bytes wait for the disk.
+enum Data {
+    /// Read into a pool buffer; written with `pwrite`.
+    Buf(BlockBuf),
+    /// Spliced from the socket into a pipe; moved into the file by `splice`.
+    Pipe(Pipe),
+}
+
 /// A payload piece waiting for the disk.
 struct Piece {
-    buf: Vec<u8>,
+    data: Data,
+    len: usize,
     /// Where it goes in the sink.
     at: u64,
     /// Its offset on the wire (for range markers).
     wire: u64,
+}
+
+/// A piece being filled from its connection.
+struct Fill {
+    data: Data,
+    got: usize,
+    want: usize,
+}
+
+/// Whether receives into files splice: [`super::set_recv_splice`], else
+/// `LIGHTPATH_RECV_SPLICE=1`.
+fn splice_allowed() -> bool {
+    use std::sync::atomic::Ordering;
+    match super::RECV_SPLICE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = std::env::var("LIGHTPATH_RECV_SPLICE").is_ok_and(|v| v == "1");
+            let _ = super::RECV_SPLICE.compare_exchange(0, 1 + u8::from(on), Ordering::Relaxed, Ordering::Relaxed);
+            on
+        }
+    }
 }
 
 struct State {
@@ -46,7 +92,7 @@ struct State {
     queue: VecDeque<Piece>,
     outstanding: usize,
     buffers: usize,
-    free: Vec<Vec<u8>>,
+    pipes: Vec<Pipe>,
     error: Option<EngineError>,
     stopped: bool,
     last_activity: Instant,
@@ -66,6 +112,9 @@ struct Job {
     notify: Waker,
     base: u64,
     max_offset: u64,
+    /// Pieces go through pipes (the sink is a file).
+    splice: bool,
+    pool: BufferPool,
 }
 
 impl Job {
@@ -116,17 +165,27 @@ impl Job {
         Ok(())
     }
 
-    /// A buffer for the next piece, unless the job has enough in use.
-    fn buffer(&self, len: usize) -> Option<Vec<u8>> {
+    /// Room for the next piece (a pipe when splicing, else a buffer of
+    /// `len` bytes), unless the job has enough in use.
+    fn slot(&self, len: usize) -> Option<Data> {
         let mut st = self.lock();
         if st.buffers >= RECV_BUFFERS_PER_JOB {
             st.net_waiting = true;
             return None;
         }
         st.buffers += 1;
-        let mut b = st.free.pop().unwrap_or_default();
-        b.resize(len, 0);
-        Some(b)
+        if self.splice {
+            if let Some(p) = st.pipes.pop() {
+                return Some(Data::Pipe(p));
+            }
+            // A pipe costs two descriptors; without one this piece is copied.
+            match Pipe::new() {
+                Ok(p) => return Some(Data::Pipe(p)),
+                Err(e) => tracing::debug!("no pipe for splicing ({e}); copying this piece"),
+            }
+        }
+        drop(st);
+        Some(Data::Buf(self.pool.block(len)))
     }
 
     fn queue(&self, p: Piece) {
@@ -159,18 +218,27 @@ pub(crate) fn recv(
         queue: VecDeque::new(),
         outstanding: 0,
         buffers: 0,
-        free: Vec::new(),
+        pipes: Vec::new(),
         error: None,
         stopped: false,
         last_activity: Instant::now(),
         net_waiting: false,
     };
-    let job = Arc::new(Job { st: Mutex::new(st), notify, base: opts.base, max_offset: opts.max_offset });
+    let splice = sink.file().is_some() && splice_allowed();
+    tracing::info!(path = if splice { "splice socket->pipe->file" } else { "read+pwrite" }, "receive data path");
+    let job = Arc::new(Job {
+        st: Mutex::new(st),
+        notify,
+        base: opts.base,
+        max_offset: opts.max_offset,
+        splice,
+        pool: eng.pool().clone(),
+    });
     let reg = Registration::new(eng);
     let mut all: Vec<TcpStream> = std::mem::take(conns);
     let r = all.iter().enumerate().try_for_each(|(i, c)| add_conn(&job, &reg, c, i)).and_then(|()| {
         let mut d = Driver { job: &job, reg: &reg, sink, ctl, idle: opts.idle, accepted: 0 };
-        eng.disk(DiskId::DEFAULT).in_place_scope(|s| d.run(s, listener, &mut all))
+        eng.disk(eng.disk_of(sink.device())).in_place_scope(|s| d.run(s, listener, &mut all))
     });
     if r.is_err() {
         job.fail(EngineError::Aborted);
@@ -271,25 +339,31 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// A disk task: write some pieces, give their buffers back.
+/// A disk task: write some pieces, give their buffers and pipes back.
 fn write(job: &Job, reg: &Registration, sink: &dyn Sink, ctl: &Control, pieces: Vec<Piece>) {
     let mut r = Ok(());
+    let mut written = 0;
     for p in &pieces {
         if r.is_err() || job.lock().stopped {
             break;
         }
-        r = sink.write_all_at(&p.buf, p.at);
+        r = write_piece(sink, p);
         if r.is_ok() {
-            ctl.add_written(p.wire, p.wire + p.buf.len() as u64);
+            ctl.add_written(p.wire, p.wire + p.len as u64);
+            written += 1;
         }
     }
     let mut st = job.lock();
     st.outstanding -= 1;
     st.buffers -= pieces.len();
     st.last_activity = Instant::now();
-    for p in pieces {
-        if st.free.len() < RECV_BUFFERS_PER_JOB {
-            st.free.push(p.buf);
+    for (i, p) in pieces.into_iter().enumerate() {
+        // Buffers go back to the pool on drop; a pipe still holding bytes
+        // (not written, or failed) is dropped too.
+        if let Data::Pipe(pipe) = p.data {
+            if i < written {
+                st.pipes.push(pipe);
+            }
         }
     }
     let poke = std::mem::take(&mut st.net_waiting);
@@ -303,12 +377,20 @@ fn write(job: &Job, reg: &Registration, sink: &dyn Sink, ctl: &Control, pieces: 
     }
 }
 
+fn write_piece(sink: &dyn Sink, p: &Piece) -> std::io::Result<()> {
+    match (&p.data, sink.file()) {
+        (Data::Buf(b), _) => sink.write_all_at(b, p.at),
+        (Data::Pipe(pipe), Some(f)) => pipe.drain_to_file(f, p.at, p.len),
+        (Data::Pipe(_), None) => Err(std::io::Error::other("spliced piece for a sink without a file")),
+    }
+}
+
 /// Where a connection is in its block stream.
 enum Phase {
     /// Reading a header (`got` bytes so far).
     Header { raw: [u8; HEADER_LEN], got: usize },
     /// Reading payload: `left` bytes of the block after the current piece.
-    Payload { h: BlockHeader, at: u64, wire: u64, left: u64, piece: Option<(Vec<u8>, usize)> },
+    Payload { h: BlockHeader, at: u64, wire: u64, left: u64, piece: Option<Fill> },
     /// Past its EOD; `keep` unless the peer set CLOSE.
     Ended { keep: bool },
     /// Closed or failed.
@@ -371,36 +453,50 @@ impl RecvConn {
     }
 
     fn read_payload(&mut self) -> Result<Step> {
-        let Phase::Payload { h, at, wire, left, piece } = &mut self.phase else { return Ok(Step::Again) };
+        let Phase::Payload { left, piece, .. } = &mut self.phase else { return Ok(Step::Again) };
         if piece.is_none() {
             let want = (*left).min(crate::WRITE_CHUNK as u64) as usize;
-            match self.job.buffer(want) {
-                Some(b) => *piece = Some((b, 0)),
+            match self.job.slot(want) {
+                Some(data) => *piece = Some(Fill { data, got: 0, want }),
                 None => return Ok(Step::Stop(Turn::Paused)),
             }
         }
-        let Some((buf, fill)) = piece else { return Ok(Step::Again) };
-        let k = match self.stream.read(&mut buf[*fill..]) {
+        let Some(f) = piece else { return Ok(Step::Again) };
+        let r = match &mut f.data {
+            Data::Buf(buf) => self.stream.read(&mut buf[f.got..]),
+            Data::Pipe(pipe) => pipe.fill_from(&self.stream, f.want - f.got),
+        };
+        let k = match r {
             Ok(0) => return Err(EngineError::Protocol("peer closed a data connection before EOD".into())),
             Ok(k) => k,
+            // The socket ran dry or the pipe is full: queue what the pipe
+            // holds, then try again with a fresh one (which tells which).
+            Err(e) if e.kind() == ErrorKind::WouldBlock && matches!(f.data, Data::Pipe(_)) && f.got > 0 => {
+                self.queue_piece()?;
+                return Ok(Step::Again);
+            }
             Err(e) => return io_step(e),
         };
-        *fill += k;
-        if *fill < buf.len() {
-            self.job.lock().last_activity = Instant::now();
-            return Ok(Step::Moved(k));
+        f.got += k;
+        self.job.lock().last_activity = Instant::now();
+        if f.got == f.want {
+            self.queue_piece()?;
         }
-        let n = buf.len() as u64;
-        let p = Piece { buf: std::mem::take(buf), at: *at, wire: *wire };
-        *piece = None;
+        Ok(Step::Moved(k))
+    }
+
+    /// Hand the piece being filled to the disk; end the block if it was its last.
+    fn queue_piece(&mut self) -> Result<()> {
+        let Phase::Payload { h, at, wire, left, piece } = &mut self.phase else { return Ok(()) };
+        let Some(Fill { data, got, .. }) = piece.take() else { return Ok(()) };
+        let n = got as u64;
+        self.job.queue(Piece { data, len: got, at: *at, wire: *wire });
         (*at, *wire, *left) = (*at + n, *wire + n, *left - n);
         let (h, end) = (*h, *left == 0);
-        self.job.lock().last_activity = Instant::now();
-        self.job.queue(p);
         if end {
             self.block_done(&h)?;
         }
-        Ok(Step::Moved(k))
+        Ok(())
     }
 
     /// The block's payload is read: count EOF/EOD, go on or end.

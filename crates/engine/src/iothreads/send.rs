@@ -7,9 +7,10 @@
 //! is empty, every stream ends with EOD and stream 0 with EOF|EOD.
 
 use super::net::{Conn, Turn};
-use super::{dup_nonblocking, engine, restore_blocking, stop_with, DiskId, Registration, DISK_TASKS_PER_JOB};
+use super::{dup_nonblocking, engine, restore_blocking, stop_with, Registration, DISK_TASKS_PER_JOB};
 use crate::error::{EngineError, Result};
 use crate::modee::{OutBlock, Payload, Supplier};
+use crate::pool::{BlockBuf, BufferPool};
 use crate::progress::Control;
 use lightpath_proto::modee::HEADER_LEN;
 use lightpath_proto::BlockHeader;
@@ -30,8 +31,8 @@ struct Ready {
 }
 
 enum Body {
-    /// Bytes in memory; `pooled` buffers go back to the job's free list.
-    Mem { buf: Vec<u8>, pooled: bool },
+    /// Bytes in memory (pool buffers go back to the pool when dropped).
+    Mem(BlockBuf),
     /// A file range, sent with `sendfile`.
     File(Arc<File>, u64),
 }
@@ -42,7 +43,6 @@ struct State {
     supplier_done: bool,
     sent: u64,
     conns_done: usize,
-    free: Vec<Vec<u8>>,
     error: Option<EngineError>,
     stopped: bool,
     last_progress: Instant,
@@ -54,6 +54,7 @@ struct State {
 struct Job {
     st: Mutex<State>,
     notify: Waker,
+    pool: BufferPool,
 }
 
 impl Job {
@@ -69,12 +70,6 @@ impl Job {
         self.notify.wake();
     }
 
-    fn take_buf(&self, len: usize) -> Vec<u8> {
-        let mut b = self.lock().free.pop().unwrap_or_default();
-        b.resize(len, 0);
-        b
-    }
-
     /// Turn a supplied block into a ready one (reading it if needed).
     fn make_ready(&self, b: OutBlock) -> Result<Ready> {
         let hdr = BlockHeader::data(b.wire_offset, b.len).encode();
@@ -84,13 +79,13 @@ impl Job {
                     return Err(EngineError::Setup("block shorter than its length".into()));
                 }
                 v.truncate(b.len as usize);
-                Body::Mem { buf: v, pooled: false }
+                Body::Mem(BlockBuf::Heap(v))
             }
             Payload::File(f, off) => Body::File(f, off),
             Payload::Read(src, off) => {
-                let mut buf = self.take_buf(b.len as usize);
+                let mut buf = self.pool.block(b.len as usize);
                 src.read_exact_at(&mut buf, off).map_err(|e| EngineError::io("reading source", e))?;
-                Body::Mem { buf, pooled: true }
+                Body::Mem(buf)
             }
         };
         Ok(Ready { hdr, len: b.len, body })
@@ -98,7 +93,13 @@ impl Job {
 }
 
 /// Send the blocks `supplier` hands out over `conns` on the I/O threads.
-pub(crate) fn send_blocks(conns: &mut [TcpStream], supplier: &Supplier, ctl: &Control) -> Result<u64> {
+/// `device` (an `st_dev`) picks the disk threads that run the supplier.
+pub(crate) fn send_blocks(
+    conns: &mut [TcpStream],
+    supplier: &Supplier,
+    device: Option<u64>,
+    ctl: &Control,
+) -> Result<u64> {
     if conns.is_empty() {
         return Err(EngineError::Setup("no data connection".into()));
     }
@@ -111,16 +112,15 @@ pub(crate) fn send_blocks(conns: &mut [TcpStream], supplier: &Supplier, ctl: &Co
         supplier_done: false,
         sent: 0,
         conns_done: 0,
-        free: Vec::new(),
         error: None,
         stopped: false,
         last_progress: Instant::now(),
         net_waiting: false,
     };
-    let job = Arc::new(Job { st: Mutex::new(st), notify });
+    let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone() });
     let reg = Registration::new(eng);
     let r = register(conns, &job, &reg).and_then(|()| {
-        eng.disk(DiskId::DEFAULT).in_place_scope(|s| drive(s, &job, &reg, supplier, ctl, idle, conns.len()))
+        eng.disk(eng.disk_of(device)).in_place_scope(|s| drive(s, &job, &reg, supplier, ctl, idle, conns.len()))
     });
     if r.is_err() {
         job.fail(EngineError::Aborted);
@@ -283,7 +283,7 @@ impl SendConn {
 
     fn trailer(&self) -> Ready {
         let h = if self.index == 0 { BlockHeader::eof_eod(self.streams) } else { BlockHeader::eod() };
-        Ready { hdr: h.encode(), len: 0, body: Body::Mem { buf: Vec::new(), pooled: false } }
+        Ready { hdr: h.encode(), len: 0, body: Body::Mem(BlockBuf::Heap(Vec::new())) }
     }
 
     /// Write some of the current block (header, then payload); a write of
@@ -293,7 +293,7 @@ impl SendConn {
         let hl = HEADER_LEN as u64;
         let pos = cur.pos;
         let n = match &cur.ready.body {
-            Body::Mem { buf, .. } => {
+            Body::Mem(buf) => {
                 let body = &buf[(pos.saturating_sub(hl) as usize).min(buf.len())..];
                 let body = &body[..body.len().min(budget)];
                 let hdr = &cur.ready.hdr[(pos.min(hl) as usize)..];
@@ -322,11 +322,6 @@ impl SendConn {
         let mut st = self.job.lock();
         st.sent += cur.ready.len;
         st.last_progress = Instant::now();
-        if let Body::Mem { buf, pooled: true } = cur.ready.body {
-            if st.free.len() < 4 * self.streams as usize {
-                st.free.push(buf);
-            }
-        }
         if trailer {
             st.conns_done += 1;
             drop(st);
