@@ -76,6 +76,7 @@ fn full_disk_on_the_client_fails_the_download_cleanly() {
         assert_ne!(code, 0, "a download larger than the disk cannot succeed");
         assert!(err.contains("big"), "the error names the file: {err}");
         assert!(err.to_lowercase().contains("space"), "the error says why: {err}");
+        assert!(err.contains("reserving 25165824 bytes"), "the size is reserved before data moves: {err}");
     }
     assert!(names(&disk.0).is_empty(), "nothing left behind: {:?}", names(&disk.0));
 }

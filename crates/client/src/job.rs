@@ -296,7 +296,7 @@ async fn get_batch(s: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<R
         .map(|i| {
             (
                 FileOp { remote: remote(&i.src).path.clone(), part: opts.part },
-                LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync),
+                LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync, i.size),
             )
         })
         .collect();

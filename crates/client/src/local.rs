@@ -34,24 +34,27 @@ pub enum LocalTarget {
         in_place: bool,
         /// Flush to disk before the rename (durable across power loss).
         fsync: bool,
+        /// Expected size (0: unknown): reserved up front (`fallocate`), so
+        /// a full disk fails before data moves.
+        size: u64,
     },
 }
 
 impl LocalTarget {
     /// The target for a local path.
-    pub fn for_path(path: &Path, in_place: bool, fsync: bool) -> LocalTarget {
+    pub fn for_path(path: &Path, in_place: bool, fsync: bool, size: u64) -> LocalTarget {
         if path == Path::new("/dev/null") {
             LocalTarget::Null
         } else {
-            LocalTarget::File { path: path.to_path_buf(), in_place, fsync }
+            LocalTarget::File { path: path.to_path_buf(), in_place, fsync, size }
         }
     }
 
     /// Open it for writing.
     pub fn open(self) -> Result<OpenTarget, ClientError> {
-        let (path, in_place, fsync) = match self {
+        let (path, in_place, fsync, size) = match self {
             LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None, fsync: false }),
-            LocalTarget::File { path, in_place, fsync } => (path, in_place, fsync),
+            LocalTarget::File { path, in_place, fsync, size } => (path, in_place, fsync, size),
         };
         let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", path.display()));
         if in_place {
@@ -60,7 +63,13 @@ impl LocalTarget {
         }
         let tmp = temp_name(&path);
         let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(err)?;
-        Ok(OpenTarget { file: Some(f), temp: Some((tmp, path)), fsync })
+        let t = OpenTarget { file: Some(f), temp: Some((tmp, path.clone())), fsync };
+        // On failure `t` is dropped, which removes the temporary file.
+        if let Some(f) = &t.file {
+            lightpath_sys::file::preallocate(f, size)
+                .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", path.display())))?;
+        }
+        Ok(t)
     }
 }
 
