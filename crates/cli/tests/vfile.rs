@@ -52,6 +52,40 @@ fn trees_travel_as_one_virtual_file() {
     assert_same_tree(&a.join("tree"), &b.join("copy"));
 }
 
+/// `cp -r` from a lightpath server sends `VRET src/` with its login before
+/// it knows what `src` is: a tree comes over at once (one VRET on the
+/// wire), a file is refused by the server and then copied as a file, and
+/// the `cp -r` naming rules hold either way.
+#[test]
+fn recursive_downloads_speculate_safely() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    make_tree(&root.join("tree"), 40, 5);
+    write_random(&root.join("file"), 300_000, 6);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let u = |p: &str| format!("ftp://127.0.0.1:{port}/{p}");
+    let cp_vv = |src: String, dst: &Path| {
+        let out = std::process::Command::new(LP)
+            .args(["-vv", "cp", "-q", "-r", &src, &dst.display().to_string()])
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err
+    };
+    let log = cp_vv(u("tree"), &local);
+    assert_same_tree(&root.join("tree"), &local.join("tree"));
+    assert_eq!(log.matches("> VRET").count(), 1, "one VRET, sent with the login: {log}");
+    let login = log.find("> USER").unwrap();
+    let (vret, greeting) = (log.find("> VRET").unwrap(), log.find("< 220").unwrap());
+    assert!(login < vret && vret < greeting, "VRET left before the greeting came back: {log}");
+    let log = cp_vv(u("file"), &local.join("copied"));
+    assert_same_file(&root.join("file"), &local.join("copied"));
+    assert!(log.contains("< 550"), "the server refused `VRET file/`: {log}");
+    assert!(!local.join("copied").is_dir());
+}
+
 #[test]
 fn hostile_manifest_is_refused_and_nothing_escapes() {
     let d = scratch();

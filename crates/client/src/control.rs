@@ -19,6 +19,8 @@ pub struct ControlConn {
     parser: ReplyParser,
     /// Commands sent with [`ControlConn::queue`] whose replies are unread.
     pending: std::collections::VecDeque<String>,
+    /// Commands held back by [`ControlConn::cork`], written in one piece.
+    corked: Option<Vec<u8>>,
     /// Round-trip time: the TCP handshake of the control connection.
     pub rtt: Duration,
     /// Server name for messages.
@@ -42,6 +44,7 @@ impl ControlConn {
             lines: LineBuffer::new(),
             parser: ReplyParser::new(),
             pending: Default::default(),
+            corked: None,
             rtt: started.elapsed(),
             name,
         };
@@ -58,16 +61,36 @@ impl ControlConn {
         self.stream.peer_addr()
     }
 
-    /// Send one command line.
+    /// Send one command line (or hold it back while corked).
     pub async fn send(&mut self, cmd: &[u8]) -> Result<(), ClientError> {
         tracing::debug!(server = %self.name, "> {}", redact(cmd));
         let mut line = cmd.to_vec();
         line.extend_from_slice(b"\r\n");
+        if let Some(out) = &mut self.corked {
+            out.extend_from_slice(&line);
+            return Ok(());
+        }
         self.stream.write_all(&line).await.map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))
+    }
+
+    /// Hold commands back until [`ControlConn::uncork`] (or the next read of
+    /// a reply) writes them in one piece. A flight of a dozen commands
+    /// written one by one (with TCP_NODELAY) is a dozen segments, and a new
+    /// connection's first window holds ten: the last ones would wait a
+    /// round trip.
+    pub fn cork(&mut self) {
+        self.corked.get_or_insert_with(Vec::new);
+    }
+
+    /// Write the commands held back by [`ControlConn::cork`].
+    pub async fn uncork(&mut self) -> Result<(), ClientError> {
+        let Some(out) = self.corked.take() else { return Ok(()) };
+        self.stream.write_all(&out).await.map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))
     }
 
     /// Read the next reply (preliminary ones included).
     pub async fn reply(&mut self) -> Result<Reply, ClientError> {
+        self.uncork().await?;
         let mut buf = [0u8; 8192];
         loop {
             while let Some(line) = self.lines.poll_line() {
@@ -158,6 +181,15 @@ impl ControlConn {
         pass: &str,
         extra: &[String],
     ) -> Result<(Features, Vec<Reply>), ClientError> {
+        self.login_send(user, pass, extra).await?;
+        self.login_read(extra.len()).await
+    }
+
+    /// The sending half of [`ControlConn::login`]: more commands may follow
+    /// in the same flight before [`ControlConn::login_read`].
+    /// The flight is corked: it leaves with the first read of a reply.
+    pub async fn login_send(&mut self, user: &str, pass: &str, extra: &[String]) -> Result<(), ClientError> {
+        self.cork();
         self.send(format!("USER {user}").as_bytes()).await?;
         self.send(format!("PASS {pass}").as_bytes()).await?;
         self.send(b"FEAT").await?;
@@ -166,6 +198,11 @@ impl ControlConn {
         for cmd in extra {
             self.send(cmd.as_bytes()).await?;
         }
+        Ok(())
+    }
+
+    /// The reading half of [`ControlConn::login`], for `extra` commands.
+    pub async fn login_read(&mut self, extra: usize) -> Result<(Features, Vec<Reply>), ClientError> {
         let hello = self.reply().await?;
         if hello.code != 220 {
             return Err(self.unexpected("greeting", &hello));
@@ -183,8 +220,8 @@ impl ControlConn {
             return Err(self.unexpected("TYPE I", &ty));
         }
         let _ = self.final_reply().await?; // CLIENTINFO: optional, errors ignored
-        let mut replies = Vec::with_capacity(extra.len());
-        for _ in extra {
+        let mut replies = Vec::with_capacity(extra);
+        for _ in 0..extra {
             replies.push(self.final_reply().await?);
         }
         Ok((Features::from_reply(&feat), replies))

@@ -87,14 +87,23 @@ pub async fn copy(
         .iter()
         .filter_map(|s| if let Location::Remote(r) = s { same_server(r).then(|| r.path.clone()) } else { None })
         .collect();
+    let tree = opts.recursive && srcs.len() == 1 && opts.part.is_none();
+    // A remote tree to a local directory: VRET goes with the login (one round trip less).
+    let spec = match (&remote_src, &dst) {
+        (Some(r), Location::Local(_)) if tree && same_server(r) => Some(r.path.as_slice()),
+        _ => None,
+    };
     let mut lister = match &remote_src {
-        Some(r) => Some(Session::open_and_stat(r, sopts.clone(), &paths).await?),
+        Some(r) => Some(Session::open_speculating(r, sopts.clone(), &paths, spec).await?),
         None => None,
     };
-    if opts.recursive && srcs.len() == 1 && opts.part.is_none() {
+    if tree {
         if let Some(r) = try_tree(&srcs[0], &dst, &mut lister, &sopts, &progress).await? {
             return Ok(r);
         }
+    }
+    if let Some(s) = lister.as_mut() {
+        s.drop_speculation().await?;
     }
     let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut()).await?;
     if let Some(part) = opts.part {

@@ -61,6 +61,9 @@ pub struct Session {
     parallelism: u32,
     /// MLST/SIZE answers fetched with the login: path -> (is a directory, size).
     stats: std::collections::HashMap<Vec<u8>, (bool, u64)>,
+    /// The tree path of a `VRET path/` sent with the login whose reply is
+    /// not read yet (see [`Session::open_speculating`]).
+    spec_vret: Option<Vec<u8>>,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -74,20 +77,80 @@ impl Session {
     /// Connect and log in, asking MLST and SIZE of `paths` in the same
     /// round trip (see [`Session::stat`]).
     pub async fn open_and_stat(remote: &Remote, opts: SessionOpts, paths: &[Vec<u8>]) -> Result<Session, ClientError> {
+        Self::open_speculating(remote, opts, paths, None).await
+    }
+
+    /// [`Session::open_and_stat`], and with `tree` also MODE E, the stream
+    /// count, PORT and `VRET tree/` in the login's flight, before it is
+    /// known whether `tree` is a directory or the server speaks LPVF: a
+    /// tree download starts one round trip sooner. The trailing slash makes
+    /// the server refuse a file (550); a server without LPVF refuses the
+    /// command (500). [`crate::vfile::get_tree`] takes the transfer over,
+    /// or [`Session::drop_speculation`] reads the refusal.
+    pub async fn open_speculating(
+        remote: &Remote,
+        opts: SessionOpts,
+        paths: &[Vec<u8>],
+        tree: Option<&[u8]>,
+    ) -> Result<Session, ClientError> {
         let mut ctl = ControlConn::connect(&remote.host, remote.port).await?;
         let extra: Vec<String> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
-        let (feat, replies) = ctl.login(&remote.user, &remote.pass, &extra).await?;
-        let stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
-        Ok(Session {
+        ctl.login_send(&remote.user, &remote.pass, &extra).await?;
+        let mut s = Session {
             ctl,
-            feat,
+            feat: Features::default(),
             remote: remote.clone(),
             dc: Some(DataChannel::new()),
             mode_e: None,
             parallelism: 0,
-            stats,
+            stats: Default::default(),
+            spec_vret: None,
             opts,
-        })
+        };
+        if let Some(t) = tree {
+            s.speculate_vret(t).await?;
+        }
+        let (feat, replies) = s.ctl.login_read(extra.len()).await?;
+        s.feat = feat;
+        s.stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
+        Ok(s)
+    }
+
+    async fn speculate_vret(&mut self, tree: &[u8]) -> Result<(), ClientError> {
+        self.set_mode(true).await?;
+        let n = self.streams();
+        self.set_parallelism(n).await?;
+        self.ready_for_get().await?;
+        let mut cmd = b"VRET ".to_vec();
+        cmd.extend_from_slice(tree.strip_suffix(b"/").unwrap_or(tree));
+        cmd.push(b'/');
+        self.ctl.send(&cmd).await?;
+        self.spec_vret = Some(tree.to_vec());
+        Ok(())
+    }
+
+    /// Whether a speculative `VRET` of `tree` is in flight (and now taken
+    /// over by the caller, who reads its replies).
+    pub(crate) fn take_speculation(&mut self, tree: &[u8]) -> bool {
+        let hit = self.spec_vret.as_deref() == Some(tree);
+        if hit {
+            self.spec_vret = None;
+        }
+        hit
+    }
+
+    /// Read the replies of a speculative `VRET` nobody took over: the
+    /// setup's, then the refusal. A server that accepted it after all is
+    /// a session that cannot go on.
+    pub async fn drop_speculation(&mut self) -> Result<(), ClientError> {
+        let Some(tree) = self.spec_vret.take() else { return Ok(()) };
+        let _ = self.ctl.flush().await; // MODE E/OPTS/PORT: a plain peer may refuse some
+        let r = self.ctl.reply().await?;
+        tracing::debug!(tree = %String::from_utf8_lossy(&tree), code = r.code, "speculative VRET refused");
+        if r.is_preliminary() {
+            return Err(self.ctl.unexpected("VRET (sent with the login, not wanted)", &r));
+        }
+        Ok(())
     }
 
     /// Whether `path` is a directory, and its size (0 when unknown): from

@@ -135,6 +135,10 @@ pub struct Transfer {
     pub allo: Option<u64>,
     /// Settings in force.
     pub settings: TransferSettings,
+    /// The path was written with a trailing `/`: it must be a directory
+    /// (POSIX path semantics; a client may send `VRET dir/` before it knows
+    /// what `dir` is, and a file must then be refused, not sent).
+    pub dir_only: bool,
 }
 
 /// File-system requests.
@@ -557,7 +561,8 @@ impl ServerPi {
             return self.reply(501, "Range restart markers need MODE E.");
         }
         let settings = self.settings.clone();
-        self.with_path(raw, |path| Action::Transfer(Transfer { kind, path, restart, allo, settings }));
+        let dir_only = raw.len() > 1 && raw.ends_with(b"/");
+        self.with_path(raw, |path| Action::Transfer(Transfer { kind, path, restart, allo, settings, dir_only }));
     }
 }
 

@@ -277,6 +277,18 @@ fn read_only_refuses_writes() {
     assert!(matches!(one_transfer(&s.send(b"LIST\r\n")).kind, TransferKind::List));
 }
 
+/// `VRET dir/` asks for a directory only (the client speculates with it);
+/// without the slash a file is fine too. The slash never reaches the path.
+#[test]
+fn vret_trailing_slash_means_directory_only() {
+    let mut s = Session::logged_in(cfg(false, false));
+    let t = one_transfer(&s.send(b"VRET /tree/\r\n"));
+    assert_eq!((t.kind, t.path, t.dir_only), (TransferKind::VfileRetr, vp("/tree"), true));
+    let t = one_transfer(&s.send(b"VRET /tree\r\n"));
+    assert!(!t.dir_only);
+    assert!(!one_transfer(&s.send(b"VRET /\r\n")).dir_only, "the root is a directory anyway");
+}
+
 #[test]
 fn writable_server_emits_write_actions() {
     let mut s = Session::logged_in(cfg(false, false));

@@ -19,11 +19,15 @@ fn need_mode_e(t: &Transfer) -> Result<(), Reply> {
     }
 }
 
-/// The root to pack and the items in it: a directory's contents, or one file.
-fn pack_root(root: &Root, p: &VPath) -> Result<(Root, Vec<Vec<u8>>), Reply> {
+/// The root to pack and the items in it: a directory's contents, or one
+/// file (unless `dir_only`: the path was written `dir/`).
+fn pack_root(root: &Root, p: &VPath, dir_only: bool) -> Result<(Root, Vec<Vec<u8>>), Reply> {
     let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
     if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
         return root.subdir(p.relative()).map(|r| (r, vec![Vec::new()])).map_err(|e| io_reply(p, &e));
+    }
+    if dir_only {
+        return Err(Reply::new(550, format!("{}: Not a directory.", p.display())));
     }
     let parent = p.parent();
     let sub = root.subdir(parent.relative()).map_err(|e| io_reply(p, &e))?;
@@ -32,7 +36,7 @@ fn pack_root(root: &Root, p: &VPath) -> Result<(Root, Vec<Vec<u8>>), Reply> {
 
 /// VRET: walk, pack and send.
 pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
-    let prepared = need_mode_e(t).and_then(|_| pack_root(root, &t.path)).and_then(|(sub, items)| {
+    let prepared = need_mode_e(t).and_then(|_| pack_root(root, &t.path, t.dir_only)).and_then(|(sub, items)| {
         pack(Arc::new(sub), items, PackOptions::default())
             .map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
     });
