@@ -105,7 +105,7 @@ pub async fn copy(
     if let Some(s) = lister.as_mut() {
         s.drop_speculation().await?;
     }
-    let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut()).await?;
+    let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut(), opts.cc.saturating_sub(1)).await?;
     if let Some(part) = opts.part {
         plan.files.iter_mut().for_each(|f| f.size = part.1);
     }

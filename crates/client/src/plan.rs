@@ -63,12 +63,14 @@ pub(crate) fn dst_is_dir(dst: &Location, many: bool) -> bool {
     many || dst.is_dir_syntax() || matches!(dst, Location::Local(p) if p.is_dir())
 }
 
-/// Expand sources into a plan. `lister` lists remote sources.
+/// Expand sources into a plan. `lister` lists remote sources; a remote tree
+/// with several directories is listed by up to `extra` more sessions too.
 pub async fn make_plan(
     srcs: &[Location],
     dst: &Location,
     recursive: bool,
     lister: Option<&mut Session>,
+    extra: usize,
 ) -> Result<Plan, ClientError> {
     let mut plan = Plan::default();
     let into_dir = dst_is_dir(dst, srcs.len() > 1);
@@ -91,7 +93,7 @@ pub async fn make_plan(
         plan.dirs.push(target.clone());
         match src {
             Location::Local(p) => walk_local(p, &target, &mut plan)?,
-            Location::Remote(r) => walk_remote(r, &target, lister.as_deref_mut(), &mut plan).await?,
+            Location::Remote(r) => walk_remote(r, &target, lister.as_deref_mut(), extra, &mut plan).await?,
         }
     }
     Ok(plan)
@@ -137,26 +139,126 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
     Ok(())
 }
 
+/// A remote tree's walk, shared by the sessions listing it.
+#[derive(Default)]
+struct Walk {
+    queue: VecDeque<(Remote, Location)>,
+    /// Directories being listed now.
+    busy: usize,
+    plan: Plan,
+    error: Option<ClientError>,
+}
+
+type Shared = std::sync::Arc<(std::sync::Mutex<Walk>, tokio::sync::Notify)>;
+
+fn walk_lock(sh: &Shared) -> std::sync::MutexGuard<'_, Walk> {
+    sh.0.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// List `root` with MLSD, directory by directory. One MLSD per directory
+/// is all the protocol offers (each needs its own data connection), so
+/// once several directories wait to be listed, up to `extra` more control
+/// sessions list them at the same time.
 async fn walk_remote(
     root: &Remote,
     target: &Location,
     lister: Option<&mut Session>,
+    extra: usize,
     plan: &mut Plan,
 ) -> Result<(), ClientError> {
     let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
-    let mut queue: VecDeque<(Remote, Location)> = VecDeque::from([(root.clone(), target.clone())]);
-    while let Some((dir, t)) = queue.pop_front() {
-        for e in s.list(&dir.path).await? {
-            let src = join(&Location::Remote(dir.clone()), &e.name);
-            let dst = join(&t, &e.name);
-            let Location::Remote(sr) = src else { continue };
-            if e.is_dir {
-                plan.dirs.push(dst.clone());
-                queue.push_back((sr, dst));
-            } else {
-                plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size });
-            }
+    let shared: Shared = Default::default();
+    walk_lock(&shared).queue.push_back((root.clone(), target.clone()));
+    // Alone down a chain of single directories; then as many sessions as
+    // there are directories waiting, up to `1 + extra`.
+    while walk_lock(&shared).queue.len() == 1 {
+        list_one(s, &shared).await;
+    }
+    let helpers = extra.min(walk_lock(&shared).queue.len().saturating_sub(1));
+    if helpers > 0 {
+        tracing::info!(sessions = helpers + 1, "listing the remote tree over several control sessions");
+    }
+    let tasks: Vec<_> = (0..helpers)
+        .map(|_| {
+            let (sh, remote, opts) = (shared.clone(), s.remote.clone(), s.opts.clone());
+            tokio::spawn(async move {
+                match Session::open(&remote, opts).await {
+                    Ok(mut h) => {
+                        list_all(&mut h, &sh).await;
+                        h.quit().await;
+                    }
+                    Err(e) => tracing::debug!("no extra listing session: {e}"),
+                }
+            })
+        })
+        .collect();
+    list_all(s, &shared).await;
+    for t in tasks {
+        let _ = t.await;
+    }
+    let mut w = walk_lock(&shared);
+    if let Some(e) = w.error.take() {
+        return Err(e);
+    }
+    let got = std::mem::take(&mut w.plan);
+    plan.dirs.extend(got.dirs);
+    plan.files.extend(got.files);
+    Ok(())
+}
+
+/// Take directories from the walk until it is done (or failed).
+async fn list_all(s: &mut Session, sh: &Shared) {
+    loop {
+        let notified = sh.1.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (more, done) = {
+            let w = walk_lock(sh);
+            (!w.queue.is_empty(), w.error.is_some() || (w.queue.is_empty() && w.busy == 0))
+        };
+        if done {
+            return;
+        }
+        if more {
+            list_one(s, sh).await;
+        } else {
+            notified.await;
         }
     }
-    Ok(())
+}
+
+/// List the next queued directory (if any) into the walk.
+async fn list_one(s: &mut Session, sh: &Shared) {
+    let next = {
+        let mut w = walk_lock(sh);
+        let n = w.queue.pop_front();
+        w.busy += usize::from(n.is_some());
+        n
+    };
+    let Some((dir, t)) = next else { return };
+    let listed = s.list(&dir.path).await;
+    let mut w = walk_lock(sh);
+    w.busy -= 1;
+    match listed {
+        Ok(entries) => add_entries(&mut w, &dir, &t, entries),
+        Err(e) => {
+            w.error.get_or_insert(e);
+        }
+    }
+    drop(w);
+    sh.1.notify_waiters();
+}
+
+fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::session::Entry>) {
+    for e in entries {
+        let src = join(&Location::Remote(dir.clone()), &e.name);
+        let dst = join(t, &e.name);
+        let Location::Remote(sr) = src else { continue };
+        if e.is_dir {
+            w.plan.dirs.push(dst.clone());
+            w.queue.push_back((sr, dst));
+        } else {
+            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size });
+        }
+    }
 }
