@@ -108,6 +108,9 @@ fn make_tree(src: &Path, rng: &mut Rng) {
     std::os::unix::fs::symlink("/nonexistent/abs", src.join("dangling")).unwrap();
     fs::set_permissions(src.join("medium"), fs::Permissions::from_mode(0o600)).unwrap();
     fs::set_permissions(src.join("big"), fs::Permissions::from_mode(0o751)).unwrap();
+    // Modes the umask would strip at creation, and the sticky bit.
+    fs::set_permissions(src.join("many/f000"), fs::Permissions::from_mode(0o666)).unwrap();
+    fs::set_permissions(src.join("many/f001"), fs::Permissions::from_mode(0o1644)).unwrap();
     fs::set_permissions(src.join("empty dir"), fs::Permissions::from_mode(0o555)).unwrap();
     set_mtime(&src.join("medium"), 1_000_000_000, 123_456_789);
     set_mtime(&src.join("many"), 1_500_000_000, 7);

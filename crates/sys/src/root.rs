@@ -11,11 +11,12 @@
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 pub use rustix::fs::{FileType, Stat};
 
@@ -168,27 +169,28 @@ impl Root {
     /// [`TempFile::commit`] and disappears when dropped uncommitted.
     pub fn create_temp(&self, rel: &[u8]) -> io::Result<TempFile> {
         let (dir, name) = self.parent(rel)?;
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let stem: Vec<u8> = name.as_bytes().iter().copied().take(180).collect();
-        let mut tmp = b".".to_vec();
-        tmp.extend_from_slice(&stem);
-        tmp.extend_from_slice(format!(".lp{}-{n}.part", std::process::id()).as_bytes());
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(0o644))?;
-        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+        TempFile::create(Arc::new(dir), name, 0o644)
     }
 }
 
 /// A file being received under a temporary name.
 #[derive(Debug)]
 pub struct TempFile {
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     tmp: Vec<u8>,
     name: Vec<u8>,
     file: Option<File>,
 }
 
 impl TempFile {
+    /// Create a hidden temporary name for `name` in `dir` (exclusively).
+    fn create(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
+        let tmp = temp_name(name);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?;
+        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+    }
+
     /// The open file.
     pub fn file(&self) -> &File {
         self.file.as_ref().expect("file present until commit")
@@ -224,12 +226,18 @@ impl Drop for TempFile {
 
 const STRICT: ResolveFlags = RESOLVE.union(ResolveFlags::NO_SYMLINKS);
 
-/// `.name.lpPID-N.part`, unique in this process.
+/// `.name.lpPID-N.part`, unique in this process (the pid is read once:
+/// lightpath never forks without exec).
 fn temp_name(name: &OsStr) -> Vec<u8> {
+    static PID: OnceLock<u32> = OnceLock::new();
+    let pid = *PID.get_or_init(std::process::id);
     let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut tmp = b".".to_vec();
-    tmp.extend(name.as_bytes().iter().copied().take(180));
-    tmp.extend_from_slice(format!(".lp{}-{n}.part", std::process::id()).as_bytes());
+    let stem = &name.as_bytes()[..name.len().min(180)];
+    let mut tmp = Vec::with_capacity(stem.len() + 40);
+    tmp.push(b'.');
+    tmp.extend_from_slice(stem);
+    // Writing to a Vec cannot fail.
+    let _ = write!(tmp, ".lp{pid}-{n}.part");
     tmp
 }
 
@@ -268,18 +276,7 @@ impl Root {
     /// directory (not a symlink to one). Returns whether it was created.
     pub fn mkdir_strict(&self, rel: &[u8], mode: u32) -> io::Result<bool> {
         let (dir, name) = self.parent_strict(rel)?;
-        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(mode)) {
-            Ok(()) => Ok(true),
-            Err(rustix::io::Errno::EXIST) => {
-                let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
-                if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                    Ok(false)
-                } else {
-                    Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"))
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
+        mkdir_in(&dir, name, mode)
     }
 
     /// Open a directory without following symlinks in any component.
@@ -292,10 +289,7 @@ impl Root {
     /// Like [`Root::create_temp`] (mode 0600), with a strict parent.
     pub fn create_temp_strict(&self, rel: &[u8]) -> io::Result<TempFile> {
         let (dir, name) = self.parent_strict(rel)?;
-        let tmp = temp_name(name);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(0o600))?;
-        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+        TempFile::create(Arc::new(dir), name, 0o600)
     }
 
     /// Create (or atomically replace) `rel` as a symlink to `target`. The
@@ -335,6 +329,103 @@ impl Root {
     }
 }
 
+/// `mkdirat`, accepting an existing directory (not a symlink to one).
+fn mkdir_in(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<bool> {
+    match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode)) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::EXIST) => {
+            let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                Ok(false)
+            } else {
+                Err(io::Error::new(io::ErrorKind::AlreadyExists, "exists and is not a directory"))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One path component: not empty, `.`, `..`, and without `/`.
+fn component(name: &[u8]) -> io::Result<&OsStr> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name"));
+    }
+    Ok(OsStr::from_bytes(name))
+}
+
+/// The process's umask, read once from `/proc/self/status` (Linux 4.7+;
+/// lightpath never changes it); `None` when it cannot be read.
+fn umask() -> Option<u32> {
+    static UMASK: OnceLock<Option<u32>> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let v = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(v.trim(), 8).ok()
+    })
+}
+
+/// Whether new entries in `dir` could get permissions other than
+/// `mode & !umask` (a default ACL, or we cannot tell).
+fn may_have_default_acl(dir: &OwnedFd) -> bool {
+    let r = rustix::fs::fgetxattr_query(dir, "system.posix_acl_default");
+    !matches!(r, Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP))
+}
+
+/// A directory beneath a [`Root`], resolved once (no symlink in any
+/// component) for making many entries in it, where
+/// [`Root::create_temp_strict`] and [`Root::mkdir_strict`] resolve the
+/// parent on every call. Like the parent a [`TempFile`] holds, the
+/// descriptor keeps naming the directory it was opened on even if a path
+/// component is replaced afterwards; names given to it are single
+/// components, so nothing is resolved through it.
+#[derive(Debug)]
+pub struct StrictDir {
+    fd: Arc<OwnedFd>,
+    /// The umask when a file created here gets exactly `mode & !umask`
+    /// (no default ACL); `None` when its mode must be set afterwards.
+    umask: Option<u32>,
+}
+
+impl Root {
+    /// Open the directory `rel` (`""`: the root) for [`StrictDir`]'s calls,
+    /// without following a symlink in any component.
+    pub fn strict_dir(&self, rel: &[u8]) -> io::Result<StrictDir> {
+        let flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let open = |f| rustix::fs::openat2(&self.dir, Self::rel(rel), flags | f, Mode::empty(), STRICT);
+        match open(OFlags::RDONLY) {
+            Ok(fd) => {
+                let umask = umask().filter(|_| !may_have_default_acl(&fd));
+                Ok(StrictDir { fd: Arc::new(fd), umask })
+            }
+            // Not readable (only writable and searchable): no ACL check.
+            Err(rustix::io::Errno::ACCESS) => Ok(StrictDir { fd: Arc::new(open(OFlags::PATH)?), umask: None }),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl StrictDir {
+    /// Like [`Root::mkdir_strict`] for the entry `name` of this directory.
+    pub fn mkdir(&self, name: &[u8], mode: u32) -> io::Result<bool> {
+        mkdir_in(&self.fd, component(name)?, mode)
+    }
+
+    /// A temporary file for the entry `name` of this directory (see
+    /// [`Root::create_temp`]) with exactly the permission bits `mode`
+    /// (`& 0o7777`; a caller that wants no setuid/setgid drops them). The
+    /// mode is given at creation when the umask and the directory allow it
+    /// (no extra call), else set at once with `fchmod`.
+    pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
+        let mode = mode & 0o7777;
+        let t = TempFile::create(self.fd.clone(), component(name)?, mode)?;
+        let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
+        if !exact {
+            rustix::fs::fchmod(t.file(), Mode::from_raw_mode(mode))?;
+        }
+        Ok(t)
+    }
+}
+
 #[cfg(test)]
 mod strict_tests {
     use super::*;
@@ -361,6 +452,38 @@ mod strict_tests {
         let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
         assert_eq!(names, [&b"g"[..], b"in", b"real", b"up"], "no temporary names left");
         assert_eq!(std::fs::read_dir(p.join("out")).unwrap().count(), 0);
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod strict_dir_tests {
+    use super::*;
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+
+    #[test]
+    fn strict_dir_creates_with_exact_modes_and_refuses_paths() {
+        let p = std::env::temp_dir().join(format!("lp-root-sdir-{}", std::process::id()));
+        std::fs::create_dir_all(p.join("root/real")).unwrap();
+        std::os::unix::fs::symlink("real", p.join("root/in")).unwrap();
+        let r = Root::open(&p.join("root")).unwrap();
+        assert!(r.strict_dir(b"in").is_err(), "a symlinked directory is refused");
+        let d = r.strict_dir(b"real").unwrap();
+        for (name, mode) in [(&b"a"[..], 0o644), (b"b", 0o666), (b"c", 0o1750), (b"d", 0o400)] {
+            let t = d.create_temp(name, mode).unwrap();
+            t.file().write_all_at(b"x", 0).unwrap();
+            assert_eq!(t.file().metadata().unwrap().permissions().mode() & 0o7777, mode);
+            t.commit().unwrap();
+        }
+        for bad in [&b""[..], b".", b"..", b"x/y", b"../x"] {
+            assert!(d.create_temp(bad, 0o644).is_err(), "{bad:?}");
+            assert!(d.mkdir(bad, 0o700).is_err(), "{bad:?}");
+        }
+        assert!(d.mkdir(b"sub", 0o700).unwrap() && !d.mkdir(b"sub", 0o700).unwrap());
+        std::os::unix::fs::symlink(".", p.join("root/real/ln")).unwrap();
+        assert!(d.mkdir(b"ln", 0o700).is_err(), "an existing symlink is not a directory");
+        let names: Vec<_> = r.read_dir(b"real").unwrap().into_iter().map(|e| e.0).collect();
+        assert_eq!(names, [&b"a"[..], b"b", b"c", b"d", b"ln", b"sub"], "no temporary names left");
         std::fs::remove_dir_all(&p).unwrap();
     }
 }

@@ -155,3 +155,12 @@ fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
     p.extend_from_slice(b);
     p
 }
+
+/// `(parent, last component)` of a manifest path; the parent of a top-level
+/// name is `""` (the root).
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[], path),
+    }
+}

@@ -2,13 +2,13 @@
 //! thread; the tree rebuilt beneath a [`Root`].
 
 use super::writer::{FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
-use super::{split_ns, VfileError};
+use super::{split, split_ns, system_time, VfileError};
 use crate::io::Sink;
 use lightpath_proto::manifest::{show, Decoder, Entry, Kind, Limits};
 use lightpath_proto::RangeSet;
 use lightpath_sys::root::Root;
 use std::collections::BTreeMap;
-use std::fs::Permissions;
+use std::fs::{FileTimes, Permissions};
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
@@ -194,8 +194,10 @@ impl Unpacker {
     fn entry(&self, st: &mut State, e: Entry, pieces: &mut Vec<Piece>) -> Result<(), VfileError> {
         match e.kind {
             Kind::Dir => {
-                self.root()
-                    .mkdir_strict(&e.path, 0o700)
+                let (parent, name) = split(&e.path);
+                let ctx = &self.pool.ctx;
+                ctx.dir(parent)
+                    .and_then(|d| d.mkdir(name, 0o700))
                     .map_err(|x| VfileError::io("creating directory", &e.path, x))?;
                 st.stats.dirs += 1;
                 st.dirs.push((e.path, e.mode, e.mtime_ns));
@@ -332,8 +334,7 @@ impl Unpacker {
             let io = |e| VfileError::io("setting the metadata of", path, e);
             let d = self.root().open_dir_strict(path).map_err(io)?;
             d.set_permissions(Permissions::from_mode(mode & APPLY_MODE)).map_err(io)?;
-            let (sec, nsec) = split_ns(*mtime);
-            self.root().set_mtime_strict(path, sec, nsec).map_err(io)?;
+            d.set_times(FileTimes::new().set_modified(system_time(*mtime))).map_err(io)?;
         }
         Ok(())
     }

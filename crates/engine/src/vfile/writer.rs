@@ -1,12 +1,15 @@
-//! The receiver's worker pool: files are created under temporary names,
-//! written at their offsets, given their mode and mtime, and renamed to
-//! their final names when their last byte is in.
+//! The receiver's worker pool: files are created under temporary names
+//! with their final mode (in directories kept open, see [`WorkCtx::dir`]),
+//! written at their offsets, given their mtime, and renamed to their final
+//! names when their last byte is in.
 
-use super::{system_time, VfileError};
-use lightpath_sys::root::{Root, TempFile};
-use std::fs::{FileTimes, Permissions};
+use super::{split, system_time, VfileError};
+use lightpath_sys::root::{Root, StrictDir, TempFile};
+use std::collections::VecDeque;
+use std::fs::FileTimes;
+use std::io;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,26 +57,29 @@ impl FileSlot {
         self.done.load(Ordering::Acquire)
     }
 
-    /// The temporary file, created by whichever worker comes first.
-    fn temp(&self, root: &Root) -> Result<Arc<TempFile>, VfileError> {
+    /// The temporary file, created (with its final mode) by whichever
+    /// worker comes first.
+    fn temp(&self, ctx: &WorkCtx) -> Result<Arc<TempFile>, VfileError> {
         let mut g = lock(&self.temp);
         if let Some(t) = &*g {
             return Ok(t.clone());
         }
-        let t = Arc::new(root.create_temp_strict(&self.path).map_err(|e| VfileError::io("creating", &self.path, e))?);
+        let (dir, name) = split(&self.path);
+        let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE));
+        let t = Arc::new(t.map_err(|e| VfileError::io("creating", &self.path, e))?);
         *g = Some(t.clone());
         Ok(t)
     }
 
-    /// Metadata, then the final name. Called once, by the worker that
-    /// wrote the last byte (every other writer has dropped its handle).
+    /// The mtime (the mode was given at creation), then the final name.
+    /// Called once, by the worker that wrote the last byte (every other
+    /// writer has dropped its handle).
     fn commit(&self) -> Result<(), VfileError> {
         let io = |op, e| VfileError::io(op, &self.path, e);
         let t = lock(&self.temp).take().ok_or(VfileError::Aborted)?;
         let t = Arc::try_unwrap(t).map_err(|_| VfileError::Aborted)?;
-        let f = t.file();
-        f.set_permissions(Permissions::from_mode(self.mode & APPLY_MODE)).map_err(|e| io("setting the mode of", e))?;
-        f.set_times(FileTimes::new().set_modified(system_time(self.mtime_ns)))
+        t.file()
+            .set_times(FileTimes::new().set_modified(system_time(self.mtime_ns)))
             .map_err(|e| io("setting the mtime of", e))?;
         t.commit().map_err(|e| io("renaming into place", e))?;
         self.done.store(true, Ordering::Release);
@@ -91,8 +97,8 @@ pub(crate) struct Piece {
     pub range: Range<usize>,
 }
 
-fn write_piece(root: &Root, p: &Piece) -> Result<(), VfileError> {
-    let t = p.slot.temp(root)?;
+fn write_piece(ctx: &WorkCtx, p: &Piece) -> Result<(), VfileError> {
+    let t = p.slot.temp(ctx)?;
     t.file().write_all_at(&p.data[p.range.clone()], p.at).map_err(|e| VfileError::io("writing", &p.slot.path, e))?;
     drop(t);
     let n = p.range.len() as u64;
@@ -103,17 +109,38 @@ fn write_piece(root: &Root, p: &Piece) -> Result<(), VfileError> {
     Ok(())
 }
 
-/// What the workers share: the root and the first error.
+/// Directories kept open, newest first. Entries come directory by
+/// directory, so nearly every create and mkdir finds its parent here and
+/// resolves no path (one `openat2` per directory instead of per file).
+const DIR_CACHE: usize = 32;
+
+/// What the workers share: the root, its directories lately used, and the
+/// first error.
 #[derive(Debug)]
 pub(crate) struct WorkCtx {
     pub root: Arc<Root>,
+    dirs: Mutex<VecDeque<(Vec<u8>, Arc<StrictDir>)>>,
     error: Mutex<Option<VfileError>>,
     failed: AtomicBool,
 }
 
 impl WorkCtx {
     pub fn new(root: Arc<Root>) -> Self {
-        WorkCtx { root, error: Mutex::new(None), failed: AtomicBool::new(false) }
+        let dirs = Mutex::new(VecDeque::with_capacity(DIR_CACHE + 1));
+        WorkCtx { root, dirs, error: Mutex::new(None), failed: AtomicBool::new(false) }
+    }
+
+    /// The directory `rel` beneath the root (no symlink in any component),
+    /// opened once while it is among the last [`DIR_CACHE`] used.
+    pub fn dir(&self, rel: &[u8]) -> io::Result<Arc<StrictDir>> {
+        if let Some((_, d)) = lock(&self.dirs).iter().find(|(p, _)| p == rel) {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(self.root.strict_dir(rel)?);
+        let mut dirs = lock(&self.dirs);
+        dirs.push_front((rel.to_vec(), d.clone()));
+        dirs.truncate(DIR_CACHE);
+        Ok(d)
     }
 
     /// Record an error (the first one wins).
@@ -197,7 +224,7 @@ fn work(rx: &Mutex<Receiver<Vec<Piece>>>, ctx: &WorkCtx) {
             continue;
         }
         for p in &job {
-            if let Err(e) = write_piece(&ctx.root, p) {
+            if let Err(e) = write_piece(ctx, p) {
                 ctx.fail(e);
                 break;
             }
