@@ -7,7 +7,8 @@
 //! Code layout: `scenario` (file format, validation) → `plan` (what will
 //! run, checked before anything starts) → `runner` (one scenario), using
 //! `netpath` (namespaces, counters), `cgroup` (per-end accounting), `proc`
-//! (process groups, Ctrl-C), `tools` (command lines), `dataset`/`gen` (data)
+//! (process groups, Ctrl-C), `tools` (command lines; `fio` for the disk
+//! reference), `dataset`/`gen` (data)
 //! and `sampler`; then `record`, `stats`, `report` and `plot` for output.
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use clap::Args;
 
 pub mod cgroup;
 pub mod dataset;
+pub mod fio;
 pub mod gen;
 pub mod netpath;
 pub mod plan;
@@ -48,7 +50,7 @@ pub struct BenchArgs {
     /// Data-set cache and scratch space (needs room for each data set twice)
     #[arg(long, env = "LIGHTPATH_BENCH_CACHE", default_value = "/var/tmp/lightpath-bench")]
     pub cache: PathBuf,
-    /// Only these tools (comma-separated: lightpath, globus-url-copy or guc, iperf3)
+    /// Only these tools (comma-separated: lightpath, globus-url-copy or guc, iperf3, fio)
     #[arg(long, value_delimiter = ',')]
     pub tools: Vec<String>,
     /// Only scenarios whose name contains one of these (comma-separated)

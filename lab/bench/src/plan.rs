@@ -86,6 +86,7 @@ fn programs(args: &BenchArgs) -> Programs {
         guc: resolve("globus-url-copy"),
         guc_server: resolve("globus-gridftp-server"),
         iperf3: resolve("iperf3"),
+        fio: resolve("fio"),
     }
 }
 

@@ -57,7 +57,8 @@ pub struct RunRecord {
     pub harness_cpu_s: f64,
     /// The emulator's own counters for the run (emulated paths only).
     pub emulator: Option<crate::wanlab::EmuStats>,
-    /// What the tool itself reported (iperf3: its JSON end summary).
+    /// What the tool itself reported (iperf3: its JSON end summary; fio:
+    /// bytes, bandwidth and runtime of its read and write jobs).
     pub tool_report: Option<serde_json::Value>,
     pub caches_dropped: bool,
     /// 1-minute load average of the machine just before the run (other

@@ -1,5 +1,6 @@
 //! The markdown summary: one table per scenario, medians with min-max,
-//! ratios to the wire time and to the best transfer tool. Failed runs are
+//! ratios to the wire time and to the best transfer tool, and, where fio ran,
+//! each transfer tool's share of what the disk sustains. Failed runs are
 //! counted and their errors listed; a tool whose runs all failed keeps its row.
 
 use std::collections::BTreeMap;
@@ -81,9 +82,34 @@ pub fn wire_time(sc: &ScenarioResult, rows: &[Row]) -> Option<(f64, &'static str
     iperf.reduce(f64::min).map(|t| (t, "iperf3"))
 }
 
-/// The lowest median TTC among the transfer tools (iperf3 excluded).
+/// The lowest median TTC among the transfer tools (the references, iperf3
+/// and fio, excluded).
 pub fn best_transfer(rows: &[Row]) -> Option<f64> {
-    rows.iter().filter(|r| r.tool != Some(ToolKind::Iperf3)).filter_map(|r| r.ttc.map(|s| s.median)).reduce(f64::min)
+    rows.iter()
+        .filter(|r| !r.tool.is_some_and(ToolKind::is_reference))
+        .filter_map(|r| r.ttc.map(|s| s.median))
+        .reduce(f64::min)
+}
+
+/// The reference time for "% of disk": the fio median TTC (the lowest, if
+/// several fio rows ran); `None` without a successful fio run.
+pub fn disk_time(rows: &[Row]) -> Option<f64> {
+    let fio = rows.iter().filter(|r| r.tool == Some(ToolKind::Fio)).filter_map(|r| r.ttc).map(|s| s.median);
+    fio.reduce(f64::min)
+}
+
+/// A tool's share of what the disk sustains: the disk's time for the data
+/// set (fio median TTC) over the tool's median TTC, in percent (100 = as fast
+/// as the disk's read-and-write reference).
+pub fn percent_of_disk(disk_ttc: f64, tool_ttc: f64) -> f64 {
+    disk_ttc / tool_ttc * 100.0
+}
+
+/// The times a row is compared with.
+struct Refs {
+    wire: Option<f64>,
+    best: Option<f64>,
+    disk: Option<f64>,
 }
 
 /// `941 Mbit/s (902–950)`: the range in the median's unit.
@@ -111,29 +137,19 @@ fn load_range(sc: &ScenarioResult) -> String {
 pub fn scenario_table(sc: &ScenarioResult) -> String {
     let rows = rows(sc);
     let wire = wire_time(sc, &rows);
-    let best = best_transfer(&rows);
-    let mut out = String::new();
-    let _ = writeln!(out, "### {}\n", sc.name);
-    let s = &sc.scenario;
-    let _ = writeln!(
-        out,
-        "{} · {:?} · {} ({} files, {}) · repetitions: {}{} · load before runs: {}\n",
-        sc.path,
-        s.mode,
-        sc.dataset,
-        sc.dataset_files,
-        fmt_bytes(sc.dataset_bytes),
-        s.repetitions,
-        wire.map_or(String::new(), |(w, src)| format!(" · wire time {w:.2} s ({src})")),
-        load_range(sc),
-    );
+    let refs = Refs { wire: wire.map(|w| w.0), best: best_transfer(&rows), disk: disk_time(&rows) };
+    let mut out = scenario_header(sc, wire, refs.disk);
     if let Some(e) = &sc.error {
         let _ = writeln!(out, "**scenario error:** {e}\n");
     }
-    out += "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best | CPU s client / server | peak RSS MiB client / server |\n";
-    out += "|---|---|---|---|---|---|---|---|\n";
+    let disk_col = if refs.disk.is_some() { " % of disk |" } else { "" };
+    let _ = writeln!(
+        out,
+        "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | peak RSS MiB client / server |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|{}---|---|", if refs.disk.is_some() { "---|" } else { "" });
     for r in &rows {
-        out += &table_row(r, wire.map(|w| w.0), best);
+        out += &table_row(r, &refs);
     }
     for r in rows.iter().filter(|r| !r.errors.is_empty()) {
         for e in &r.errors {
@@ -143,32 +159,61 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
     out
 }
 
-fn table_row(r: &Row, wire: Option<f64>, best: Option<f64>) -> String {
+/// The title and the line about the path, data set and references.
+fn scenario_header(sc: &ScenarioResult, wire: Option<(f64, &str)>, disk: Option<f64>) -> String {
+    let s = &sc.scenario;
+    format!(
+        "### {}\n\n{} · {:?} · {} ({} files, {}) · repetitions: {}{}{} · load before runs: {}\n\n",
+        sc.name,
+        sc.path,
+        s.mode,
+        sc.dataset,
+        sc.dataset_files,
+        fmt_bytes(sc.dataset_bytes),
+        s.repetitions,
+        wire.map_or(String::new(), |(w, src)| format!(" · wire time {w:.2} s ({src})")),
+        disk.map_or(String::new(), |d| format!(" · disk time {d:.2} s (fio)")),
+        load_range(sc),
+    )
+}
+
+fn best_cell(tool: Option<ToolKind>, ttc: f64, best: Option<f64>) -> String {
+    match (tool, best) {
+        (Some(ToolKind::Iperf3), _) => "ref".into(),
+        (Some(ToolKind::Fio), _) => "disk ref".into(),
+        (_, Some(b)) => format!("{:.2}", ttc / b),
+        _ => "—".into(),
+    }
+}
+
+fn disk_cell(tool: Option<ToolKind>, ttc: f64, disk: f64) -> String {
+    match tool {
+        Some(ToolKind::Fio) => "ref".into(),
+        Some(t) if t.is_reference() => "—".into(),
+        _ => format!("{:.1}", percent_of_disk(disk, ttc)),
+    }
+}
+
+fn table_row(r: &Row, refs: &Refs) -> String {
     let Some(ttc) = r.ttc else {
-        return format!("| {} | {}/{} | FAILED | — | — | — | — | — |\n", r.label, r.ok, r.total);
+        let empty = if refs.disk.is_some() { 6 } else { 5 };
+        return format!("| {} | {}/{} | FAILED |{}\n", r.label, r.ok, r.total, " — |".repeat(empty));
     };
     let g = r.goodput.expect("goodput exists when ttc does");
-    let best_cell = match (r.tool, best) {
-        (Some(ToolKind::Iperf3), _) => "ref".to_string(),
-        (_, Some(b)) => format!("{:.2}", ttc.median / b),
-        _ => "—".into(),
-    };
-    format!(
-        "| {} | {}/{} | {:.2} ({:.2}–{:.2}) | {} | {} | {} | {} / {} | {} / {} |\n",
-        r.label,
-        r.ok,
-        r.total,
-        ttc.median,
-        ttc.min,
-        ttc.max,
+    let mut cells = vec![
+        r.label.clone(),
+        format!("{}/{}", r.ok, r.total),
+        format!("{:.2} ({:.2}–{:.2})", ttc.median, ttc.min, ttc.max),
         rate_range(&g),
-        opt(wire, |w| format!("{:.2}", ttc.median / w)),
-        best_cell,
-        opt(r.client_cpu, |v| format!("{v:.2}")),
-        opt(r.server_cpu, |v| format!("{v:.2}")),
-        opt(r.client_rss, mib),
-        opt(r.server_rss, mib),
-    )
+        opt(refs.wire, |w| format!("{:.2}", ttc.median / w)),
+        best_cell(r.tool, ttc.median, refs.best),
+    ];
+    if let Some(d) = refs.disk {
+        cells.push(disk_cell(r.tool, ttc.median, d));
+    }
+    cells.push(format!("{} / {}", opt(r.client_cpu, |v| format!("{v:.2}")), opt(r.server_cpu, |v| format!("{v:.2}"))));
+    cells.push(format!("{} / {}", opt(r.client_rss, mib), opt(r.server_rss, mib)));
+    format!("| {} |\n", cells.join(" | "))
 }
 
 /// The whole summary document.
@@ -206,13 +251,18 @@ pub fn summary(res: &Results) -> String {
 const LEGEND: &str = "
 TTC = client start to client exit (includes process start and login), caches dropped before
 every run; for iperf3 (the line-rate reference) TTC = data-set bits / iperf3's receiver-side rate,
-because `iperf3 -n` stops before the bytes in its socket buffers arrive. Goodput = data-set
-bytes × 8 / TTC. `× wire` = median TTC / wire time (data-set bits
-at the path rate, or the iperf3 median on loopback). `× best` = median TTC / best median TTC
-among the transfer tools (1.00 = fastest; iperf3 is the reference). CPU = cgroup CPU seconds of
-all processes of that end (servers: sum of both in third-party runs). Peak RSS = highest sum of
-resident memory of the end's processes, sampled every 100 ms. `ok` = successful runs / runs;
-statistics cover the successful runs, and every failure is listed under its table.
+because `iperf3 -n` stops before the bytes in its socket buffers arrive. fio is the disk reference:
+two jobs at once, one reading the data set's file and one writing a file of the same size into
+the destination (O_DIRECT, libaio, 1 MiB blocks, 16 in flight); its TTC is the slower job's
+runtime. Goodput = data-set bytes × 8 / TTC. `× wire` = median TTC / wire time
+(data-set bits at the path rate, or the iperf3 median on loopback). `× best` = median TTC / best
+median TTC among the transfer tools (1.00 = fastest; iperf3 and fio are references). `% of disk`
+(only where fio ran) = disk time / median TTC × 100, the disk time being the fio median: the
+share of what the disk sustains for the copy's reads and writes (a tool that writes through the
+page cache can pass 100, its last writes still in memory when it exits). CPU = cgroup CPU
+seconds of all processes of that end (servers: sum of both in third-party runs). Peak RSS =
+highest sum of resident memory of the end's processes, sampled every 100 ms. `ok` = successful
+runs / runs; statistics cover the successful runs, and every failure is listed under its table.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
 above the tools' own share means other work shared the CPUs with that scenario.
 ";

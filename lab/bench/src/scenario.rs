@@ -154,7 +154,7 @@ pub struct ToolSpec {
     pub tcp_buffer: Option<Size>,
     /// guc `-bs`.
     pub block_size: Option<Size>,
-    /// Appended to the client command line.
+    /// Appended to the client command line (fio: before its jobs, so both get them).
     #[serde(default)]
     pub extra_args: Vec<String>,
     /// Appended to each server command line.
@@ -168,6 +168,9 @@ pub enum ToolKind {
     Lightpath,
     GlobusUrlCopy,
     Iperf3,
+    /// The disk reference: reads the data set's file and writes a copy's
+    /// worth of bytes at once, with no network (see the `fio` module).
+    Fio,
 }
 
 impl ToolKind {
@@ -177,16 +180,23 @@ impl ToolKind {
             ToolKind::Lightpath => "lightpath",
             ToolKind::GlobusUrlCopy => "globus-url-copy",
             ToolKind::Iperf3 => "iperf3",
+            ToolKind::Fio => "fio",
         }
     }
 
-    /// Parses `lightpath`, `globus-url-copy` (or `guc`), `iperf3`.
+    /// A reference row (iperf3: the network, fio: the disk), not a transfer tool.
+    pub fn is_reference(self) -> bool {
+        matches!(self, ToolKind::Iperf3 | ToolKind::Fio)
+    }
+
+    /// Parses `lightpath`, `globus-url-copy` (or `guc`), `iperf3`, `fio`.
     pub fn parse(text: &str) -> Result<ToolKind> {
         Ok(match text {
             "lightpath" => ToolKind::Lightpath,
             "globus-url-copy" | "guc" => ToolKind::GlobusUrlCopy,
             "iperf3" => ToolKind::Iperf3,
-            _ => bail!("unknown tool `{text}` (known: lightpath, globus-url-copy, iperf3)"),
+            "fio" => ToolKind::Fio,
+            _ => bail!("unknown tool `{text}` (known: lightpath, globus-url-copy, iperf3, fio)"),
         })
     }
 }
@@ -201,6 +211,7 @@ impl ToolSpec {
             ToolKind::Lightpath => "lightpath".to_string(),
             ToolKind::GlobusUrlCopy => "guc".to_string(),
             ToolKind::Iperf3 => "iperf3".to_string(),
+            ToolKind::Fio => "fio".to_string(),
         };
         let p_flag = if self.tool == ToolKind::Iperf3 { "-P" } else { "-p" };
         if let Some(p) = self.parallel {
@@ -237,8 +248,25 @@ impl ToolSpec {
             self.concurrency.is_none() || self.tool != ToolKind::Iperf3,
             "`concurrency` has no meaning for iperf3 (use `parallel` for streams)"
         );
+        self.validate_fio()?;
         ensure!(self.parallel != Some(0), "`parallel` must be at least 1");
         ensure!(self.concurrency != Some(0), "`concurrency` must be at least 1");
+        Ok(())
+    }
+
+    /// fio's jobs are fixed (one reader, one writer) and it has no servers.
+    fn validate_fio(&self) -> Result<()> {
+        if self.tool != ToolKind::Fio {
+            return Ok(());
+        }
+        let net_only = [
+            ("parallel", self.parallel.is_some()),
+            ("concurrency", self.concurrency.is_some()),
+            ("server_args", !self.server_args.is_empty()),
+        ];
+        if let Some((key, _)) = net_only.iter().find(|(_, set)| *set) {
+            bail!("`{key}` has no meaning for fio (its jobs are fixed: one reader, one writer, no servers)");
+        }
         Ok(())
     }
 }
@@ -348,12 +376,25 @@ impl Scenario {
         }
         for (i, t) in self.tools.iter().enumerate() {
             t.validate().with_context(|| format!("[[tool]] #{}", i + 1))?;
+            self.check_fio_dataset(t).with_context(|| format!("[[tool]] #{}", i + 1))?;
         }
         let mut labels: Vec<String> = self.tools.iter().map(ToolSpec::label).collect();
         labels.sort();
         if let Some(w) = labels.windows(2).find(|w| w[0] == w[1]) {
             bail!("two [[tool]] entries are both labelled `{}`: set `label`", w[0]);
         }
+        Ok(())
+    }
+
+    /// fio reads the data set's one file and writes one of the same size:
+    /// trees, folders and memory have no such file.
+    fn check_fio_dataset(&self, t: &ToolSpec) -> Result<()> {
+        let kind = self.dataset.kind;
+        ensure!(
+            t.tool != ToolKind::Fio || kind == DatasetKind::LargeFile,
+            "fio (the disk reference) copies one file: it needs dataset kind = \"large-file\", not {}",
+            serde_json::to_string(&kind).unwrap_or_default()
+        );
         Ok(())
     }
 

@@ -22,6 +22,7 @@ pub struct Programs {
     pub guc: PathBuf,
     pub guc_server: PathBuf,
     pub iperf3: PathBuf,
+    pub fio: PathBuf,
 }
 
 /// A server to start before the client.
@@ -56,10 +57,10 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn is_memory(&self) -> bool {
+    pub(crate) fn is_memory(&self) -> bool {
         self.ds.kind == crate::scenario::DatasetKind::Memory
     }
-    fn src_root(&self) -> PathBuf {
+    pub(crate) fn src_root(&self) -> PathBuf {
         self.ds.root.clone().unwrap_or_else(|| "/".into())
     }
     /// Client side and the roles (side, root) of the servers.
@@ -84,6 +85,7 @@ pub fn invocation(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Result<Invoca
         ToolKind::Iperf3 => Ok(iperf3(spec, progs, ctx)),
         ToolKind::GlobusUrlCopy => Ok(guc(spec, progs, ctx)),
         ToolKind::Lightpath => lightpath(spec, progs, ctx),
+        ToolKind::Fio => crate::fio::invocation(spec, progs, ctx),
     }
 }
 
@@ -248,6 +250,7 @@ pub fn which(name: &Path) -> Option<PathBuf> {
 pub fn check_programs(kind: ToolKind, progs: &Programs) -> Result<()> {
     let needed: Vec<(&Path, &str)> = match kind {
         ToolKind::Iperf3 => vec![(&progs.iperf3, "apt-get install iperf3")],
+        ToolKind::Fio => vec![(&progs.fio, "apt-get install fio")],
         ToolKind::GlobusUrlCopy => vec![
             (&progs.guc, "apt-get install globus-gass-copy-progs"),
             (&progs.guc_server, "apt-get install globus-gridftp-server-progs"),
@@ -269,6 +272,7 @@ pub fn check_programs(kind: ToolKind, progs: &Programs) -> Result<()> {
 pub fn version(kind: ToolKind, progs: &Programs) -> String {
     let (prog, flag) = match kind {
         ToolKind::Iperf3 => (&progs.iperf3, "--version"),
+        ToolKind::Fio => (&progs.fio, "--version"),
         ToolKind::GlobusUrlCopy => (&progs.guc, "-version"),
         ToolKind::Lightpath => (&progs.lightpath, "--version"),
     };

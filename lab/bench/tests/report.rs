@@ -140,3 +140,48 @@ fn results_round_trip_through_json() {
     assert_eq!(back.scenarios[0].runs, res.scenarios[0].runs);
     assert_eq!(report::summary(&back), report::summary(&res));
 }
+
+#[test]
+fn percent_of_disk_is_the_disk_time_over_the_tool_time() {
+    assert_eq!(report::percent_of_disk(9.0, 10.0), 90.0);
+    assert_eq!(report::percent_of_disk(8.0, 4.0), 200.0, "a tool faster than the reference passes 100");
+}
+
+/// The demo scenario with a fio row (7 s, 7.5 s, 8 s: median 7.5 s).
+fn with_fio() -> Results {
+    let mut res = results();
+    let sc = &mut res.scenarios[0];
+    for rep in 1..=3 {
+        let mut r = run("fio", ToolKind::Fio, rep, Some(6.5 + rep as f64 * 0.5));
+        r.ends.retain(|e| e.role == "client");
+        sc.runs.push(r);
+    }
+    res
+}
+
+#[test]
+fn fio_is_a_disk_reference_row() {
+    let md = report::summary(&with_fio());
+    assert!(md.contains("| × best | % of disk | CPU s"), "the column appears with fio: {md}");
+    assert!(md.contains("disk time 7.50 s (fio)"), "{md}");
+    // fio (7.5 s) is faster than every transfer tool but is no transfer tool:
+    // lightpath (9 s) stays the best; its share of the disk is 7.5 / 9 = 83.3 %.
+    let lp = line(&md, "lightpath -p 4");
+    assert!(lp.contains("| 1.12 | 1.00 | 83.3 |"), "{lp}");
+    let guc = line(&md, "guc -p 4");
+    assert!(guc.contains("| 1.22 | 68.2 |"), "7.5 / 11 s: {guc}");
+    let fio = line(&md, "fio");
+    assert!(fio.contains("| disk ref | ref |"), "{fio}");
+    assert!(fio.contains("| 1.50 / — |"), "fio has no server: {fio}");
+    let ip = line(&md, "iperf3 -P 4");
+    assert!(ip.contains("| ref | — |"), "iperf3 has no share of the disk: {ip}");
+    let broken = line(&md, "broken");
+    assert!(broken.ends_with("| FAILED | — | — | — | — | — | — |"), "one cell more: {broken}");
+}
+
+#[test]
+fn no_disk_column_without_fio() {
+    let md = report::summary(&results());
+    assert!(md.contains("| × best | CPU s"), "{md}");
+    assert!(!md.contains("· disk time"), "{md}");
+}

@@ -127,3 +127,39 @@ fn the_repository_scenarios_are_valid() {
     assert!(quick.iter().any(|s| s.path.kind == PathKind::Loopback));
     assert!(quick.iter().any(|s| s.path.kind == PathKind::Emulated), "quick mode has one emulated case");
 }
+
+const FIO: &str = "[path]\nkind = \"loopback\"\n[dataset]\nkind = \"large-file\"\n[[tool]]\ntool = \"lightpath\"\n[[tool]]\ntool = \"fio\"\n";
+
+#[test]
+fn fio_is_the_disk_reference_for_one_file() {
+    let s = parse(FIO).unwrap();
+    assert_eq!(s.tools[1].tool, ToolKind::Fio);
+    assert_eq!(s.tools[1].label(), "fio");
+    assert_eq!(ToolKind::parse("fio").unwrap(), ToolKind::Fio);
+    assert!(ToolKind::Fio.is_reference() && ToolKind::Iperf3.is_reference());
+    assert!(!ToolKind::Lightpath.is_reference() && !ToolKind::GlobusUrlCopy.is_reference());
+}
+
+#[test]
+fn fio_refuses_data_sets_that_are_not_one_file() {
+    for kind in ["memory", "large-files", "git-like", "incompressible"] {
+        let e = err(&FIO.replace("kind = \"large-file\"", &format!("kind = \"{kind}\"")));
+        assert!(e.contains("[[tool]] #2"), "the error names the tool: {e}");
+        assert!(e.contains(&format!("needs dataset kind = \"large-file\", not \"{kind}\"")), "{e}");
+    }
+    let e = err(&FIO.replace("kind = \"large-file\"", "kind = \"linux-source\""));
+    assert!(e.contains("not \"linux-source\""), "{e}");
+}
+
+#[test]
+fn fio_refuses_network_settings() {
+    for (key, line) in
+        [("parallel", "parallel = 4"), ("concurrency", "concurrency = 2"), ("server_args", "server_args = [\"-v\"]")]
+    {
+        let e = err(&format!("{FIO}{line}\n"));
+        assert!(e.contains(&format!("`{key}` has no meaning for fio")), "{e}");
+    }
+    let e = err(&format!("{FIO}pipeline = true\n"));
+    assert!(e.contains("`pipeline` is a globus-url-copy setting, not one of fio"), "{e}");
+    parse(&format!("{FIO}extra_args = [\"--numjobs=1\"]\n")).expect("extra_args are fio options");
+}

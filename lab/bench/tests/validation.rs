@@ -53,3 +53,11 @@ fn all_problems_are_listed_together() {
     let e = build_err(&[("a.toml", OK), ("b.toml", &bad_path)], |a| a.lightpath = Some("/nonexistent/lp".into()));
     assert!(e.contains("a: lightpath needs") && e.contains("b: cannot emulate"), "{e}");
 }
+
+#[test]
+fn fio_without_a_single_file_is_refused_at_plan_time() {
+    let fio = OK.replace("tool = \"lightpath\"", "tool = \"fio\"");
+    let e = build_err(&[("disk.toml", &fio)], |_| {});
+    assert!(e.contains("disk.toml") && e.contains("fio (the disk reference) copies one file"), "{e}");
+    assert!(e.contains("not \"memory\""), "{e}");
+}
