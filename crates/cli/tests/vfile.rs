@@ -48,8 +48,24 @@ fn trees_travel_as_one_virtual_file() {
     assert_eq!(std::fs::read_link(local.join("got/link-inside")).unwrap(), Path::new("d0/s0"));
     assert!(lp_cp(&["-r", &format!("{}/", local.join("got").display()), &u(p1, "up/")]));
     assert_same_tree(&a.join("tree"), &a.join("up"));
-    assert!(lp_cp(&["-r", &u(p1, "tree/"), &u(p2, "copy/")]));
+    let out = std::process::Command::new(LP).args(["cp", "-r", &u(p1, "tree/"), &u(p2, "copy/")]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
     assert_same_tree(&a.join("tree"), &b.join("copy"));
+    let n = regular_files(&a.join("tree"));
+    assert!(err.contains(&format!("{n} file(s) copied")), "third party: the servers' file count, {n}: {err}");
+}
+
+fn regular_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| match e.file_type().unwrap() {
+            t if t.is_dir() => regular_files(&e.path()),
+            t if t.is_file() => 1,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// `cp -r` from a lightpath server sends `VRET src/` with its login before

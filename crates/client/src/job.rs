@@ -44,8 +44,8 @@ pub struct FileResult {
     /// Bytes, or why it failed.
     pub result: Result<u64, ClientError>,
     /// Regular files this result stands for: 1 for a file, the count for a
-    /// tree moved as one virtual file, 0 when unknown (a third-party tree:
-    /// only the servers saw its files).
+    /// tree moved as one virtual file (for a third-party tree, the count the
+    /// destination server gave in its 226), 0 when unknown.
     pub files: u64,
 }
 
@@ -156,7 +156,7 @@ async fn try_tree(
             crate::vfile::put_tree(d, p.clone(), &dr.path, files.clone()).await
         }
         (Location::Remote(sr), Location::Remote(dr), Some(s), Some(d)) => {
-            crate::vfile::tpt_tree(s, d, &sr.path, &dr.path).await
+            crate::vfile::tpt_tree(s, d, &sr.path, &dr.path, files.clone()).await
         }
         _ => return Ok(None),
     };

@@ -51,11 +51,12 @@ pub async fn transfer(
     s.ctl.send(&path_cmd(retr, &src.path)).await?;
     s.settle().await?;
     d.settle().await?;
-    watch(s, d).await
+    watch(s, d).await.map(|(bytes, _)| bytes)
 }
 
-/// Read both control channels until both transfers end.
-pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<u64, ClientError> {
+/// Read both control channels until both transfers end; returns the bytes
+/// and the destination's final reply.
+pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Reply), ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let mut seen = 0u64;
     let total = s.opts.total.clone();
@@ -94,5 +95,13 @@ pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<u64, Clien
     if !dr.is_ok() {
         return Err(d.ctl.unexpected("STOR", &dr));
     }
-    Ok(seen)
+    Ok((seen, dr))
+}
+
+/// The file count a lightpath server puts in its 226 for a tree
+/// (`226 Transfer Complete: 5000 files.`).
+pub(crate) fn files_in(r: &Reply) -> Option<u64> {
+    let t = r.text();
+    let n = t.strip_prefix("Transfer Complete: ")?.strip_suffix(" files.")?;
+    n.parse().ok()
 }

@@ -129,7 +129,14 @@ fn send_tree(
 }
 
 /// Third party: `d` rebuilds the tree that `s` sends, server to server.
-pub async fn tpt_tree(s: &mut Session, d: &mut Session, spath: &[u8], dpath: &[u8]) -> Result<u64, ClientError> {
+/// `files` receives the destination's count of files rebuilt.
+pub async fn tpt_tree(
+    s: &mut Session,
+    d: &mut Session,
+    spath: &[u8],
+    dpath: &[u8],
+    files: Arc<AtomicU64>,
+) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
     d.set_mode(true).await?;
     let n = s.streams();
@@ -142,5 +149,9 @@ pub async fn tpt_tree(s: &mut Session, d: &mut Session, spath: &[u8], dpath: &[u
     s.ctl.send(&verb("VRET", spath)).await?;
     s.settle().await?;
     d.settle().await?;
-    crate::thirdparty::watch(s, d).await
+    let (bytes, fin) = crate::thirdparty::watch(s, d).await?;
+    if let Some(n) = crate::thirdparty::files_in(&fin) {
+        files.store(n, Ordering::Relaxed);
+    }
+    Ok(bytes)
 }

@@ -12,6 +12,7 @@ pub struct Control {
     cancel: AtomicBool,
     fresh: Mutex<RangeSet>,
     parent: Option<Arc<AtomicU64>>,
+    files: AtomicU64,
 }
 
 impl Control {
@@ -46,6 +47,15 @@ impl Control {
     pub fn add_written(&self, start: u64, end: u64) {
         self.add(end - start);
         self.fresh.lock().unwrap_or_else(|e| e.into_inner()).insert(start, end);
+    }
+    /// Record how many regular files the transfer moved (a virtual file's
+    /// tree; the server says it in its 226 reply).
+    pub fn set_files(&self, n: u64) {
+        self.files.store(n, Ordering::Relaxed);
+    }
+    /// Regular files moved, as set by [`Control::set_files`] (0: not a tree).
+    pub fn files(&self) -> u64 {
+        self.files.load(Ordering::Relaxed)
     }
     /// Ranges written since the last call (for `111 Range Marker`).
     pub fn take_written(&self) -> RangeSet {

@@ -233,7 +233,13 @@ impl Session {
                 if markers {
                     self.markers(&ctl).await?;
                 }
-                self.send(&Reply::new(226, "Transfer Complete.")).await
+                // A virtual file's tree: the file count (lightpath clients
+                // show it for third-party trees, which only servers see).
+                let text = match ctl.files() {
+                    0 => "Transfer Complete.".to_string(),
+                    n => format!("Transfer Complete: {n} files."),
+                };
+                self.send(&Reply::new(226, text)).await
             }
             Err(r) => self.send(&r).await,
         }

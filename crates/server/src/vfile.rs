@@ -51,6 +51,7 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl).map_err(data_reply);
     let walk = pk.wait().map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())));
     let stats = walk?;
+    ctl.set_files(stats.files);
     tracing::info!(files = stats.files, dirs = stats.dirs, skipped = stats.skipped, "VRET {}", t.path.display());
     sent
 }
@@ -85,6 +86,7 @@ pub fn receive(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, r
     }
     let got = dc.recv_e(&sink, &recv_opts(dc.idle), ctl).map_err(data_reply)?;
     let stats = sink.finish().map_err(|e| Reply::new(451, format!("Tree incomplete: {e}")))?;
+    ctl.set_files(stats.files);
     tracing::info!(?stats, "VSTO {}", t.path.display());
     Ok(got.covered())
 }
