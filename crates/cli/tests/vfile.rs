@@ -83,7 +83,6 @@ fn recursive_downloads_speculate_safely() {
     let cp_vv = |src: String, dst: &Path| {
         let out = std::process::Command::new(LP)
             .args(["-vv", "cp", "-q", "-r", &src, &dst.display().to_string()])
-            .env("NO_COLOR", "1")
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
