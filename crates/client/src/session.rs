@@ -117,16 +117,22 @@ impl Session {
     }
 
     async fn speculate_vret(&mut self, tree: &[u8]) -> Result<(), ClientError> {
-        self.set_mode(true).await?;
-        let n = self.streams();
-        self.set_parallelism(n).await?;
-        self.ready_for_get().await?;
-        let mut cmd = b"VRET ".to_vec();
-        cmd.extend_from_slice(tree.strip_suffix(b"/").unwrap_or(tree));
-        cmd.push(b'/');
-        self.ctl.send(&cmd).await?;
+        self.send_vret(tree, true).await?;
         self.spec_vret = Some(tree.to_vec());
         Ok(())
+    }
+
+    /// MODE E, streams and PORT (queued), then `VRET tree` (`tree/` when
+    /// `dir_only`: the server refuses a file). The replies are read later.
+    pub(crate) async fn send_vret(&mut self, tree: &[u8], dir_only: bool) -> Result<(), ClientError> {
+        self.prepare_get().await?;
+        let t = tree.strip_suffix(b"/").filter(|t| !t.is_empty()).unwrap_or(tree);
+        let mut cmd = b"VRET ".to_vec();
+        cmd.extend_from_slice(t);
+        if dir_only && !t.ends_with(b"/") {
+            cmd.push(b'/');
+        }
+        self.ctl.send(&cmd).await
     }
 
     /// Whether a speculative `VRET` of `tree` is in flight (and now taken
@@ -275,7 +281,7 @@ impl Session {
     }
 
     /// Make sure the server has a way to reach our listener (GET in MODE E).
-    pub(crate) async fn ready_for_get(&mut self) -> Result<(), ClientError> {
+    async fn ready_for_get(&mut self) -> Result<(), ClientError> {
         if self.dc().cached(lightpath_engine::Direction::Recv) > 0 {
             return Ok(());
         }

@@ -39,11 +39,7 @@ fn local_root(dir: &Path) -> Result<Root, ClientError> {
 /// `files` receives the number of regular files rebuilt.
 pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<AtomicU64>) -> Result<u64, ClientError> {
     if !s.take_speculation(rpath) {
-        s.set_mode(true).await?;
-        let n = s.streams();
-        s.set_parallelism(n).await?;
-        s.ready_for_get().await?;
-        s.ctl.send(&verb("VRET", rpath)).await?;
+        s.send_vret(rpath, false).await?;
     }
     s.settle().await?;
     let first = s.ctl.reply().await?;
