@@ -174,17 +174,16 @@ impl Job {
             return None;
         }
         st.buffers += 1;
+        let reused = if self.splice { st.pipes.pop() } else { None };
+        drop(st);
         if self.splice {
-            if let Some(p) = st.pipes.pop() {
-                return Some(Data::Pipe(p));
-            }
-            // A pipe costs two descriptors; without one this piece is copied.
-            match Pipe::new() {
+            // A new pipe (outside the job's lock) costs two descriptors;
+            // without one this piece is copied.
+            match reused.map_or_else(Pipe::new, Ok) {
                 Ok(p) => return Some(Data::Pipe(p)),
                 Err(e) => tracing::debug!("no pipe for splicing ({e}); copying this piece"),
             }
         }
-        drop(st);
         Some(Data::Buf(self.pool.block(len)))
     }
 
