@@ -8,8 +8,8 @@
 //! run, checked before anything starts) → `runner` (one scenario), using
 //! `netpath` (namespaces, counters), `cgroup` (per-end accounting), `proc`
 //! (process groups, Ctrl-C), `tools` (command lines; `fio` for the disk
-//! reference), `dataset`/`gen` (data)
-//! and `sampler`; then `record`, `stats`, `report` and `plot` for output.
+//! reference), `dataset`/`gen` (data), `scratchfs` (a fresh file system
+//! for every run's output) and `sampler`; then `record`, `stats`, `report` and `plot` for output.
 
 use std::path::PathBuf;
 
@@ -29,6 +29,7 @@ pub mod report;
 pub mod runner;
 pub mod sampler;
 pub mod scenario;
+pub mod scratchfs;
 pub mod stats;
 pub mod tools;
 pub mod units;

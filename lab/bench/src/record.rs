@@ -61,6 +61,10 @@ pub struct RunRecord {
     /// bytes, bandwidth and runtime of its read and write jobs).
     pub tool_report: Option<serde_json::Value>,
     pub caches_dropped: bool,
+    /// What the run wrote into (see `scratchfs`); empty in results from
+    /// before it was recorded, when runs wrote into a directory.
+    #[serde(default)]
+    pub dest_fs: String,
     /// 1-minute load average of the machine just before the run (other
     /// work on the machine shows up here).
     pub load_before: f64,

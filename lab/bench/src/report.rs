@@ -264,5 +264,6 @@ seconds of all processes of that end (servers: sum of both in third-party runs).
 highest sum of resident memory of the end's processes, sampled every 100 ms. `ok` = successful
 runs / runs; statistics cover the successful runs, and every failure is listed under its table.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
-above the tools' own share means other work shared the CPUs with that scenario.
+above the tools' own share means other work shared the CPUs with that scenario. Every run
+writes into a new file system (`dest_fs` in results.json; see bench/README.md).
 ";

@@ -20,6 +20,7 @@ use crate::proc::{check_stop, run_quiet, Ending, Interrupted, Proc};
 use crate::record::{EndRecord, RunRecord, ScenarioResult, ToolInfo};
 use crate::sampler::{self, Trace};
 use crate::scenario::{DatasetKind, PathKind, Scenario, ToolKind, ToolSpec, Verify};
+use crate::scratchfs::ScratchFs;
 use crate::tools::{self, Ctx, Invocation, Programs, SERVER_USER};
 use crate::units::{fmt_rate, rfc3339};
 
@@ -91,9 +92,10 @@ pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<Sce
     if path.ns(Side::A) != path.ns(Side::B) {
         res.path_settings.insert("B".into(), path.settings(Side::B));
     }
+    let scratch = ScratchFs::new(&env.cache.join("scratch"), ds.bytes, ds.files);
     for rep in 1..=sc.repetitions {
         for spec in tools {
-            match run_once(env, sc, &path, &ds, spec, rep) {
+            match run_once(env, sc, &path, &scratch, &ds, spec, rep) {
                 Ok(rec) => {
                     report_progress(sc, &rec);
                     res.runs.push(rec);
@@ -178,25 +180,31 @@ fn report_progress(sc: &Scenario, r: &RunRecord) {
 }
 
 /// Fresh, empty destination and log directories.
-fn prepare_scratch(env: &Env) -> Result<(PathBuf, PathBuf)> {
-    let scratch = env.cache.join("scratch");
-    if scratch.exists() {
-        fs::remove_dir_all(&scratch).with_context(|| format!("cannot clean {}", scratch.display()))?;
-    }
-    let (dest, logs) = (scratch.join("dest"), scratch.join("logs"));
+fn prepare_scratch(env: &Env, scratch: &ScratchFs) -> Result<(PathBuf, PathBuf)> {
+    let root = scratch.reset()?;
+    let (dest, logs) = (root.join("dest"), root.join("logs"));
     fs::create_dir_all(&dest)?;
     fs::create_dir_all(&logs)?;
-    fs::set_permissions(&scratch, fs::Permissions::from_mode(0o755))?;
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755))?;
     fs::set_permissions(&logs, fs::Permissions::from_mode(0o777))?;
     std::os::unix::fs::chown(&dest, Some(env.server_ids.0), Some(env.server_ids.1))?;
     Ok((dest, logs))
 }
 
 /// One repetition; every failure except an interruption becomes a failed record.
-fn run_once(env: &Env, sc: &Scenario, path: &NetPath, ds: &Dataset, spec: &ToolSpec, rep: u32) -> Result<RunRecord> {
+fn run_once(
+    env: &Env,
+    sc: &Scenario,
+    path: &NetPath,
+    scratch: &ScratchFs,
+    ds: &Dataset,
+    spec: &ToolSpec,
+    rep: u32,
+) -> Result<RunRecord> {
     check_stop()?;
     let mut rec = base_record(sc, spec, ds, rep);
-    let (dest, logs) = prepare_scratch(env)?;
+    let (dest, logs) = prepare_scratch(env, scratch)?;
+    rec.dest_fs = scratch.describe();
     rec.caches_dropped = drop_caches();
     rec.load_before = load_average();
     let ctx = Ctx { mode: sc.mode, ds, a: path.addr(Side::A), b: path.addr(Side::B), dest: &dest, logs: &logs };

@@ -1,0 +1,49 @@
+//! The scratch file system: empty and new for every run, gone afterwards.
+use std::path::Path;
+
+use lightpath_bench::scratchfs::ScratchFs;
+
+fn mounted_fs(dir: &Path) -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let d = dir.to_string_lossy();
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&&*d)).then(|| f[2].to_string())
+    })
+}
+
+fn loop_devices_on(image: &Path) -> String {
+    let out = std::process::Command::new("losetup").arg("-j").arg(image).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn every_reset_gives_a_new_empty_ext4_and_drop_cleans_up() {
+    assert!(rustix::process::geteuid().is_root(), "this test needs root (loop devices, mount)");
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().join("scratch");
+    let image = cache.path().join("scratch.img");
+    let scratch = ScratchFs::new(&dir, 64 << 20, 5000);
+    assert!(scratch.describe().starts_with("fresh ext4"), "{}", scratch.describe());
+    let root = scratch.reset().unwrap().to_path_buf();
+    assert_eq!(mounted_fs(&root).as_deref(), Some("ext4"));
+    std::fs::write(root.join("left-over"), b"x").unwrap();
+    let stat = rustix::fs::statvfs(&root).unwrap();
+    assert!(stat.f_files >= 10_000, "room for the data set's files: {} inodes", stat.f_files);
+    let root = scratch.reset().unwrap().to_path_buf();
+    assert!(!root.join("left-over").exists(), "a reset kept the last run's files");
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name() != "lost+found").count(),
+        0
+    );
+    let attached = loop_devices_on(&image);
+    let dev = attached.split(':').next().unwrap().trim_start_matches("/dev/").to_string();
+    assert!(dev.starts_with("loop"), "no loop device on the image: {attached:?}");
+    let backing = Path::new("/sys/block").join(&dev).join("loop/backing_file");
+    assert!(std::fs::read_to_string(&backing).unwrap().contains("scratch.img"));
+    drop(scratch);
+    assert_eq!(mounted_fs(&dir), None, "still mounted");
+    assert!(!image.exists(), "image left behind");
+    let still = std::fs::read_to_string(&backing).unwrap_or_default();
+    assert!(!still.contains(&*image.to_string_lossy()), "{dev} still attached to the image");
+}
