@@ -135,9 +135,11 @@ fn loopback_quick_run_measures_consistently() {
     for r in copies {
         assert_eq!(r.verified, "full", "{} {}", r.scenario, r.label);
     }
-    // Every run wrote into a file system of its own, gone afterwards.
+    // Every run of the tree wrote into a file system of its own, gone
+    // afterwards; one file goes to the machine's disk.
     for r in &runs {
-        assert!(r.dest_fs.starts_with("fresh ext4"), "{} {}: {}", r.scenario, r.label, r.dest_fs);
+        let fresh = r.scenario == "b-tree-3pt";
+        assert_eq!(r.dest_fs.starts_with("fresh ext4"), fresh, "{} {}: {}", r.scenario, r.label, r.dest_fs);
     }
     let scratch = cache.path().join("scratch");
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();

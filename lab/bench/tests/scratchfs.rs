@@ -43,6 +43,10 @@ fn every_reset_gives_a_new_empty_ext4_and_drop_cleans_up() {
     assert!(std::fs::read_to_string(&backing).unwrap().contains("scratch.img"));
     drop(scratch);
     assert_eq!(mounted_fs(&dir), None, "still mounted");
+    let single = ScratchFs::new(&cache.path().join("one"), 1 << 20, 1);
+    assert!(single.describe().contains("one file"), "{}", single.describe());
+    let plain = single.reset().unwrap();
+    assert_eq!(mounted_fs(plain), None, "a single file goes to the machine's own file system");
     assert!(!image.exists(), "image left behind");
     let still = std::fs::read_to_string(&backing).unwrap_or_default();
     assert!(!still.contains(&*image.to_string_lossy()), "{dev} still attached to the image");
