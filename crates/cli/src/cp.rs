@@ -79,6 +79,11 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         verify: a.verify.clone(),
         fsync: a.fsync,
     };
+    // Data will move through this process: its I/O threads and buffer pool
+    // start while the control connection logs in.
+    if matches!(dst, Location::Local(_)) || srcs.iter().any(|s| matches!(s, Location::Local(_))) {
+        lightpath_engine::iothreads::start_in_background();
+    }
     let progress = Arc::new(Progress::default());
     let bar = (!a.quiet).then(|| start_bar(progress.clone()));
     let started = Instant::now();

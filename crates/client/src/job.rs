@@ -4,7 +4,7 @@
 
 use crate::local::{LocalSource, LocalTarget};
 use crate::plan::{describe, make_plan, Item, Plan};
-use crate::session::{FileOp, Session, SessionOpts};
+use crate::session::{FileOp, Session, SessionOpts, Speculation};
 use crate::{ClientError, Location, Remote};
 use lightpath_engine::checksum::checksum;
 use std::collections::VecDeque;
@@ -88,10 +88,13 @@ pub async fn copy(
         .filter_map(|s| if let Location::Remote(r) = s { same_server(r).then(|| r.path.clone()) } else { None })
         .collect();
     let tree = opts.recursive && srcs.len() == 1 && opts.part.is_none();
-    // A remote tree to a local directory: VRET goes with the login (one round trip less).
+    // A remote tree to a local directory, or one remote file to a local
+    // path: VRET or RETR goes with the login (one round trip less).
+    let one_file = !opts.recursive && srcs.len() == 1 && opts.part.is_none();
     let spec = match (&remote_src, &dst) {
-        (Some(r), Location::Local(_)) if tree && same_server(r) => Some(r.path.as_slice()),
-        _ => None,
+        (Some(r), Location::Local(_)) if tree && same_server(r) => Speculation::Tree(r.path.as_slice()),
+        (Some(r), Location::Local(_)) if one_file && same_server(r) => Speculation::File(r.path.as_slice()),
+        _ => Speculation::None,
     };
     let mut lister = match &remote_src {
         Some(r) => Some(Session::open_speculating(r, sopts.clone(), &paths, spec).await?),

@@ -13,7 +13,7 @@ pub mod vfile;
 
 pub use job::{copy, CopyOptions, FileResult, Progress};
 pub use location::{Location, Remote};
-pub use session::{Session, SessionOpts};
+pub use session::{Session, SessionOpts, Speculation};
 
 /// Client errors; `Clone` so one failure can be reported for every file it affects.
 #[derive(Debug, Clone, thiserror::Error)]

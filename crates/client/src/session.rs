@@ -47,6 +47,18 @@ pub struct FileOp {
     pub part: Option<(u64, u64)>,
 }
 
+/// What a session sends with its login, before the server has answered
+/// (see [`Session::open_speculating`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speculation<'a> {
+    /// Nothing.
+    None,
+    /// `VRET tree/`: a remote tree to a local directory.
+    Tree(&'a [u8]),
+    /// `RETR file`: one remote file to a local path.
+    File(&'a [u8]),
+}
+
 /// A logged-in control session and its data channel.
 #[derive(Debug)]
 pub struct Session {
@@ -64,6 +76,9 @@ pub struct Session {
     /// The tree path of a `VRET path/` sent with the login whose reply is
     /// not read yet (see [`Session::open_speculating`]).
     spec_vret: Option<Vec<u8>>,
+    /// The path of a `RETR` sent with the login whose replies are not read
+    /// yet; [`Session::get_many`] takes it over.
+    spec_retr: Option<Vec<u8>>,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -77,21 +92,24 @@ impl Session {
     /// Connect and log in, asking MLST and SIZE of `paths` in the same
     /// round trip (see [`Session::stat`]).
     pub async fn open_and_stat(remote: &Remote, opts: SessionOpts, paths: &[Vec<u8>]) -> Result<Session, ClientError> {
-        Self::open_speculating(remote, opts, paths, None).await
+        Self::open_speculating(remote, opts, paths, Speculation::None).await
     }
 
-    /// [`Session::open_and_stat`], and with `tree` also MODE E, the stream
-    /// count, PORT and `VRET tree/` in the login's flight, before it is
-    /// known whether `tree` is a directory or the server speaks LPVF: a
-    /// tree download starts one round trip sooner. The trailing slash makes
-    /// the server refuse a file (550); a server without LPVF refuses the
-    /// command (500). [`crate::vfile::get_tree`] takes the transfer over,
-    /// or [`Session::drop_speculation`] reads the refusal.
+    /// [`Session::open_and_stat`], and with a [`Speculation`] also MODE E,
+    /// the stream count, PORT and the transfer command in the login's
+    /// flight, before it is known what the path is or what the server
+    /// offers: the transfer starts one round trip sooner.
+    /// - `VRET tree/`: the trailing slash makes the server refuse a file
+    ///   (550); a server without LPVF refuses the command (500).
+    ///   [`crate::vfile::get_tree`] takes the transfer over, or
+    ///   [`Session::drop_speculation`] reads the refusal.
+    /// - `RETR file`: [`Session::get_many`] takes it over (a server without
+    ///   MODE E refuses MODE E and sends the file in MODE S to our PORT).
     pub async fn open_speculating(
         remote: &Remote,
         opts: SessionOpts,
         paths: &[Vec<u8>],
-        tree: Option<&[u8]>,
+        spec: Speculation<'_>,
     ) -> Result<Session, ClientError> {
         let mut ctl = ControlConn::connect(&remote.host, remote.port).await?;
         let extra: Vec<String> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
@@ -105,15 +123,25 @@ impl Session {
             parallelism: 0,
             stats: Default::default(),
             spec_vret: None,
+            spec_retr: None,
             opts,
         };
-        if let Some(t) = tree {
-            s.speculate_vret(t).await?;
+        match spec {
+            Speculation::Tree(t) => s.speculate_vret(t).await?,
+            Speculation::File(f) => s.speculate_retr(f).await?,
+            Speculation::None => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
         s.feat = feat;
         s.stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         Ok(s)
+    }
+
+    async fn speculate_retr(&mut self, path: &[u8]) -> Result<(), ClientError> {
+        self.prepare_get().await?;
+        self.ctl.send(&retr_cmd(&FileOp { remote: path.to_vec(), part: None })).await?;
+        self.spec_retr = Some(path.to_vec());
+        Ok(())
     }
 
     async fn speculate_vret(&mut self, tree: &[u8]) -> Result<(), ClientError> {
@@ -305,8 +333,29 @@ impl Session {
     }
 
     /// Download files, keeping up to `pipeline` RETRs in flight on the reused
-    /// MODE E channel. Returns one result per file.
-    pub async fn get_many(&mut self, ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
+    /// MODE E channel. Returns one result per file. A `RETR` sent with the
+    /// login is the first file's when it names it, else its file is
+    /// received into nothing and forgotten.
+    pub async fn get_many(&mut self, mut ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
+        let mut out = Vec::new();
+        if let Some(path) = self.spec_retr.take() {
+            let hit = ops.first().is_some_and(|(op, _)| op.part.is_none() && op.remote == path);
+            let (op, target) =
+                if hit { ops.remove(0) } else { (FileOp { remote: path, part: None }, LocalTarget::Null) };
+            let r = self.get_speculated(&op, target).await;
+            if let Err(e @ ClientError::Control(..)) = &r {
+                let n = ops.len() + usize::from(hit);
+                return fill_err(out, n, e.clone());
+            }
+            if hit {
+                out.push(r);
+            }
+        }
+        out.extend(self.get_many_now(ops).await);
+        out
+    }
+
+    async fn get_many_now(&mut self, ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
         if !self.can_mode_e() {
             let mut out = Vec::new();
             for (op, t) in ops {
@@ -336,6 +385,28 @@ impl Session {
             out.push(r);
         }
         out
+    }
+
+    /// The file of the `RETR` sent with the login. A server that refused
+    /// MODE E sends it in MODE S, on one connection to the PORT it accepted.
+    async fn get_speculated(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        if self.can_mode_e() {
+            return self.get_one_e(op, target).await;
+        }
+        // The setup's replies one by one: MODE E comes first, so a refusal
+        // of it is the error flush reports.
+        let setup = self.ctl.flush().await;
+        if !matches!(&setup, Err(ClientError::Refused { cmd, .. }) if cmd == "MODE E") {
+            return self.get_one_e(op, target).await;
+        }
+        self.mode_e = Some(false);
+        self.parallelism = 0;
+        let first = self.ctl.reply().await?;
+        if !first.is_preliminary() {
+            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
+        }
+        let dc = self.dc.take().unwrap_or_default();
+        self.recv_stream(dc, op, target).await
     }
 
     async fn prepare_get(&mut self) -> Result<(), ClientError> {
@@ -390,6 +461,11 @@ impl Session {
         self.ctl.send(&retr_cmd(&op)).await?;
         let mut dc = self.dc.take().unwrap_or_default();
         dc.connect_to(vec![addr]);
+        self.recv_stream(dc, &op, target).await
+    }
+
+    /// Receive a MODE S file whose RETR was sent, on `dc`'s endpoint.
+    async fn recv_stream(&mut self, mut dc: DataChannel, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
         let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
         let c2 = ctl.clone();
         let base = op.part.map(|p| p.0).unwrap_or(0);
