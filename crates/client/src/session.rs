@@ -356,6 +356,9 @@ impl Session {
     }
 
     async fn get_many_now(&mut self, ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
+        if ops.is_empty() {
+            return Vec::new();
+        }
         if !self.can_mode_e() {
             let mut out = Vec::new();
             for (op, t) in ops {
