@@ -17,6 +17,10 @@ pub struct Plan {
     pub pins: Pins,
     /// The disks under the root, each with its own disk threads.
     pub disks: Vec<DiskDevice>,
+    /// Nice value for the I/O threads, where the process may raise them.
+    pub nice: Option<i32>,
+    /// NUMA node for the buffer pool: the NIC's, where known.
+    pub buffer_node: Option<usize>,
     /// One line per thread and note, for verbose output.
     pub lines: Vec<String>,
 }
@@ -49,7 +53,23 @@ pub fn plan(
     let p = placement::place(&topo, config.as_ref(), &limits).context("placing the I/O threads")?;
     let disks = disk_devices(&p, disk_threads);
     let pins = Pins { net: cycle(&p, Role::Net, None, net), disk: disk_pins(&p, &disks) };
-    Ok(Plan { lines: lines(&p, net, &disks), pins, disks })
+    let nice = p.raise_priority.then_some(IO_NICE);
+    let buffer_node = buffer_node(&p, &topo);
+    Ok(Plan { lines: lines(&p, net, &disks, nice, buffer_node), pins, disks, nice, buffer_node })
+}
+
+/// Nice value of the I/O threads where CAP_SYS_NICE allows: ahead of the
+/// control sessions and whatever else runs on their cpus, short of the
+/// real-time classes (a busy mover must not starve the machine).
+pub const IO_NICE: i32 = -5;
+
+/// The buffer pool is one per process and every block crosses the network
+/// threads, so it goes on the NIC's node; without a known NIC node, on the
+/// first placed device's.
+fn buffer_node(p: &Placement, topo: &Topology) -> Option<usize> {
+    let is_nic = |name: &str| topo.devices.iter().any(|d| d.name == name && d.kind == DeviceKind::Nic);
+    let nic = p.buffers.iter().find(|b| is_nic(&b.device) && b.node.is_some());
+    nic.or_else(|| p.buffers.iter().find(|b| b.node.is_some())).and_then(|b| b.node).map(|n| n as usize)
 }
 
 /// The placed disks with their thread counts (or `each` threads apiece).
@@ -117,14 +137,17 @@ fn disk_pins(p: &Placement, disks: &[DiskDevice]) -> Vec<Vec<u32>> {
     disks.iter().flat_map(|d| cycle(p, Role::Disk, Some(&d.name), d.threads)).collect()
 }
 
-fn lines(p: &Placement, net: usize, disks: &[DiskDevice]) -> Vec<String> {
+fn lines(p: &Placement, net: usize, disks: &[DiskDevice], nice: Option<i32>, node: Option<usize>) -> Vec<String> {
     let placed = |role: Role| p.threads.iter().filter(|t| t.role == role).count();
     let mut v = placement::describe(p);
-    v.push(
-        "note: the mover pins its threads and locks its buffer pool where allowed; \
-         it does not raise priority or bind buffers to nodes"
-            .into(),
-    );
+    v.push(match nice {
+        Some(n) => format!("I/O threads run at nice {n}"),
+        None => "I/O threads keep the default priority (no CAP_SYS_NICE)".into(),
+    });
+    v.push(match node {
+        Some(n) => format!("buffer pool on NUMA node {n} (one pool per process, on the NIC's node)"),
+        None => "buffer pool on any node (no device reports a NUMA node)".into(),
+    });
     if net != placed(Role::Net) {
         let suggested = placed(Role::Net);
         v.push(format!("running {net} net threads (--net-threads); the devices' capacity suggests {suggested}"));

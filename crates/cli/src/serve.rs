@@ -105,6 +105,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             p.lines.iter().for_each(|l| tracing::info!("placement: {l}"));
             iothreads::set_pins(p.pins);
             iothreads::set_devices(p.disks);
+            if let Some(n) = p.nice {
+                iothreads::set_io_nice(n);
+            }
+            if let Some(n) = p.buffer_node {
+                iothreads::set_buffer_node(n);
+            }
         }
         Err(e) if args.devices.is_some() => return Err(e),
         Err(e) => tracing::info!("placement: none ({e:#}); I/O threads unpinned"),

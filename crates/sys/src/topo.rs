@@ -445,6 +445,19 @@ pub fn pin_current_thread(cpus: &[u32]) -> Result<()> {
         .map_err(|e| TopoError::Sys { call: "sched_setaffinity", source: e.into() })
 }
 
+/// Set the calling thread's nice value (`setpriority(PRIO_PROCESS, 0)`,
+/// which on Linux is this thread only). Below the current value needs
+/// CAP_SYS_NICE (or RLIMIT_NICE).
+pub fn set_current_thread_nice(nice: i32) -> Result<()> {
+    rustix::process::setpriority_process(None, nice)
+        .map_err(|e| TopoError::Sys { call: "setpriority", source: e.into() })
+}
+
+/// The calling thread's nice value.
+pub fn current_thread_nice() -> Result<i32> {
+    rustix::process::getpriority_process(None).map_err(|e| TopoError::Sys { call: "getpriority", source: e.into() })
+}
+
 /// The cpus the calling thread may run on (`sched_getaffinity`): cgroup
 /// cpusets and `taskset` narrow this below the online cpus.
 pub fn allowed_cpus() -> Result<Vec<u32>> {

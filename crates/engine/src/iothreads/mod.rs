@@ -107,8 +107,31 @@ pub fn set_pins(pins: Pins) {
     let _ = PINS.set(pins);
 }
 
-/// Pin the calling I/O thread to entry `i` of `sets`, if there is one.
+static IO_NICE: OnceLock<i32> = OnceLock::new();
+static BUFFER_NODE: OnceLock<usize> = OnceLock::new();
+
+/// Run the I/O threads at nice value `nice` (the placement raises them
+/// where the process may: CAP_SYS_NICE); call before [`configure`]. A
+/// refusal is a warning, not an error.
+pub fn set_io_nice(nice: i32) {
+    let _ = IO_NICE.set(nice);
+}
+
+/// Allocate the buffer pool on NUMA node `node` (the placement's node of
+/// the NIC); call before [`configure`]. A refusal is noted at info level.
+pub fn set_buffer_node(node: usize) {
+    let _ = BUFFER_NODE.set(node);
+}
+
+/// Place the calling I/O thread: pin it to entry `i` of `sets`, if there
+/// is one, and give it the I/O threads' nice value, if one was set.
 fn pin(what: &str, i: usize, sets: impl Fn(&Pins) -> &Vec<Vec<u32>>) {
+    if let Some(&nice) = IO_NICE.get() {
+        match lightpath_sys::topo::set_current_thread_nice(nice) {
+            Ok(()) => tracing::debug!(thread = %format!("{what}-{i}"), nice, "priority raised"),
+            Err(e) => tracing::warn!(thread = %format!("{what}-{i}"), "priority not raised: {e}"),
+        }
+    }
     let Some(cpus) = PINS.get().and_then(|p| sets(p).get(i)) else { return };
     match lightpath_sys::topo::pin_current_thread(cpus) {
         Ok(()) => tracing::debug!(thread = %format!("{what}-{i}"), ?cpus, "pinned"),
@@ -197,6 +220,12 @@ pub fn pool_stats() -> Option<crate::pool::PoolStats> {
     ENGINE.get().map(|e| e.pool.stats())
 }
 
+/// What the buffer pool could not do of locking and NUMA placement (empty:
+/// all done), if the I/O threads run.
+pub fn pool_notes() -> Option<Vec<String>> {
+    ENGINE.get().map(|e| e.pool.notes().to_vec())
+}
+
 /// The engine, started with the defaults if nobody configured it.
 pub(crate) fn engine() -> Result<&'static IoEngine> {
     match ENGINE.get() {
@@ -270,10 +299,16 @@ fn disk_pools(devices: &[DiskDevice]) -> Result<Vec<FixedPool>> {
 /// (root, CAP_IPC_LOCK or a high enough RLIMIT_MEMLOCK); what it refused is
 /// said at info level.
 fn make_pool() -> Result<BufferPool> {
-    let opts = PoolOptions { count: POOL_BUFFERS, size: crate::WRITE_CHUNK, align: 4096, lock: true, node: None };
+    let node = BUFFER_NODE.get().copied();
+    let opts = PoolOptions { count: POOL_BUFFERS, size: crate::WRITE_CHUNK, align: 4096, lock: true, node };
     let pool = BufferPool::new(&opts).map_err(|e| EngineError::io("allocating the buffer pool", e))?;
-    let locked = if pool.notes().is_empty() { "locked in RAM" } else { "not locked" };
-    tracing::info!("buffer pool: {} x {} KiB, {locked}", opts.count, opts.size >> 10);
+    let refused = |what: &str| pool.notes().iter().any(|n| n.starts_with(what));
+    let locked = if refused("mlock") { "not locked" } else { "locked in RAM" };
+    let placed = match node {
+        Some(n) if !refused("NUMA") => format!(", on NUMA node {n}"),
+        _ => String::new(),
+    };
+    tracing::info!("buffer pool: {} x {} KiB, {locked}{placed}", opts.count, opts.size >> 10);
     pool.notes().iter().for_each(|n| tracing::info!("buffer pool: {n}"));
     Ok(pool)
 }
