@@ -48,6 +48,10 @@ impl ScratchFs {
             return ScratchFs { dir: dir.to_path_buf(), fresh: None, fallback: Some(why) };
         }
         let image = dir.with_extension("img");
+        // A bench killed mid-run left its file system mounted and its loop
+        // device attached: take both down before the image is replaced.
+        unmount(dir);
+        detach_loops_of(&image);
         match Fresh::create(&image, bytes, files) {
             Ok(fresh) => ScratchFs { dir: dir.to_path_buf(), fresh: Some(fresh), fallback: None },
             Err(e) => {
@@ -136,6 +140,14 @@ impl Fresh {
         ]))
         .with_context(|| format!("mkfs.ext4 on {}", self.loopdev))
         .map(drop)
+    }
+}
+
+/// Detaches the loop devices backed by `image` (`losetup -j`).
+fn detach_loops_of(image: &Path) {
+    let Ok(out) = run_quiet(Command::new("losetup").arg("-j").arg(image)) else { return };
+    for dev in out.lines().filter_map(|l| l.split(':').next()).filter(|d| d.starts_with("/dev/loop")) {
+        let _ = run_quiet(Command::new("losetup").args(["-d", dev]));
     }
 }
 

@@ -43,6 +43,19 @@ fn every_reset_gives_a_new_empty_ext4_and_drop_cleans_up() {
     assert!(std::fs::read_to_string(&backing).unwrap().contains("scratch.img"));
     drop(scratch);
     assert_eq!(mounted_fs(&dir), None, "still mounted");
+    // A bench killed mid-run leaves a mount and a loop device: the next one
+    // takes them down.
+    let killed = ScratchFs::new(&dir, 64 << 20, 5000);
+    killed.reset().unwrap();
+    let left = loop_devices_on(&image);
+    std::mem::forget(killed);
+    let next = ScratchFs::new(&dir, 64 << 20, 5000);
+    let old = left.split(':').next().unwrap().trim_start_matches("/dev/").to_string();
+    let old_backing = std::fs::read_to_string(Path::new("/sys/block").join(&old).join("loop/backing_file"));
+    assert!(old_backing.is_err() || !old_backing.unwrap().contains("scratch.img (deleted)"), "{old} leaked");
+    assert_eq!(mounted_fs(&dir), None, "the old mount was taken down");
+    drop(next);
+    assert_eq!(loop_devices_on(&image), "", "loop device left attached");
     let single = ScratchFs::new(&cache.path().join("one"), 1 << 20, 1);
     assert!(single.describe().contains("one file"), "{}", single.describe());
     let plain = single.reset().unwrap();
