@@ -97,11 +97,3 @@ pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Repl
     }
     Ok((seen, dr))
 }
-
-/// The file count a lightpath server puts in its 226 for a tree
-/// (`226 Transfer Complete: 5000 files.`).
-pub(crate) fn files_in(r: &Reply) -> Option<u64> {
-    let t = r.text();
-    let n = t.strip_prefix("Transfer Complete: ")?.strip_suffix(" files.")?;
-    n.parse().ok()
-}

@@ -146,7 +146,7 @@ pub async fn tpt_tree(
     s.settle().await?;
     d.settle().await?;
     let (bytes, fin) = crate::thirdparty::watch(s, d).await?;
-    if let Some(n) = crate::thirdparty::files_in(&fin) {
+    if let Some(n) = fin.files_completed() {
         files.store(n, Ordering::Relaxed);
     }
     Ok(bytes)

@@ -27,6 +27,22 @@ impl Reply {
         Reply { code, lines }
     }
 
+    /// `226` for a completed transfer. A virtual file (lightpath `LPVF`)
+    /// carries its tree's file count, `Transfer Complete: N files.`, which
+    /// [`Reply::files_completed`] reads back.
+    pub fn transfer_complete(files: u64) -> Self {
+        match files {
+            0 => Reply::new(226, "Transfer Complete."),
+            n => Reply::new(226, format!("Transfer Complete: {n} files.")),
+        }
+    }
+
+    /// The file count of a [`Reply::transfer_complete`] for a tree.
+    pub fn files_completed(&self) -> Option<u64> {
+        let n = self.text().strip_prefix("Transfer Complete: ")?.strip_suffix(" files.")?;
+        n.parse().ok()
+    }
+
     /// The first line of text.
     pub fn text(&self) -> &str {
         self.lines.first().map(String::as_str).unwrap_or("")
@@ -156,6 +172,17 @@ fn line_code(line: &str) -> Option<(u16, char)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transfer_complete_carries_a_tree_count() {
+        let tree = Reply::transfer_complete(5000);
+        assert_eq!(tree.encode(), b"226 Transfer Complete: 5000 files.\r\n");
+        assert_eq!(tree.files_completed(), Some(5000));
+        let file = Reply::transfer_complete(0);
+        assert_eq!(file.encode(), b"226 Transfer Complete.\r\n");
+        assert_eq!(file.files_completed(), None);
+        assert_eq!(Reply::new(226, "Transfer Complete: many files.").files_completed(), None);
+    }
 
     #[test]
     fn multi_roundtrip() {

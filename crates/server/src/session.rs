@@ -235,11 +235,7 @@ impl Session {
                 }
                 // A virtual file's tree: the file count (lightpath clients
                 // show it for third-party trees, which only servers see).
-                let text = match ctl.files() {
-                    0 => "Transfer Complete.".to_string(),
-                    n => format!("Transfer Complete: {n} files."),
-                };
-                self.send(&Reply::new(226, text)).await
+                self.send(&Reply::transfer_complete(ctl.files())).await
             }
             Err(r) => self.send(&r).await,
         }
