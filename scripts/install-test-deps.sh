@@ -2,11 +2,13 @@
 # Installs everything the tests and the benchmark harness need on a fresh
 # Debian 12 machine (run as root): the real Globus tools (interop peers),
 # iperf3/fio/hyperfine (lab and bench references), the unprivileged `gftp`
-# user the Globus server runs its sessions as; mount(8) for the full-disk
-# tests (small tmpfs mounts). Idempotent.
+# user the Globus server runs its sessions as; mount(8) and losetup(8)
+# (package mount) for the full-disk tests (small tmpfs mounts) and the
+# bench's fresh scratch file systems, which mkfs.ext4 (e2fsprogs) makes.
+# Idempotent.
 set -euo pipefail
 
-PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount)
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs)
 EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
 
 missing=()
