@@ -102,6 +102,7 @@ pub fn outage_check(lab: &Lab, dur: Duration) -> Result<Check, LabError> {
         limit: "±3 ms, edges 2 ms".into(),
         pass: v.pass,
         note: v.note,
+        void: false,
     })
 }
 
@@ -174,6 +175,7 @@ pub fn impairment_check(lab: &Lab, dur: Duration) -> Result<Vec<Check>, LabError
             limit: format!("= {corrupted}"),
             pass: corrupted > 0 && lost == corrupted,
             note: format!("{} sent, {corrupted} corrupted by the emulator", sent.len()),
+            void: false,
         },
         Check {
             name: name("reordered = late"),
@@ -182,6 +184,7 @@ pub fn impairment_check(lab: &Lab, dur: Duration) -> Result<Vec<Check>, LabError
             limit: format!("{reordered} - lost..={reordered}"),
             pass: reordered > 0 && late <= reordered && late + lost >= reordered,
             note: format!("{reordered} reordered by the emulator"),
+            void: false,
         },
     ])
 }
