@@ -161,7 +161,11 @@ impl Job {
             st.eods += 1;
         }
         drop(st);
-        self.notify.wake();
+        // Only EOF and EOD can finish the job; waking the management
+        // thread for every block cost a wake-up per 256 KiB.
+        if h.is_eof() || h.is_eod() {
+            self.notify.wake();
+        }
         Ok(())
     }
 
