@@ -47,9 +47,37 @@ pub struct CpArgs {
     /// Flush each received local file to disk before it appears under its name.
     #[arg(long, env = "LIGHTPATH_FSYNC")]
     pub fsync: bool,
+    /// Write downloads with direct I/O (O_DIRECT): auto (files of 64 MiB
+    /// and more over paths of 10 ms RTT and more), always, or never.
+    #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
+    pub direct_io: DirectIoArg,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// `--direct-io` (1 and 0 still mean always and never, as the environment
+/// variable did before there was a flag).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DirectIoArg {
+    /// Large files over long paths.
+    Auto,
+    /// Every file.
+    #[value(alias = "1")]
+    Always,
+    /// Never.
+    #[value(alias = "0")]
+    Never,
+}
+
+impl From<DirectIoArg> for lightpath_plan::DirectIo {
+    fn from(a: DirectIoArg) -> Self {
+        match a {
+            DirectIoArg::Auto => Self::Auto,
+            DirectIoArg::Always => Self::Always,
+            DirectIoArg::Never => Self::Never,
+        }
+    }
 }
 
 /// Run a copy; exit code 0 only when every file arrived complete.
@@ -78,6 +106,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         part,
         verify: a.verify.clone(),
         fsync: a.fsync,
+        direct_io: a.direct_io.into(),
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -169,6 +198,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         block: lightpath_engine::DEFAULT_BLOCK,
         pipeline: 1,
         total: Arc::default(),
+        direct_io: lightpath_plan::DirectIo::Never,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

@@ -80,6 +80,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         part: None,
         verify: Some("MD5".into()),
         fsync: false,
+        direct_io: lightpath_plan::DirectIo::Auto,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

@@ -32,6 +32,8 @@ pub struct CopyOptions {
     pub verify: Option<String>,
     /// Flush received local files to disk before renaming them into place.
     pub fsync: bool,
+    /// When downloads bypass the page cache.
+    pub direct_io: lightpath_plan::DirectIo,
 }
 
 /// Outcome for one file.
@@ -75,6 +77,7 @@ pub async fn copy(
         block: opts.block,
         pipeline: opts.pipeline,
         total: progress.bytes.clone(),
+        direct_io: opts.direct_io,
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {

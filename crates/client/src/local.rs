@@ -6,15 +6,6 @@ use crate::ClientError;
 use lightpath_engine::dio::DirectFileSink;
 use lightpath_engine::{FileSink, FileSource, NullSink, Sink, Source, ZeroSource};
 
-/// Whether downloads write with direct I/O (`LIGHTPATH_DIRECT_IO=1`). Off
-/// by default: on this project's test VM it did not lower the client's CPU
-/// in the bench (1 GiB over the emulated WAN: 1.22-1.41 s direct vs
-/// 1.14-1.27 s buffered) and halved loopback file-to-file speed (5.5 s vs
-/// 3.2 s for 3 GiB), though single runs by hand showed 1.0-1.2 s vs
-/// 2.1-3.3 s of system time.
-fn direct_io() -> bool {
-    std::env::var("LIGHTPATH_DIRECT_IO").is_ok_and(|v| v == "1")
-}
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +28,8 @@ pub enum LocalTarget {
         /// Expected size (0: unknown): reserved up front (`fallocate`), so
         /// a full disk fails before data moves.
         size: u64,
+        /// Write with direct I/O where the file system allows it.
+        direct: bool,
     },
 }
 
@@ -46,24 +39,40 @@ impl LocalTarget {
         if path == Path::new("/dev/null") {
             LocalTarget::Null
         } else {
-            LocalTarget::File { path: path.to_path_buf(), in_place, fsync, size }
+            LocalTarget::File { path: path.to_path_buf(), in_place, fsync, size, direct: false }
         }
+    }
+
+    /// The expected size (0: unknown or not a file).
+    pub fn size(&self) -> u64 {
+        match self {
+            LocalTarget::File { size, .. } => *size,
+            LocalTarget::Null => 0,
+        }
+    }
+
+    /// The same target, written directly (`on`) or through the page cache.
+    pub fn direct(mut self, on: bool) -> LocalTarget {
+        if let LocalTarget::File { direct, .. } = &mut self {
+            *direct = on;
+        }
+        self
     }
 
     /// Open it for writing.
     pub fn open(self) -> Result<OpenTarget, ClientError> {
-        let (path, in_place, fsync, size) = match self {
-            LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None, fsync: false }),
-            LocalTarget::File { path, in_place, fsync, size } => (path, in_place, fsync, size),
+        let (path, in_place, fsync, size, direct) = match self {
+            LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None, fsync: false, direct: false }),
+            LocalTarget::File { path, in_place, fsync, size, direct } => (path, in_place, fsync, size, direct),
         };
         let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", path.display()));
         if in_place {
             let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(err)?;
-            return Ok(OpenTarget { file: Some(f), temp: None, fsync });
+            return Ok(OpenTarget { file: Some(f), temp: None, fsync, direct });
         }
         let tmp = temp_name(&path);
         let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(err)?;
-        let t = OpenTarget { file: Some(f), temp: Some((tmp, path.clone())), fsync };
+        let t = OpenTarget { file: Some(f), temp: Some((tmp, path.clone())), fsync, direct };
         // On failure `t` is dropped, which removes the temporary file.
         if let Some(f) = &t.file {
             lightpath_sys::file::preallocate(f, size)
@@ -96,15 +105,16 @@ pub struct OpenTarget {
     file: Option<File>,
     temp: Option<(PathBuf, PathBuf)>,
     fsync: bool,
+    direct: bool,
 }
 
 impl OpenTarget {
     /// Where blocks are written.
     pub fn sink(&self) -> Box<dyn Sink + '_> {
         match &self.file {
-            Some(f) if direct_io() => match f.try_clone().and_then(|c| DirectFileSink::new(c, None)) {
+            Some(f) if self.direct => match f.try_clone().and_then(|c| DirectFileSink::new(c, None)) {
                 Ok(d) => {
-                    tracing::debug!(mode = %d.mode(), "download sink");
+                    tracing::info!(mode = %d.mode(), "download sink");
                     Box::new(d)
                 }
                 Err(_) => Box::new(FileSink(f)),

@@ -25,6 +25,8 @@ pub struct SessionOpts {
     pub pipeline: usize,
     /// Job-wide byte counter for progress.
     pub total: Arc<AtomicU64>,
+    /// When downloads bypass the page cache.
+    pub direct_io: lightpath_plan::DirectIo,
 }
 
 /// One entry of a remote listing.
@@ -419,8 +421,20 @@ impl Session {
         self.ready_for_get().await
     }
 
+    /// `target`, written directly or through the page cache as the
+    /// options and this session's RTT say ([`lightpath_plan::direct_io_for`]).
+    fn choose_io(&self, target: LocalTarget) -> LocalTarget {
+        let rtt_us = self.ctl.rtt.as_micros() as u64;
+        let direct = lightpath_plan::direct_io_for(self.opts.direct_io, rtt_us, target.size());
+        if direct {
+            tracing::info!(rtt_us, size = target.size(), "download written with direct I/O");
+        }
+        target.direct(direct)
+    }
+
     /// Receive one file whose RETR was already sent.
     async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        let target = self.choose_io(target);
         self.settle().await?;
         let first = self.ctl.reply().await?;
         if !first.is_preliminary() {
@@ -469,6 +483,7 @@ impl Session {
 
     /// Receive a MODE S file whose RETR was sent, on `dc`'s endpoint.
     async fn recv_stream(&mut self, mut dc: DataChannel, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        let target = self.choose_io(target);
         let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
         let c2 = ctl.clone();
         let base = op.part.map(|p| p.0).unwrap_or(0);

@@ -91,10 +91,58 @@ pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
     }
 }
 
+/// When a download is written with direct I/O (`O_DIRECT`, bypassing the
+/// page cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirectIo {
+    /// Large files over long paths ([`direct_io_for`]).
+    #[default]
+    Auto,
+    /// Every file the file system allows.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Smallest file [`DirectIo::Auto`] writes directly: small files are done
+/// before the page cache's copy costs anything worth saving.
+pub const DIRECT_MIN_BYTES: u64 = 64 << 20;
+/// Shortest RTT (us) at which [`DirectIo::Auto`] writes directly.
+pub const DIRECT_MIN_RTT_US: u64 = 10_000;
+
+/// Whether to write a download of `size` bytes (0: unknown) directly.
+///
+/// Over a long path the network, not the disk, sets the rate, and the copy
+/// into the page cache is most of the receiver's CPU. Measured on the
+/// emulated 1 Gbit/s, 95 ms path, 1 GiB, receiving client: 2.3-2.4 s of
+/// system time buffered against 1.2-1.4 s direct, at the same wall time
+/// (9.44-9.51 s against 9.37-9.40 s). Near the disk (loopback, LAN) the
+/// page cache absorbs a burst faster than the disk takes direct writes:
+/// 3 GiB loopback file to file took 5.5 s direct against 3.2 s buffered.
+pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64) -> bool {
+    match mode {
+        DirectIo::Always => true,
+        DirectIo::Never => false,
+        DirectIo::Auto => rtt_us >= DIRECT_MIN_RTT_US && size >= DIRECT_MIN_BYTES,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn direct_io_for_long_paths_and_large_files_only() {
+        let gib = 1 << 30;
+        assert!(direct_io_for(DirectIo::Auto, 95_000, gib));
+        assert!(direct_io_for(DirectIo::Auto, DIRECT_MIN_RTT_US, DIRECT_MIN_BYTES));
+        assert!(!direct_io_for(DirectIo::Auto, 200, gib), "loopback stays buffered");
+        assert!(!direct_io_for(DirectIo::Auto, 95_000, DIRECT_MIN_BYTES - 1), "small file");
+        assert!(!direct_io_for(DirectIo::Auto, 95_000, 0), "unknown size");
+        assert!(direct_io_for(DirectIo::Always, 200, 1));
+        assert!(!direct_io_for(DirectIo::Never, 95_000, gib));
+    }
 
     fn ranges() -> impl Strategy<Value = Vec<(u64, u64)>> {
         proptest::collection::vec((0u64..5000, 0u64..3000), 0..8).prop_map(|v| {
