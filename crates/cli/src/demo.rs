@@ -64,6 +64,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         public_ip: None,
         congestion: None,
         fsync: false,
+        direct_io: lightpath_plan::DirectIo::Auto,
     };
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;

@@ -39,6 +39,11 @@ pub struct ServeArgs {
     /// across power loss; costs the disk's write-back time per file).
     #[arg(long, env = "LIGHTPATH_FSYNC")]
     pub fsync: bool,
+    /// Write uploads with direct I/O (O_DIRECT): auto (files of 64 MiB and
+    /// more, as ALLO announces, over paths of 10 ms RTT and more), always,
+    /// or never.
+    #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
+    pub direct_io: crate::cp::DirectIoArg,
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
@@ -69,6 +74,7 @@ impl ServeArgs {
             public_ip: self.public_ip,
             congestion: self.congestion.clone(),
             fsync: self.fsync,
+            direct_io: self.direct_io.into(),
         }
     }
 }

@@ -47,3 +47,28 @@ fn direct_writes_arrive_exact_and_say_so() {
     assert_same_file(&root.join("file"), &local.join("env"));
     assert!(log.contains("download written with direct I/O"), "{log}");
 }
+
+#[test]
+fn the_server_writes_uploads_directly_when_told() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&local.join("file"), 5 * (1 << 20) + 511, 9);
+    let log_path = d.path().join("server.log");
+    let port = free_port();
+    let mut child = Command::new(LP)
+        .args(["-v", "serve", "--anonymous", "--direct-io", "always", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--root")
+        .arg(&root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    wait_port(&mut child, port);
+    let _server = Proc(child);
+    let src = local.join("file").display().to_string();
+    assert!(lp_cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/up")]));
+    assert_same_file(&local.join("file"), &root.join("up"));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("upload written with direct I/O"), "{log}");
+    assert!(log.contains("upload sink mode=direct (memory align"), "{log}");
+}

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     pub congestion: Option<String>,
     /// Flush uploads to disk before publishing them under their names.
     pub fsync: bool,
+    /// When uploads bypass the page cache (`plan::direct_io_for`, with the
+    /// control connection's RTT and the size ALLO announced).
+    pub direct_io: lightpath_plan::DirectIo,
 }
 
 /// Shared by all sessions.

@@ -192,8 +192,10 @@ impl Session {
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
         dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
+        // The RTT decides direct I/O for uploads (0 when unknown: buffered).
+        let rtt = lightpath_sys::net::tcp_rtt(self.out.as_ref()).unwrap_or_default();
         let mut job = tokio::task::spawn_blocking(move || {
-            let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx);
+            let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, rtt);
             (dc, r)
         });
         let ready = ready_rx.await.unwrap_or_else(|_| Err(Reply::new(451, "Internal error.")));

@@ -4,6 +4,7 @@
 
 use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
 use crate::listing::{facts, list_line};
+use lightpath_engine::dio::DirectFileSink;
 use lightpath_engine::{
     BytesSource, Control, DataChannel, EngineError, FileSink, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source,
     ZeroSource, DEFAULT_BLOCK,
@@ -26,12 +27,28 @@ enum Target {
 }
 
 impl Target {
-    fn sink(&self) -> Box<dyn Sink + '_> {
+    fn file(&self) -> Option<&File> {
         match self {
-            Target::Temp(t) => Box::new(FileSink(t.file())),
-            Target::InPlace(f) => Box::new(FileSink(f)),
-            Target::Null => Box::new(NullSink),
+            Target::Temp(t) => Some(t.file()),
+            Target::InPlace(f) => Some(f),
+            Target::Null => None,
         }
+    }
+
+    /// Where blocks are written: directly (`direct`, where the file system
+    /// allows it) or through the page cache.
+    fn sink(&self, direct: bool) -> Box<dyn Sink + '_> {
+        let Some(f) = self.file() else { return Box::new(NullSink) };
+        if direct {
+            match f.try_clone().and_then(|c| DirectFileSink::new(c, None)) {
+                Ok(d) => {
+                    tracing::info!(mode = %d.mode(), "upload sink");
+                    return Box::new(d);
+                }
+                Err(e) => tracing::info!("upload sink: no direct I/O ({e}); buffered"),
+            }
+        }
+        Box::new(FileSink(f))
     }
 }
 
@@ -43,6 +60,7 @@ pub fn execute(
     t: Transfer,
     ctl: &Control,
     ready: Ready,
+    rtt: std::time::Duration,
 ) -> Result<u64, Reply> {
     let memory = cfg.memory_paths;
     match t.kind {
@@ -52,7 +70,14 @@ pub fn execute(
     }
     if t.kind.is_upload() {
         match open_target(root, memory, &t) {
-            Ok(target) => receive(dc, &t, target, ctl, ready, cfg.fsync),
+            Ok(target) => {
+                let size = t.allo.unwrap_or(0);
+                let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt.as_micros() as u64, size);
+                if direct {
+                    tracing::info!(rtt_us = rtt.as_micros() as u64, size, "upload written with direct I/O");
+                }
+                receive(dc, &t, target, ctl, ready, (cfg.fsync, direct))
+            }
             Err(r) => fail_early(ready, r),
         }
     } else {
@@ -144,7 +169,7 @@ fn receive(
     target: Target,
     ctl: &Control,
     ready: Ready,
-    fsync: bool,
+    (fsync, direct): (bool, bool),
 ) -> Result<u64, Reply> {
     let base = match (&t.kind, &t.restart) {
         (TransferKind::Esto { offset }, _) => *offset,
@@ -158,7 +183,7 @@ fn receive(
     let moved = if t.settings.mode == Mode::Stream {
         let _ = ready.send(Ok(false));
         let conn = dc.open_stream().map_err(data_reply)?;
-        dc.recv_s(conn, target.sink().as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(data_reply)?
+        dc.recv_s(conn, target.sink(direct).as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(data_reply)?
     } else {
         let reused = match dc.prepare_recv() {
             Ok(r) => r,
@@ -166,7 +191,7 @@ fn receive(
         };
         let _ = ready.send(Ok(reused));
         let opts = RecvOpts { base, max_offset: MAX_FILE, idle: dc.idle };
-        let got = dc.recv_e(target.sink().as_ref(), &opts, ctl).map_err(data_reply)?;
+        let got = dc.recv_e(target.sink(direct).as_ref(), &opts, ctl).map_err(data_reply)?;
         check_complete(t, &got)?;
         got.covered()
     };

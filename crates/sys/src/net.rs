@@ -162,3 +162,27 @@ fn set_notsent_lowat(sock: &TcpStream, bytes: u32) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// The kernel's smoothed RTT of a connected TCP socket (`TCP_INFO`'s
+/// `tcpi_rtt`). Neither socket2 nor rustix reads TCP_INFO.
+pub fn tcp_rtt(sock: &impl AsFd) -> io::Result<Duration> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain integers, so all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a valid socket fd for the lifetime of `sock`; the kernel
+    // writes at most `len` bytes into `info` and sets `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Duration::from_micros(u64::from(info.tcpi_rtt)))
+}

@@ -124,7 +124,7 @@ impl Drop for Proc {
     }
 }
 
-fn wait_port(child: &mut Child, port: u16) {
+pub fn wait_port(child: &mut Child, port: u16) {
     let t = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(t.elapsed() < Duration::from_secs(10), "server on port {port} did not start");
