@@ -56,6 +56,7 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<At
                     .map_err(|e| ClientError::Local(e.to_string()))?,
             );
             let got = dc.recv_e(&sink, &recv_opts(dc.idle), &c2)?;
+            tracing::debug!(bytes = got.covered(), "tree data received; finishing");
             let stats = sink.finish()?;
             tracing::info!(?stats, "tree rebuilt");
             files.store(stats.files, Ordering::Relaxed);
