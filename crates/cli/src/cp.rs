@@ -48,8 +48,7 @@ pub struct CpArgs {
     #[arg(long, env = "LIGHTPATH_FSYNC")]
     pub fsync: bool,
     /// Write downloads with direct I/O (O_DIRECT): auto (files of 64 MiB
-    /// and more over paths of 10 ms RTT and more, or with --fsync), always,
-    /// or never.
+    /// and more over paths of 10 ms RTT and more), always, or never.
     #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
     pub direct_io: DirectIoArg,
     /// No progress bar.

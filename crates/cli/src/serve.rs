@@ -40,8 +40,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LIGHTPATH_FSYNC")]
     pub fsync: bool,
     /// Write uploads with direct I/O (O_DIRECT): auto (files of 64 MiB and
-    /// more, as ALLO announces, over paths of 10 ms RTT and more, or with
-    /// --fsync), always, or never.
+    /// more, as ALLO announces, over paths of 10 ms RTT and more), always,
+    /// or never.
     #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
     pub direct_io: crate::cp::DirectIoArg,
     /// When started as root: bind, then run as this user (recommended).

@@ -1,9 +1,8 @@
 //! `cp --direct-io`: downloads written with O_DIRECT arrive byte-exact,
 //! including a tail that is not a multiple of the file system's block, and
 //! the choice is visible at -v. `auto` keeps loopback (a short RTT)
-//! buffered unless the file must reach the disk (`--fsync`); the
-//! long-path side of `auto` is unit-tested in `plan` and measured in the
-//! bench (`wan-clean-1g-file`).
+//! buffered; the long-path side of `auto` is unit-tested in `plan` and
+//! measured in the bench (`wan-clean-1g-file`).
 
 mod common;
 use common::*;
@@ -72,20 +71,4 @@ fn the_server_writes_uploads_directly_when_told() {
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(log.contains("upload written with direct I/O"), "{log}");
     assert!(log.contains("upload sink mode=direct (memory align"), "{log}");
-}
-
-#[test]
-fn auto_goes_direct_for_a_large_file_that_must_reach_the_disk() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
-    // Just over the 64 MiB threshold of `auto`.
-    write_random(&root.join("big"), (64 << 20) + 3, 11);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
-    let url = format!("ftp://127.0.0.1:{port}/big");
-    let dst = local.join("big").display().to_string();
-    let out = Command::new(LP).args(["-v", "cp", "-q", "--fsync", &url, &dst]).output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
-    assert_same_file(&root.join("big"), &local.join("big"));
-    assert!(log.contains("download written with direct I/O"), "--fsync over loopback: {log}");
 }

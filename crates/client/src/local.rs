@@ -51,11 +51,6 @@ impl LocalTarget {
         }
     }
 
-    /// Whether it must reach the disk before it is renamed into place.
-    pub fn durable(&self) -> bool {
-        matches!(self, LocalTarget::File { fsync: true, .. })
-    }
-
     /// The same target, written directly (`on`) or through the page cache.
     pub fn direct(mut self, on: bool) -> LocalTarget {
         if let LocalTarget::File { direct, .. } = &mut self {

@@ -95,8 +95,7 @@ pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
 /// the page cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectIo {
-    /// Large files over long paths, or that must reach the disk
-    /// ([`direct_io_for`]).
+    /// Large files over long paths ([`direct_io_for`]).
     #[default]
     Auto,
     /// Every file the file system allows.
@@ -111,9 +110,8 @@ pub const DIRECT_MIN_BYTES: u64 = 64 << 20;
 /// Shortest RTT (us) at which [`DirectIo::Auto`] writes directly.
 pub const DIRECT_MIN_RTT_US: u64 = 10_000;
 
-/// Whether to write a file of `size` bytes (0: unknown) directly, over a
-/// path with this RTT, and whether it must reach the disk before it is
-/// published (`durable`: `--fsync`).
+/// Whether to write a received file of `size` bytes (0: unknown) directly,
+/// over a path with this RTT.
 ///
 /// Over a long path the network, not the disk, sets the rate, and the copy
 /// into the page cache is most of the receiver's CPU. Measured on the
@@ -121,21 +119,20 @@ pub const DIRECT_MIN_RTT_US: u64 = 10_000;
 /// system time buffered against 1.2-1.4 s direct, at the same wall time
 /// (9.44-9.51 s against 9.37-9.40 s).
 ///
-/// A durable file must reach the disk before it is published anyway, so
-/// the page cache only adds a copy and a flush at the end: 2 GiB over
-/// loopback with `--fsync` took 3.28-3.29 s direct against 4.20-7.86 s
-/// buffered (system time 2.0 s against 5.1-11.1 s).
-///
-/// Otherwise, near the disk (loopback, LAN), the page cache stays: it takes
-/// a burst at memory speed, where direct writes go at the disk's (3 GiB
-/// over loopback: 3.2 s buffered against 5.5 s direct in one session,
-/// 7.4 s against 5.3-5.5 s in another; the machine's page cache is slow
-/// in some phases).
-pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64, durable: bool) -> bool {
+/// Near the disk (loopback, LAN) the page cache stays, even for a file
+/// that must reach the disk (`--fsync`). In the bench (3 GiB over loopback,
+/// `bench/results/2026-11-22-session6-disk`) `--fsync` took 4.17 s through
+/// the page cache against 5.76 s direct (fio: 4.13 s). On ext4 a direct
+/// write into preallocated (unwritten) blocks takes the inode lock
+/// exclusively, so the disk threads' writes to one file go one at a time
+/// (and spin on the lock), while write-back overlaps the copy. By hand the
+/// same choice once measured the other way (2 GiB: 3.28 s direct against
+/// 4.20-7.86 s), in one of this machine's phases of slow page-cache copies.
+pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64) -> bool {
     match mode {
         DirectIo::Always => true,
         DirectIo::Never => false,
-        DirectIo::Auto => (rtt_us >= DIRECT_MIN_RTT_US || durable) && size >= DIRECT_MIN_BYTES,
+        DirectIo::Auto => rtt_us >= DIRECT_MIN_RTT_US && size >= DIRECT_MIN_BYTES,
     }
 }
 
@@ -147,14 +144,13 @@ mod tests {
     #[test]
     fn direct_io_for_long_paths_and_large_files_only() {
         let gib = 1 << 30;
-        assert!(direct_io_for(DirectIo::Auto, 95_000, gib, false));
-        assert!(direct_io_for(DirectIo::Auto, DIRECT_MIN_RTT_US, DIRECT_MIN_BYTES, false));
-        assert!(!direct_io_for(DirectIo::Auto, 200, gib, false), "loopback stays buffered");
-        assert!(direct_io_for(DirectIo::Auto, 200, gib, true), "unless it must reach the disk");
-        assert!(!direct_io_for(DirectIo::Auto, 95_000, DIRECT_MIN_BYTES - 1, true), "small file");
-        assert!(!direct_io_for(DirectIo::Auto, 95_000, 0, false), "unknown size");
-        assert!(direct_io_for(DirectIo::Always, 200, 1, false));
-        assert!(!direct_io_for(DirectIo::Never, 95_000, gib, true));
+        assert!(direct_io_for(DirectIo::Auto, 95_000, gib));
+        assert!(direct_io_for(DirectIo::Auto, DIRECT_MIN_RTT_US, DIRECT_MIN_BYTES));
+        assert!(!direct_io_for(DirectIo::Auto, 200, gib), "loopback stays buffered");
+        assert!(!direct_io_for(DirectIo::Auto, 95_000, DIRECT_MIN_BYTES - 1), "small file");
+        assert!(!direct_io_for(DirectIo::Auto, 95_000, 0), "unknown size");
+        assert!(direct_io_for(DirectIo::Always, 200, 1));
+        assert!(!direct_io_for(DirectIo::Never, 95_000, gib));
     }
 
     fn ranges() -> impl Strategy<Value = Vec<(u64, u64)>> {
