@@ -134,33 +134,11 @@ pub fn tune(sock: &TcpStream, opts: &SockOpts) -> Vec<String> {
         }
     }
     if let Some(n) = opts.notsent_lowat {
-        if let Err(e) = set_notsent_lowat(sock, n) {
+        if let Err(e) = s.set_tcp_notsent_lowat(n) {
             notes.push(format!("TCP_NOTSENT_LOWAT {n}: {e}"));
         }
     }
     notes
-}
-
-/// `setsockopt(TCP_NOTSENT_LOWAT)` (neither socket2 nor rustix wraps it).
-fn set_notsent_lowat(sock: &TcpStream, bytes: u32) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let v = bytes as libc::c_int;
-    // SAFETY: a valid socket fd for the lifetime of `sock`; the option value
-    // is a c_int read by the kernel during the call only.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// The kernel's smoothed RTT of a connected TCP socket (`TCP_INFO`'s
