@@ -101,7 +101,14 @@ fn shrink_when(src: PathBuf, watch: PathBuf, at: u64, to: u64) -> std::thread::J
     })
 }
 
-/// A sparse file: large, fast to read, costs no disk.
+/// Size of the file that shrinks at 64 MiB: large enough that the copy is
+/// still running when it does (about 2 s over loopback), small enough
+/// that the receiver's preallocation (it reserves the whole size before
+/// data moves) fits on a test machine's disk. It was 8 GiB, and a CI run
+/// failed with "No space left on device" once the disk had less free.
+const SHRINKING: u64 = 2 << 30;
+
+/// A sparse file: large, fast to read, costs no disk (until received).
 fn sparse(p: &Path, len: u64) {
     std::fs::File::create(p).unwrap().set_len(len).unwrap();
 }
@@ -111,11 +118,11 @@ fn source_shrinking_during_a_download_fails_it() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     let local = open_dir(&d.path().join("local"));
-    sparse(&root.join("shrinks"), 8 << 30);
+    sparse(&root.join("shrinks"), SHRINKING);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
     let watcher = shrink_when(root.join("shrinks"), local.clone(), 64 << 20, 32 << 20);
     let (code, err) = cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/shrinks"), &format!("{}/", local.display())]);
-    assert!(watcher.join().unwrap(), "the transfer never got going");
+    assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
     assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
     assert!(err.contains("shrinks"), "the error names the file: {err}");
     assert!(names(&local).is_empty(), "no file under the final name or left over: {:?}", names(&local));
@@ -126,12 +133,12 @@ fn source_shrinking_during_an_upload_fails_it() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     let local = open_dir(&d.path().join("local"));
-    sparse(&local.join("shrinks"), 8 << 30);
+    sparse(&local.join("shrinks"), SHRINKING);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
     let watcher = shrink_when(local.join("shrinks"), root.clone(), 64 << 20, 32 << 20);
     let src = local.join("shrinks").display().to_string();
     let (code, err) = cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/shrinks")]);
-    assert!(watcher.join().unwrap(), "the transfer never got going");
+    assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
     assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
     assert!(err.contains("shrinks"), "the error names the file: {err}");
     std::thread::sleep(Duration::from_millis(300));
