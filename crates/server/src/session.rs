@@ -32,12 +32,17 @@ struct Session {
     dc: DataChannel,
     local: SocketAddr,
     current: Current,
+    /// The control connection's RTT as the handshake measured it (later
+    /// samples include the client's delayed ACKs).
+    rtt: std::time::Duration,
 }
 
 /// Serve one control connection to the end.
 pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
     let peer = stream.peer_addr().ok();
     let Ok(local) = stream.local_addr() else { return };
+    // Unknown (0) means buffered uploads.
+    let rtt = lightpath_sys::net::tcp_rtt(&stream).unwrap_or_default();
     let (rd, out) = stream.into_split();
     let current: Current = Arc::default();
     let (tx, rx) = mpsc::channel(QUEUE);
@@ -49,7 +54,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
         None => {}
     }
     let pi = ServerPi::new(ctx.pi_config());
-    let mut s = Session { ctx, pi, out, dc, local, current };
+    let mut s = Session { ctx, pi, out, dc, local, current, rtt };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
         tracing::debug!(?peer, "session ended: {e}");
@@ -192,8 +197,7 @@ impl Session {
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
         dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
-        // The RTT decides direct I/O for uploads (0 when unknown: buffered).
-        let rtt = lightpath_sys::net::tcp_rtt(self.out.as_ref()).unwrap_or_default();
+        let rtt = self.rtt;
         let mut job = tokio::task::spawn_blocking(move || {
             let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, rtt);
             (dc, r)
