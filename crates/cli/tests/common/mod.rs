@@ -143,11 +143,41 @@ pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
         .arg(root)
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start lightpath serve");
-    wait_port(&mut child, port);
+    wait_serving(&mut child, port);
     (Proc(child), port)
+}
+
+/// Waits until `lightpath serve` says it is serving, and keeps draining its
+/// stderr afterwards. A TCP connect is not enough: the socket listens (and
+/// the kernel completes handshakes) before the server has started its I/O
+/// engine, and a server that fails then resets the connections it had
+/// queued; CI once saw "connection reset" on a greeting. Panics with what
+/// the server said if it exits first.
+fn wait_serving(child: &mut Child, port: u16) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let err = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let (t, mut said) = (Instant::now(), Vec::new());
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) if line.starts_with("lightpath: serving") => return,
+            Ok(line) => said.push(line),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(50)),
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("server for port {port} exited before serving: {st}; it said: {said:#?}");
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "server on port {port} did not start; it said: {said:#?}");
+    }
 }
 
 fn need(tool: &str) {
