@@ -117,7 +117,10 @@ impl OpenTarget {
                     tracing::info!(mode = %d.mode(), "download sink");
                     Box::new(d)
                 }
-                Err(_) => Box::new(FileSink(f)),
+                Err(e) => {
+                    tracing::info!("download sink: no direct I/O ({e}); buffered");
+                    Box::new(FileSink(f))
+                }
             },
             Some(f) => Box::new(FileSink(f)),
             None => Box::new(NullSink),

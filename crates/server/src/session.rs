@@ -33,7 +33,7 @@ struct Session {
     local: SocketAddr,
     current: Current,
     /// The control connection's RTT as the handshake measured it (later
-    /// samples include the client's delayed ACKs).
+    /// samples can include the client's delayed ACKs).
     rtt: std::time::Duration,
 }
 
