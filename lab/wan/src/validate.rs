@@ -415,7 +415,7 @@ pub fn standard_suite(prefix: &str) -> Result<Vec<Check>, LabError> {
     checks.extend(with_retries(&lab, || overload_check(&lab, 4))?);
     drop(lab);
     let lab = fresh_lab(prefix, &scenarios::lossy())?;
-    checks.extend(with_retries(&lab, || loss_check(&lab, "100M", 4))?);
+    checks.extend(loss_check(&lab, "100M", 4)?); // counting: no retry
     drop(lab);
     let lab = fresh_lab(prefix, &scenarios::outage())?;
     checks.extend(with_retries(&lab, || Ok(vec![outage_check(&lab, Duration::from_secs(1))?]))?);
