@@ -3,8 +3,8 @@
 //! memory-to-memory runs.
 
 use crate::ClientError;
-use lightpath_engine::dio::DirectFileSink;
-use lightpath_engine::{FileSink, FileSource, NullSink, Sink, Source, ZeroSource};
+use lightpath_engine::dio::file_sink;
+use lightpath_engine::{FileSource, NullSink, Sink, Source, ZeroSource};
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -112,17 +112,7 @@ impl OpenTarget {
     /// Where blocks are written.
     pub fn sink(&self) -> Box<dyn Sink + '_> {
         match &self.file {
-            Some(f) if self.direct => match f.try_clone().and_then(|c| DirectFileSink::new(c, None)) {
-                Ok(d) => {
-                    tracing::info!(mode = %d.mode(), "download sink");
-                    Box::new(d)
-                }
-                Err(e) => {
-                    tracing::info!("download sink: no direct I/O ({e}); buffered");
-                    Box::new(FileSink(f))
-                }
-            },
-            Some(f) => Box::new(FileSink(f)),
+            Some(f) => file_sink(f, self.direct, "download"),
             None => Box::new(NullSink),
         }
     }

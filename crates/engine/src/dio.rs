@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use lightpath_sys::dio::{self, DioAlign};
 
-use crate::io::{Sink, Source};
+use crate::io::{FileSink, Sink, Source};
 use crate::pool::{BufferPool, PoolOptions};
 
 /// Which I/O path a direct source or sink uses.
@@ -300,6 +300,22 @@ fn shrank(e: io::Error) -> io::Error {
     } else {
         e
     }
+}
+
+/// The sink for a received `file`: direct I/O when `direct` and the file
+/// system allows it, else the page cache. `what` ("download", "upload")
+/// names it in the info line that says which path the writes take.
+pub fn file_sink<'a>(file: &'a File, direct: bool, what: &str) -> Box<dyn Sink + 'a> {
+    if direct {
+        match file.try_clone().and_then(|c| DirectFileSink::new(c, None)) {
+            Ok(d) => {
+                tracing::info!(mode = %d.mode(), "{what} sink");
+                return Box::new(d);
+            }
+            Err(e) => tracing::info!("{what} sink: no direct I/O ({e}); buffered"),
+        }
+    }
+    Box::new(FileSink(file))
 }
 
 /// Writes blocks into a file with direct I/O where it can (see the module

@@ -4,10 +4,10 @@
 
 use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
 use crate::listing::{facts, list_line};
-use lightpath_engine::dio::DirectFileSink;
+use lightpath_engine::dio::file_sink;
 use lightpath_engine::{
-    BytesSource, Control, DataChannel, EngineError, FileSink, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source,
-    ZeroSource, DEFAULT_BLOCK,
+    BytesSource, Control, DataChannel, EngineError, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source, ZeroSource,
+    DEFAULT_BLOCK,
 };
 use lightpath_proto::{Mode, Reply, Restart, Transfer, TransferKind, VPath};
 use lightpath_sys::root::{FileType, Root, TempFile, WriteMode};
@@ -38,17 +38,10 @@ impl Target {
     /// Where blocks are written: directly (`direct`, where the file system
     /// allows it) or through the page cache.
     fn sink(&self, direct: bool) -> Box<dyn Sink + '_> {
-        let Some(f) = self.file() else { return Box::new(NullSink) };
-        if direct {
-            match f.try_clone().and_then(|c| DirectFileSink::new(c, None)) {
-                Ok(d) => {
-                    tracing::info!(mode = %d.mode(), "upload sink");
-                    return Box::new(d);
-                }
-                Err(e) => tracing::info!("upload sink: no direct I/O ({e}); buffered"),
-            }
+        match self.file() {
+            Some(f) => file_sink(f, direct, "upload"),
+            None => Box::new(NullSink),
         }
-        Box::new(FileSink(f))
     }
 }
 
