@@ -85,8 +85,7 @@ const RT_PRIORITY: i32 = 10;
 /// else the highest nice priority.
 fn raise_priority() {
     if lightpath_sys::tun::set_current_thread_fifo(RT_PRIORITY).is_err() {
-        let tid = rustix::thread::gettid();
-        let _ = rustix::process::setpriority_process(Some(tid), -20);
+        let _ = lightpath_sys::topo::set_current_thread_nice(-20);
     }
 }
 

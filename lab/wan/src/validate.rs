@@ -195,8 +195,7 @@ const TOOL_NICE: &str = "-10";
 
 /// Raises the calling thread to [`TOOL_NICE`] (probe threads).
 pub(crate) fn boost_thread() {
-    let tid = rustix::thread::gettid();
-    let _ = rustix::process::setpriority_process(Some(tid), -10);
+    let _ = lightpath_sys::topo::set_current_thread_nice(-10);
 }
 
 /// An `iperf3 -s` in namespace B, killed on drop.
