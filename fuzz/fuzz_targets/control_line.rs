@@ -19,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
         read_only,
         version: "0.0.0".into(),
         cksum_algs: vec!["MD5".into(), "ADLER32".into()],
+        dcon_port: Some(2912),
     });
     let greeting = drain(&mut pi, read_only);
     assert_eq!(greeting, 1);

@@ -135,6 +135,8 @@ pub enum Command {
     Vret(RawPath),
     /// VSTO path: receive a virtual file and rebuild its tree under path (lightpath `LPVF`).
     Vsto(RawPath),
+    /// DCON token count: adopt data connections opened ahead (lightpath, see [`crate::ahead`]).
+    Dcon(crate::ahead::DconArgs),
     Size(RawPath),
     Mdtm(RawPath),
     Mlst(Option<RawPath>),
@@ -253,6 +255,7 @@ fn parse_verb(verb: &str, arg: &[u8]) -> Result<Command, CommandError> {
         "REST" => C::Rest(parse_rest(&text(arg)?)?),
         "VRET" => C::Vret(path(arg)?),
         "VSTO" => C::Vsto(path(arg)?),
+        "DCON" => C::Dcon(crate::ahead::parse_dcon(&text(arg)?)?),
         _ => return parse_verb2(verb, arg),
     })
 }
@@ -432,6 +435,7 @@ fn verb_name(c: &Command) -> &'static str {
         C::Rest(_) => "REST",
         C::Vret(_) => "VRET",
         C::Vsto(_) => "VSTO",
+        C::Dcon(_) => "DCON",
         C::Size(_) => "SIZE",
         C::Mdtm(_) => "MDTM",
         C::Mlst(_) => "MLST",

@@ -7,6 +7,8 @@ use crate::reply::Reply;
 pub const LIGHTPATH_FEAT: &str = "LIGHTPATH";
 /// The large virtual file (VRET/VSTO), with the manifest version.
 pub const LPVF_FEAT: &str = "LPVF";
+/// Data connections opened ahead (`DCON`), with the port they go to.
+pub const DCON_FEAT: &str = "DCON";
 
 /// Features a peer advertised.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +35,8 @@ pub struct Features {
     pub lightpath: Option<String>,
     /// `LPVF <manifest version>`: the peer speaks VRET/VSTO.
     pub lpvf: Option<u8>,
+    /// `DCON <port>`: where data connections opened ahead go.
+    pub dcon: Option<u16>,
 }
 
 impl Features {
@@ -69,6 +73,7 @@ impl Features {
             }
             LIGHTPATH_FEAT => self.lightpath = Some(arg.trim().to_string()),
             LPVF_FEAT => self.lpvf = arg.trim().parse().ok(),
+            DCON_FEAT => self.dcon = arg.trim().parse().ok().filter(|&p| p != 0),
             _ => {}
         }
     }
@@ -101,5 +106,16 @@ mod tests {
         assert!(f.parallel && f.rest_stream && f.eret && f.mlst && !f.esto);
         assert!(f.has_cksm("adler32") && !f.has_cksm("CRC32C"));
         assert_eq!(f.lightpath, None);
+    }
+
+    #[test]
+    fn lightpath_feat_with_dcon() {
+        let lines = [" LIGHTPATH 0.1.0", " LPVF 1", " DCON 2912"].map(String::from);
+        let f = Features::from_reply(&Reply::multi(211, "Extensions supported", lines));
+        assert_eq!((f.lightpath.as_deref(), f.lpvf, f.dcon), (Some("0.1.0"), Some(1), Some(2912)));
+        for bad in [" DCON 0", " DCON", " DCON 70000", " DCON x"] {
+            let f = Features::from_reply(&Reply::multi(211, "x", [bad.to_string()]));
+            assert_eq!(f.dcon, None, "{bad}");
+        }
     }
 }

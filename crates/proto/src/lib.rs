@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ahead;
 pub mod command;
 pub mod feat;
 pub mod hostport;

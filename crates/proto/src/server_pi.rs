@@ -10,7 +10,7 @@
 //! are answered in order.
 
 use crate::command::{CksumArgs, Command, CommandError, Opts, Restart, Site};
-use crate::feat::{LIGHTPATH_FEAT, LPVF_FEAT};
+use crate::feat::{DCON_FEAT, LIGHTPATH_FEAT, LPVF_FEAT};
 use crate::line::Line;
 use crate::reply::Reply;
 use crate::vpath::VPath;
@@ -30,6 +30,8 @@ pub struct PiConfig {
     pub version: String,
     /// Checksum algorithms the driver implements (upper case).
     pub cksum_algs: Vec<String>,
+    /// The port data connections opened ahead go to (FEAT `DCON`), if any.
+    pub dcon_port: Option<u16>,
 }
 
 /// Transfer mode (RFC 959 3.4, GFD.20 MODE E).
@@ -172,6 +174,9 @@ pub enum Action {
     Passive(PassiveKind),
     /// Connect to these addresses for the next transfer (already answered).
     Active(Vec<SocketAddr>),
+    /// Adopt the data connections opened ahead with this token as the
+    /// cached MODE E channel; reply 200 or 425 (see [`crate::ahead`]).
+    Adopt(crate::ahead::DconArgs),
     /// Run a data transfer; reply 150/125 ... 226.
     Transfer(Transfer),
     /// A file-system request; reply with its result.
@@ -373,6 +378,9 @@ impl ServerPi {
         ];
         lines.push(format!("{LIGHTPATH_FEAT} {}", self.cfg.version));
         lines.push(format!("{LPVF_FEAT} {}", crate::manifest::VERSION));
+        if let Some(port) = self.cfg.dcon_port {
+            lines.push(format!("{DCON_FEAT} {port}"));
+        }
         Reply::multi(211, "Extensions supported", lines)
     }
 
@@ -401,6 +409,8 @@ impl ServerPi {
             Command::Spas => self.action(Action::Passive(PassiveKind::Spas)),
             Command::Port(a) | Command::Eprt(a) => self.set_active(vec![a]),
             Command::Spor(addrs) => self.set_active(addrs),
+            Command::Dcon(a) if self.cfg.dcon_port.is_some() => self.action(Action::Adopt(a)),
+            Command::Dcon(_) => self.reply(502, "DCON is not enabled on this server."),
             Command::Dcau(m) => self.handle_dcau(&m),
             Command::Pbsz(n) => self.reply(200, format!("PBSZ={n}")),
             Command::Prot(c) => self.handle_prot(c),

@@ -20,6 +20,7 @@ fn cfg(anonymous: bool, read_only: bool) -> PiConfig {
         read_only,
         version: "9.8.7".into(),
         cksum_algs: vec!["ADLER32".into(), "MD5".into()],
+        dcon_port: Some(4242),
     }
 }
 
@@ -704,4 +705,37 @@ proptest! {
         }
         prop_assert_eq!(by_line, chunked);
     }
+}
+
+#[test]
+fn dcon_is_advertised_and_becomes_an_adopt_action() {
+    let mut s = Session::logged_in(cfg(false, false));
+    let out = s.send(b"FEAT\r\n");
+    assert!(replies(&out)[0].lines.iter().any(|l| l.trim() == "DCON 4242"), "{out:?}");
+    let token = "00112233445566778899aabbccddeeff";
+    let out = s.send(format!("DCON {token} 8\r\n").as_bytes());
+    match actions(&out)[..] {
+        [Action::Adopt(a)] => {
+            assert_eq!(a.count, 8);
+            assert_eq!(a.token.to_hex(), token);
+        }
+        _ => panic!("{out:?}"),
+    }
+    assert!(replies(&out).is_empty(), "the driver answers DCON: {out:?}");
+    assert_eq!(codes(&s.send(b"DCON 0011 8\r\n")), [501]);
+    assert_eq!(codes(&s.send(format!("DCON {token} 0\r\n").as_bytes())), [501]);
+}
+
+#[test]
+fn dcon_needs_login_and_the_feature() {
+    let (mut s, _) = Session::new(cfg(false, false));
+    s.auto = false;
+    let token = "00112233445566778899aabbccddeeff";
+    assert_eq!(codes(&s.send(format!("DCON {token} 2\r\n").as_bytes())), [530]);
+    let mut off = cfg(false, false);
+    off.dcon_port = None;
+    let mut s = Session::logged_in(off);
+    let out = s.send(b"FEAT\r\n");
+    assert!(!replies(&out)[0].lines.iter().any(|l| l.contains("DCON")), "{out:?}");
+    assert_eq!(codes(&s.send(format!("DCON {token} 2\r\n").as_bytes())), [502]);
 }
