@@ -34,6 +34,9 @@ pub struct DataChannel {
     endpoint: Option<Endpoint>,
     cached: Vec<TcpStream>,
     cached_dir: Option<Direction>,
+    /// The cached connections were opened ahead and carried nothing yet:
+    /// they fit the first transfer either way (see [`DataChannel::adopt`]).
+    ahead: bool,
     /// Socket options for new data connections.
     pub opts: SockOpts,
     /// How long to wait for connections and for bytes.
@@ -46,6 +49,7 @@ impl Default for DataChannel {
             endpoint: None,
             cached: Vec::new(),
             cached_dir: None,
+            ahead: false,
             opts: SockOpts {
                 notsent_lowat: notsent_lowat_default(),
                 congestion: Some(DEFAULT_CONGESTION.into()),
@@ -93,11 +97,31 @@ impl DataChannel {
     pub fn drop_cache(&mut self) {
         self.cached.clear();
         self.cached_dir = None;
+        self.ahead = false;
+    }
+
+    /// Take `conns`, opened ahead of the first transfer (lightpath's `DCON`,
+    /// see `lightpath_proto::ahead`), as the cached MODE E connections. They
+    /// carry the next transfer whichever way it goes, then that way only.
+    /// The endpoint stays: it is the fallback if the peer refuses them.
+    pub fn adopt(&mut self, conns: Vec<TcpStream>) {
+        self.drop_cache();
+        for c in &conns {
+            let _ = c.set_nonblocking(false);
+            self.prepare_socket(c);
+        }
+        self.ahead = !conns.is_empty();
+        self.cached = conns;
+    }
+
+    /// Whether the cached connections were opened ahead and are unused.
+    pub fn is_ahead(&self) -> bool {
+        self.ahead
     }
 
     /// Cached connections available for a transfer in `dir`.
     pub fn cached(&self, dir: Direction) -> usize {
-        if self.cached_dir == Some(dir) {
+        if self.cached_dir == Some(dir) || self.ahead {
             self.cached.len()
         } else {
             0
@@ -179,6 +203,7 @@ impl DataChannel {
     fn keep_if_ok<T>(&mut self, r: &Result<T>, dir: Direction) {
         if r.is_ok() && !self.cached.is_empty() {
             self.cached_dir = Some(dir);
+            self.ahead = false;
         } else {
             self.drop_cache();
         }
