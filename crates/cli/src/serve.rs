@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use lightpath_engine::iothreads::{self, IoConfig};
+use lightpath_server::ahead::{self, AheadPort};
 use lightpath_server::{Server, ServerConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -44,6 +45,11 @@ pub struct ServeArgs {
     /// or never.
     #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
     pub direct_io: crate::cp::DirectIoArg,
+    /// Port for data connections a lightpath client opens ahead, while it
+    /// logs in (saves a round trip before the first byte; FEAT `DCON`):
+    /// auto (the control port + 1 if free, else any), off, or a number.
+    #[arg(long, default_value = "auto", value_parser = parse_ahead_port, env = "LIGHTPATH_AHEAD_PORT")]
+    pub ahead_port: AheadPort,
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
@@ -75,14 +81,30 @@ impl ServeArgs {
             congestion: self.congestion.clone(),
             fsync: self.fsync,
             direct_io: self.direct_io.into(),
+            ahead: self.ahead_port,
         }
     }
 }
 
+fn parse_ahead_port(s: &str) -> Result<AheadPort, String> {
+    match s {
+        "auto" => Ok(AheadPort::Auto),
+        "off" => Ok(AheadPort::Off),
+        n => match n.parse::<u16>() {
+            Ok(p) if p > 0 => Ok(AheadPort::Port(p)),
+            _ => Err("expected auto, off or a port number (1-65535)".into()),
+        },
+    }
+}
+
+type Listeners = (std::net::TcpListener, Option<std::net::TcpListener>);
+
 /// Bind, drop privileges if asked, and return the listener. Runs before any
 /// thread exists, so the uid change covers the whole process.
-fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
+fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
     let l = std::net::TcpListener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
+    let ahead = ahead::bind(args.ahead_port, l.local_addr()?)
+        .with_context(|| format!("cannot listen for data connections opened ahead ({:?})", args.ahead_port))?;
     match (&args.run_as, lightpath_sys::privs::euid()) {
         (Some(user), 0) => {
             let (uid, gid) = lightpath_sys::privs::lookup_user(user)?;
@@ -92,12 +114,12 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
         (None, 0) => tracing::warn!("running as root: consider --run-as USER"),
         (None, _) => {}
     }
-    Ok(l)
+    Ok((l, ahead))
 }
 
 /// Run the server until killed.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let l = bind_and_drop(&args)?;
+    let (l, ahead) = bind_and_drop(&args)?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
     let io = IoConfig { net_threads: args.net_threads, disk_threads };
     match crate::placement::plan(
@@ -125,8 +147,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let root = args.root.display().to_string();
-        let server = Server::from_std(args.config(), l)?;
+        let server = Server::from_std(args.config(), l, ahead)?;
         let addr = server.local_addr()?;
+        if let Some(p) = server.ahead_port() {
+            tracing::info!("data connections opened ahead: port {p}");
+        }
         eprintln!("lightpath: serving {root} on {addr}");
         tokio::select! {
             r = server.run() => r.context("accepting connections"),

@@ -1,6 +1,7 @@
 //! The lightpath GridFTP server: listener, authentication, sessions, and
 //! confinement of every path to the served root.
 
+pub mod ahead;
 pub mod fsops;
 pub mod listing;
 pub mod session;
@@ -58,6 +59,8 @@ pub struct ServerConfig {
     /// When uploads bypass the page cache (`plan::direct_io_for`, with the
     /// control connection's RTT and the size ALLO announced).
     pub direct_io: lightpath_plan::DirectIo,
+    /// Where data connections opened ahead (`DCON`) go.
+    pub ahead: ahead::AheadPort,
 }
 
 /// Shared by all sessions.
@@ -69,6 +72,8 @@ pub struct ServerCtx {
     pub root: Root,
     /// Users, if a users file was given.
     pub users: Option<Arc<Users>>,
+    /// Data connections opened ahead, and their port, if offered.
+    pub ahead: Option<(Arc<ahead::Ahead>, u16)>,
 }
 
 impl ServerCtx {
@@ -80,6 +85,7 @@ impl ServerCtx {
             read_only: self.cfg.read_only,
             version: env!("CARGO_PKG_VERSION").to_string(),
             cksum_algs: lightpath_engine::checksum::ALGORITHMS.iter().map(|s| s.to_string()).collect(),
+            dcon_port: self.ahead.as_ref().map(|a| a.1),
         }
     }
 }
@@ -87,16 +93,33 @@ impl ServerCtx {
 /// A bound server.
 pub struct Server {
     listener: tokio::net::TcpListener,
+    ahead: Option<tokio::net::TcpListener>,
     ctx: Arc<ServerCtx>,
 }
 
 impl Server {
-    /// Bind from an already bound std listener (bound before privileges were dropped).
-    pub fn from_std(cfg: ServerConfig, l: std::net::TcpListener) -> Result<Server, ServerError> {
-        let ctx = Self::context(cfg)?;
-        l.set_nonblocking(true).map_err(|e| ServerError::Bind(ctx.cfg.listen, e))?;
-        let listener = tokio::net::TcpListener::from_std(l).map_err(|e| ServerError::Bind(ctx.cfg.listen, e))?;
-        Ok(Server { listener, ctx: Arc::new(ctx) })
+    /// Bind from already bound std listeners (bound before privileges were
+    /// dropped): the control port and, if offered, the port of data
+    /// connections opened ahead ([`ahead::bind`]). Call within a runtime.
+    pub fn from_std(
+        cfg: ServerConfig,
+        l: std::net::TcpListener,
+        ahead: Option<std::net::TcpListener>,
+    ) -> Result<Server, ServerError> {
+        let mut ctx = Self::context(cfg)?;
+        let at = ctx.cfg.listen;
+        let tokio_listener = |l: std::net::TcpListener| {
+            l.set_nonblocking(true)
+                .and_then(|_| tokio::net::TcpListener::from_std(l))
+                .map_err(|e| ServerError::Bind(at, e))
+        };
+        let listener = tokio_listener(l)?;
+        let ahead = ahead.map(tokio_listener).transpose()?;
+        if let Some(a) = &ahead {
+            let port = a.local_addr().map_err(|e| ServerError::Bind(at, e))?.port();
+            ctx.ahead = Some((Arc::default(), port));
+        }
+        Ok(Server { listener, ahead, ctx: Arc::new(ctx) })
     }
 
     fn context(cfg: ServerConfig) -> Result<ServerCtx, ServerError> {
@@ -108,15 +131,21 @@ impl Server {
             Some(p) => Some(Arc::new(Users::load(p)?)),
             None => None,
         };
-        Ok(ServerCtx { cfg, root, users })
+        Ok(ServerCtx { cfg, root, users, ahead: None })
     }
 
     /// Check the configuration and bind the control port.
     pub async fn bind(cfg: ServerConfig) -> Result<Server, ServerError> {
-        let ctx = Self::context(cfg)?;
-        let listener =
-            tokio::net::TcpListener::bind(ctx.cfg.listen).await.map_err(|e| ServerError::Bind(ctx.cfg.listen, e))?;
-        Ok(Server { listener, ctx: Arc::new(ctx) })
+        let at = cfg.listen;
+        let l = std::net::TcpListener::bind(at).map_err(|e| ServerError::Bind(at, e))?;
+        let bound = l.local_addr().map_err(|e| ServerError::Bind(at, e))?;
+        let ahead = ahead::bind(cfg.ahead, bound).map_err(|e| ServerError::Bind(at, e))?;
+        Self::from_std(cfg, l, ahead)
+    }
+
+    /// The port of data connections opened ahead, if offered.
+    pub fn ahead_port(&self) -> Option<u16> {
+        self.ctx.ahead.as_ref().map(|a| a.1)
     }
 
     /// The bound address (useful with port 0).
@@ -126,6 +155,9 @@ impl Server {
 
     /// Accept sessions forever.
     pub async fn run(self) -> std::io::Result<()> {
+        if let (Some(l), Some((a, _))) = (self.ahead, &self.ctx.ahead) {
+            tokio::spawn(a.clone().serve(l));
+        }
         loop {
             let (stream, _) = self.listener.accept().await?;
             let _ = stream.set_nodelay(true);

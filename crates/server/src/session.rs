@@ -20,6 +20,8 @@ use tokio::sync::mpsc;
 
 /// Control connections idle longer than this are closed.
 const IDLE: Duration = Duration::from_secs(900);
+/// How long `DCON` waits for its connections, beyond two RTTs.
+const ADOPT_WAIT: Duration = Duration::from_secs(3);
 /// Pipelined commands queued at most (back-pressure beyond).
 const QUEUE: usize = 64;
 
@@ -31,6 +33,7 @@ struct Session {
     out: OwnedWriteHalf,
     dc: DataChannel,
     local: SocketAddr,
+    peer: Option<SocketAddr>,
     current: Current,
     /// The control connection's RTT as the handshake measured it (later
     /// samples can include the client's delayed ACKs).
@@ -54,7 +57,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
         None => {}
     }
     let pi = ServerPi::new(ctx.pi_config());
-    let mut s = Session { ctx, pi, out, dc, local, current, rtt };
+    let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
         tracing::debug!(?peer, "session ended: {e}");
@@ -131,6 +134,7 @@ impl Session {
             Action::Login { user, pass } => self.login(user, pass).await,
             Action::Passive(kind) => self.passive(kind).await?,
             Action::Active(addrs) => self.dc.connect_to(addrs),
+            Action::Adopt(a) => self.adopt(a).await?,
             Action::Transfer(t) => self.transfer(t).await?,
             Action::Fs(op) => {
                 let (ctx, memory) = (self.ctx.clone(), self.ctx.cfg.memory_paths);
@@ -160,6 +164,24 @@ impl Session {
             tokio::time::sleep(Duration::from_millis(500)).await; // slow down guessing
         }
         self.pi.handle_login(&user, ok);
+    }
+
+    /// `DCON`: take the data connections opened ahead as the cached channel.
+    async fn adopt(&mut self, a: lightpath_proto::ahead::DconArgs) -> std::io::Result<()> {
+        let (Some((ahead, _)), Some(peer)) = (self.ctx.ahead.clone(), self.peer) else {
+            return self.send(&Reply::new(502, "DCON is not enabled on this server.")).await;
+        };
+        // The hellos left before the DCON line; allow for a lost segment.
+        let wait = ADOPT_WAIT + 2 * self.rtt;
+        let reply = match ahead.claim(a, peer.ip(), wait).await {
+            Ok(conns) => {
+                tracing::debug!(n = conns.len(), "adopted data connections opened ahead");
+                self.dc.adopt(conns);
+                Reply::new(200, format!("DCON: {} data connections adopted.", a.count))
+            }
+            Err(why) => Reply::new(425, format!("DCON: {why}.")),
+        };
+        self.send(&reply).await
     }
 
     async fn passive(&mut self, kind: PassiveKind) -> std::io::Result<()> {
