@@ -51,6 +51,11 @@ pub struct CpArgs {
     /// and more over paths of 10 ms RTT and more), always, or never.
     #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
     pub direct_io: DirectIoArg,
+    /// Do not open data connections ahead to lightpath servers met before
+    /// (they save a round trip; the book of servers is
+    /// ~/.local/state/lightpath/peers, or LIGHTPATH_PEERS).
+    #[arg(long, env = "LIGHTPATH_NO_CONNECT_AHEAD")]
+    pub no_connect_ahead: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -107,6 +112,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         verify: a.verify.clone(),
         fsync: a.fsync,
         direct_io: a.direct_io.into(),
+        connect_ahead: !a.no_connect_ahead,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -199,6 +205,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         pipeline: 1,
         total: Arc::default(),
         direct_io: lightpath_plan::DirectIo::Never,
+        connect_ahead: false,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

@@ -65,6 +65,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         congestion: None,
         fsync: false,
         direct_io: lightpath_plan::DirectIo::Auto,
+        ahead: lightpath_server::ahead::AheadPort::Auto,
     };
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;
@@ -82,6 +83,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         verify: Some("MD5".into()),
         fsync: false,
         direct_io: lightpath_plan::DirectIo::Auto,
+        connect_ahead: false,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

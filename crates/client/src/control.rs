@@ -17,8 +17,11 @@ pub struct ControlConn {
     stream: TcpStream,
     lines: LineBuffer,
     parser: ReplyParser,
-    /// Commands sent with [`ControlConn::queue`] whose replies are unread.
-    pending: std::collections::VecDeque<String>,
+    /// Commands sent with [`ControlConn::queue`] whose replies are unread,
+    /// and whether their refusal is no error ([`ControlConn::queue_optional`]).
+    pending: std::collections::VecDeque<(String, bool)>,
+    /// Optional commands refused: the command and the reply.
+    refused_optional: Vec<(String, String)>,
     /// Commands held back by [`ControlConn::cork`], written in one piece.
     corked: Option<Vec<u8>>,
     /// Round-trip time: the TCP handshake of the control connection.
@@ -44,6 +47,7 @@ impl ControlConn {
             lines: LineBuffer::new(),
             parser: ReplyParser::new(),
             pending: Default::default(),
+            refused_optional: Vec::new(),
             corked: None,
             rtt: started.elapsed(),
             name,
@@ -130,16 +134,32 @@ impl ControlConn {
     /// [`ControlConn::flush`] (pipelining saves a round trip per command).
     pub async fn queue(&mut self, cmd: &str) -> Result<(), ClientError> {
         self.send(cmd.as_bytes()).await?;
-        self.pending.push_back(redact(cmd.as_bytes()));
+        self.pending.push_back((redact(cmd.as_bytes()), false));
         Ok(())
+    }
+
+    /// [`ControlConn::queue`] a command whose refusal is no error: the next
+    /// flush notes it for [`ControlConn::take_refused_optional`].
+    pub async fn queue_optional(&mut self, cmd: &str) -> Result<(), ClientError> {
+        self.send(cmd.as_bytes()).await?;
+        self.pending.push_back((redact(cmd.as_bytes()), true));
+        Ok(())
+    }
+
+    /// The reply that refused the optional command starting with `verb`.
+    pub fn take_refused_optional(&mut self, verb: &str) -> Option<String> {
+        let i = self.refused_optional.iter().position(|(c, _)| c.starts_with(verb))?;
+        Some(self.refused_optional.remove(i).1)
     }
 
     /// Read the replies of queued commands; the first failure is returned.
     pub async fn flush(&mut self) -> Result<(), ClientError> {
         let mut first_err = None;
-        while let Some(cmd) = self.pending.pop_front() {
+        while let Some((cmd, optional)) = self.pending.pop_front() {
             let r = self.final_reply().await?;
-            if r.is_error() && first_err.is_none() {
+            if r.is_error() && optional {
+                self.refused_optional.push((cmd, format!("{} {}", r.code, r.full_text())));
+            } else if r.is_error() && first_err.is_none() {
                 first_err =
                     Some(ClientError::Refused { server: self.name.clone(), cmd, reply: r.full_text(), code: r.code });
             }

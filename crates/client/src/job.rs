@@ -34,6 +34,9 @@ pub struct CopyOptions {
     pub fsync: bool,
     /// When downloads bypass the page cache.
     pub direct_io: lightpath_plan::DirectIo,
+    /// Open data connections ahead to lightpath servers met before (see
+    /// [`crate::peers`]).
+    pub connect_ahead: bool,
 }
 
 /// Outcome for one file.
@@ -78,6 +81,7 @@ pub async fn copy(
         pipeline: opts.pipeline,
         total: progress.bytes.clone(),
         direct_io: opts.direct_io,
+        connect_ahead: opts.connect_ahead,
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {

@@ -2,10 +2,12 @@
 //! copies of files and trees with parallel streams, concurrency and
 //! pipelining. Works with any GridFTP server: features come from FEAT.
 
+pub mod ahead;
 pub mod control;
 pub mod job;
 pub mod local;
 pub mod location;
+pub mod peers;
 pub mod plan;
 pub mod session;
 pub mod thirdparty;

@@ -2,8 +2,10 @@
 //! listings, and the two-party transfers (GET/PUT) with pipelined commands
 //! over a reused MODE E channel.
 
+use crate::ahead::{self, AheadConns};
 use crate::control::ControlConn;
 use crate::local::{LocalSource, LocalTarget};
+use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use lightpath_engine::{Control, DataChannel, MemorySink, RecvOpts, SendPlan};
 use lightpath_proto::{hostport, Features};
@@ -27,6 +29,9 @@ pub struct SessionOpts {
     pub total: Arc<AtomicU64>,
     /// When downloads bypass the page cache.
     pub direct_io: lightpath_plan::DirectIo,
+    /// Open data connections ahead to servers the peer book knows
+    /// ([`crate::peers`]), and keep the book.
+    pub connect_ahead: bool,
 }
 
 /// One entry of a remote listing.
@@ -113,7 +118,18 @@ impl Session {
         paths: &[Vec<u8>],
         spec: Speculation<'_>,
     ) -> Result<Session, ClientError> {
-        let mut ctl = ControlConn::connect(&remote.host, remote.port).await?;
+        let book = opts.connect_ahead.then(PeerBook::default);
+        let known =
+            book.as_ref().filter(|_| spec != Speculation::None).and_then(|b| b.lookup(&remote.host, remote.port));
+        let pending = known.map(|p| ahead::start(&remote.host, p.ahead_port, stream_count(&opts, p.rtt_us)));
+        let ctl = ControlConn::connect(&remote.host, remote.port).await;
+        let mut ctl = match (ctl, &pending) {
+            (Err(e), Some(job)) => {
+                job.abort();
+                return Err(e);
+            }
+            (ctl, _) => ctl?,
+        };
         let extra: Vec<String> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let mut s = Session {
@@ -128,6 +144,12 @@ impl Session {
             spec_retr: None,
             opts,
         };
+        if let Some(job) = pending {
+            // They started with the control connection: give them its RTT again.
+            if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {
+                s.offer_ahead(a).await?;
+            }
+        }
         match spec {
             Speculation::Tree(t) => s.speculate_vret(t).await?,
             Speculation::File(f) => s.speculate_retr(f).await?,
@@ -136,7 +158,23 @@ impl Session {
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
         s.feat = feat;
         s.stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
+        if let Some(b) = book {
+            let peer = s.feat.dcon.map(|p| Peer { ahead_port: p, rtt_us: s.ctl.rtt.as_micros() as u64 });
+            b.remember(&remote.host, remote.port, peer);
+        }
         Ok(s)
+    }
+
+    /// MODE E, streams and PORT (the fallback), then `DCON` for `a`, whose
+    /// connections become the cached channel of the first transfer. The
+    /// server's refusal drops them again ([`Session::settle`]).
+    async fn offer_ahead(&mut self, a: AheadConns) -> Result<(), ClientError> {
+        self.prepare_get().await?;
+        let n = a.conns.len();
+        self.ctl.queue_optional(&format!("DCON {} {n}", a.token.to_hex())).await?;
+        self.dc().adopt(a.conns);
+        tracing::info!(server = %self.ctl.name, n, "data connections opened ahead (DCON)");
+        Ok(())
     }
 
     async fn speculate_retr(&mut self, path: &[u8]) -> Result<(), ClientError> {
@@ -209,15 +247,10 @@ impl Session {
     /// Streams for this session's transfers: as asked, or enough for
     /// `target_bps` at the measured RTT with the kernel's largest window.
     pub fn streams(&self) -> u32 {
-        if self.opts.streams > 0 {
-            return self.opts.streams;
+        let n = stream_count(&self.opts, self.ctl.rtt.as_micros() as u64);
+        if self.opts.streams == 0 {
+            tracing::info!(server = %self.ctl.name, n, "automatic stream count");
         }
-        let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
-        let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
-        let rtt_us = self.ctl.rtt.as_micros() as u64;
-        let min = lightpath_plan::min_streams_for_rtt(rtt_us);
-        let n = lightpath_plan::auto_streams(rtt_us, window, self.opts.target_bps, min, 16);
-        tracing::info!(server = %self.ctl.name, rtt_us, window, n, "automatic stream count");
         n
     }
 
@@ -330,8 +363,17 @@ impl Session {
     /// Read the replies of queued setup commands before a transfer's own
     /// reply. A failure here leaves the transfer's reply unread, so it is a
     /// control-channel error: the session is given up.
+    /// A refused `DCON` is no error: its connections are dropped, and the
+    /// server connects to our PORT as usual.
     pub async fn settle(&mut self) -> Result<(), ClientError> {
-        self.ctl.flush().await.map_err(|e| ClientError::Control(self.ctl.name.clone(), format!("setup refused: {e}")))
+        let r = self.ctl.flush().await;
+        if let Some(why) = self.ctl.take_refused_optional("DCON") {
+            tracing::info!(server = %self.ctl.name, "data connections opened ahead refused ({why}); using PORT");
+            if self.dc().is_ahead() {
+                self.dc().drop_cache();
+            }
+        }
+        r.map_err(|e| ClientError::Control(self.ctl.name.clone(), format!("setup refused: {e}")))
     }
 
     /// Download files, keeping up to `pipeline` RETRs in flight on the reused
@@ -669,6 +711,20 @@ impl Session {
 }
 
 /// Report `e` for every file of an `n`-file batch that has no result yet.
+/// Streams for transfers at `rtt_us`: as asked, or enough for the target
+/// rate with the kernel's largest window.
+fn stream_count(opts: &SessionOpts, rtt_us: u64) -> u32 {
+    if opts.streams > 0 {
+        return opts.streams;
+    }
+    let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
+    let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
+    let min = lightpath_plan::min_streams_for_rtt(rtt_us);
+    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, 16);
+    tracing::debug!(rtt_us, window, n, "stream count");
+    n
+}
+
 fn fill_err(mut out: Vec<Result<u64, ClientError>>, n: usize, e: ClientError) -> Vec<Result<u64, ClientError>> {
     while out.len() < n {
         out.push(Err(e.clone()));

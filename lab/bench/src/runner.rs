@@ -275,6 +275,9 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
     let group = env.cgroups.group("client")?;
     let mut cmd = path.command(inv.client_side, &group, &inv.client[0]);
     cmd.args(&inv.client[1..]);
+    // lightpath's book of servers met (data connections opened ahead from
+    // the second visit on) lives with the bench's cache, not in ~root.
+    cmd.env("LIGHTPATH_PEERS", env.cache.join("lightpath-peers"));
     let groups: Vec<&Group> = std::iter::once(&group).chain(running.iter().map(|r| &r.group)).collect();
     let stop = AtomicBool::new(false);
     let reader = path.counter_reader();

@@ -19,6 +19,7 @@ pub const LP: &str = env!("CARGO_BIN_EXE_lightpath");
 
 /// A scratch directory readable by the unprivileged `gftp` user.
 pub fn scratch() -> tempfile::TempDir {
+    own_peer_book();
     let d = tempfile::Builder::new().prefix("lp-e2e-").tempdir_in("/tmp").expect("tempdir");
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     d
@@ -31,6 +32,19 @@ pub fn open_dir(p: &Path) -> PathBuf {
     p.to_path_buf()
 }
 
+/// This test process's own book of lightpath peers (`LIGHTPATH_PEERS`,
+/// inherited by every `lightpath` it runs), so that servers met by other
+/// runs on the same ports do not steer data connections opened ahead.
+/// Tests of the book itself set the variable per command.
+pub fn own_peer_book() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("peers-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        std::env::set_var("LIGHTPATH_PEERS", p);
+    });
+}
+
 /// A free port below the kernel's ephemeral range (32768-60999 by default).
 ///
 /// Asking the kernel for port 0 and dropping the listener races: before the
@@ -38,15 +52,18 @@ pub fn open_dir(p: &Path) -> PathBuf {
 /// PASV listener or as the local end of an outgoing data connection, and the
 /// test then talks to the wrong socket (CI once saw "connection reset" on a
 /// greeting that way). Ports below the ephemeral range are never handed out by
-/// the kernel, and the counter keeps this process's tests apart.
+/// the kernel, and the counter keeps this process's tests apart. The port
+/// after the one returned is free too, and left alone: `lightpath serve`
+/// takes it for data connections opened ahead.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let base = 20_000 + (std::process::id() % 500) * 20;
     loop {
-        let port = (base + NEXT.fetch_add(1, Ordering::Relaxed) % 12_000) as u16;
-        let port = if port >= 32_000 { port - 12_000 } else { port };
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let port = (base + NEXT.fetch_add(2, Ordering::Relaxed) % 12_000) as u16;
+        let port = if port >= 31_999 { port - 12_000 } else { port };
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 1) {
             return port;
         }
     }
@@ -137,6 +154,7 @@ pub fn wait_port(child: &mut Child, port: u16) {
 
 /// `lightpath serve` on a free port, anonymous read-write.
 pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
+    own_peer_book();
     let port = free_port();
     let mut child = Command::new(LP)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
@@ -224,6 +242,7 @@ pub fn guc(args: &[&str]) -> bool {
 
 /// Run `lightpath cp -q ...`; returns success.
 pub fn lp_cp(args: &[&str]) -> bool {
+    own_peer_book();
     run_timeout(Command::new(LP).arg("cp").arg("-q").args(args), 120)
 }
 

@@ -1,0 +1,126 @@
+//! Data connections opened ahead (`DCON`): a client that met a lightpath
+//! server before opens its MODE E connections while it logs in, and the
+//! first RETR or VRET reuses them (`125`). Every way it can go wrong must
+//! end in a normal transfer over PORT: a stale book, a server that does
+//! not offer DCON (ours with `--ahead-port off`, and the real Globus
+//! server), and connections that never arrive.
+
+mod common;
+use common::*;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn cp_vv(book: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(LP).env("LIGHTPATH_PEERS", book).args(["-vv", "cp", "-q"]).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn book_line(book: &Path, port: u16) -> Option<String> {
+    let text = std::fs::read_to_string(book).ok()?;
+    text.lines().find(|l| l.starts_with(&format!("127.0.0.1 {port} "))).map(String::from)
+}
+
+const OFFERED: &str = "data connections opened ahead (DCON)";
+
+#[test]
+fn the_second_visit_opens_data_connections_ahead() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("file"), 5_000_011, 3);
+    make_tree(&open_dir(&root.join("tree")), 40, 5);
+    let book = d.path().join("peers");
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let url = format!("ftp://127.0.0.1:{port}/file");
+
+    let (ok, log) = cp_vv(&book, &["-p", "3", &url, &local.join("first").display().to_string()]);
+    assert!(ok, "{log}");
+    assert!(!log.contains(OFFERED), "nothing is known on the first visit: {log}");
+    let line = book_line(&book, port).expect("the server is in the book");
+    assert!(line.starts_with(&format!("127.0.0.1 {port} {} ", port + 1)), "{line}");
+
+    let (ok, log) = cp_vv(&book, &["-p", "3", &url, &local.join("second").display().to_string()]);
+    assert!(ok, "{log}");
+    assert_same_file(&root.join("file"), &local.join("second"));
+    assert!(log.contains(OFFERED) && log.contains("n=3"), "{log}");
+    assert!(log.contains("< 200 DCON: 3 data connections adopted."), "{log}");
+    assert!(log.contains("< 125 "), "RETR reuses them: {log}");
+    assert!(!log.contains("< 150 "), "no new data connection: {log}");
+
+    let tree = format!("ftp://127.0.0.1:{port}/tree/");
+    let (ok, log) = cp_vv(&book, &["-r", &tree, &local.join("tree").display().to_string()]);
+    assert!(ok, "{log}");
+    assert_same_tree(&root.join("tree"), &local.join("tree"));
+    assert!(log.contains("DCON: ") && log.contains("data connections adopted"), "VRET too: {log}");
+}
+
+#[test]
+fn a_stale_book_costs_nothing() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("file"), 2_000_003, 4);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    // Nothing listens on the port the book gives.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let book = d.path().join("peers");
+    std::fs::write(&book, format!("127.0.0.1 {port} {dead} 100\n")).unwrap();
+    let (ok, log) = cp_vv(&book, &[&format!("ftp://127.0.0.1:{port}/file"), &local.join("f").display().to_string()]);
+    assert!(ok, "{log}");
+    assert_same_file(&root.join("file"), &local.join("f"));
+    assert!(!log.contains("> DCON"), "no connection opened, no DCON sent: {log}");
+    let line = book_line(&book, port).unwrap();
+    assert!(line.starts_with(&format!("127.0.0.1 {port} {} ", port + 1)), "the book is mended: {line}");
+}
+
+/// The book points the client at a listener that takes the connections,
+/// but the control server does not know them.
+fn refused_dcon_falls_back(server_port: u16, url: &str, dst: &Path, book: &Path) -> String {
+    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
+    std::fs::write(book, format!("127.0.0.1 {server_port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    let (ok, log) = cp_vv(book, &["-p", "2", url, &dst.display().to_string()]);
+    assert!(ok, "{log}");
+    assert!(log.contains("> DCON "), "{log}");
+    assert!(log.contains("data connections opened ahead refused"), "{log}");
+    assert_eq!(book_line(book, server_port), None, "a server without DCON is forgotten: {log}");
+    log
+}
+
+#[test]
+fn a_server_without_dcon_refuses_it_and_port_stands() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("file"), 3_000_001, 6);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
+    let url = format!("ftp://127.0.0.1:{port}/file");
+    let log = refused_dcon_falls_back(port, &url, &local.join("f"), &d.path().join("peers"));
+    assert!(log.contains("< 502 DCON is not enabled"), "{log}");
+    assert_same_file(&root.join("file"), &local.join("f"));
+}
+
+#[test]
+fn the_globus_server_refuses_dcon_and_port_stands() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("file"), 3_000_001, 8);
+    let (_g, port) = gct_server(&root);
+    let url = format!("ftp://127.0.0.1:{port}{}/file", root.display());
+    refused_dcon_falls_back(port, &url, &local.join("f"), &d.path().join("peers"));
+    assert_same_file(&root.join("file"), &local.join("f"));
+}
+
+#[test]
+fn dcon_without_its_connections_is_refused_in_time() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut raw = Raw::login(port);
+    let t = Instant::now();
+    let (code, text) = raw.cmd("DCON 0123456789abcdef0123456789abcdef 2");
+    assert_eq!(code, 425, "{text}");
+    assert!(text.contains("0 of 2"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let (code, text) = raw.cmd("DCON ../../etc/passwd 2");
+    assert_eq!(code, 501, "{text}");
+    assert_eq!(raw.cmd("NOOP").0, 200, "the session goes on");
+}

@@ -1,0 +1,100 @@
+//! Opening MODE E data connections ahead, while the control connection
+//! opens and logs in (lightpath's `DCON`, see `lightpath_proto::ahead`).
+//! Only to servers the [`crate::peers`] book knows as lightpath.
+
+use lightpath_proto::ahead::{hello, Token};
+use std::net::TcpStream;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
+
+/// Data connections opened ahead, each with the hello written.
+#[derive(Debug)]
+pub struct AheadConns {
+    /// Their token.
+    pub token: Token,
+    /// The connections.
+    pub conns: Vec<TcpStream>,
+}
+
+/// Start connecting `n` data connections to `host:port` and writing their
+/// hellos. The caller takes what is done with [`finish`].
+pub fn start(host: &str, port: u16, n: u32) -> JoinHandle<AheadConns> {
+    let token = Token(rand::random());
+    let host = host.to_string();
+    tokio::spawn(async move {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..n {
+            let h = host.clone();
+            set.spawn(async move { one(&h, port, &token).await });
+        }
+        let mut conns = Vec::new();
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(Ok(c)) => conns.push(c),
+                Ok(Err(e)) => tracing::debug!("data connection ahead to {host}:{port}: {e}"),
+                Err(e) => tracing::debug!("data connection ahead to {host}:{port}: {e}"),
+            }
+        }
+        AheadConns { token, conns }
+    })
+}
+
+async fn one(host: &str, port: u16, token: &Token) -> std::io::Result<TcpStream> {
+    let mut c = tokio::net::TcpStream::connect((host, port)).await?;
+    c.write_all(&hello(token)).await?;
+    c.into_std()
+}
+
+/// The connections of `job` that are open within `wait` (the control
+/// connection is open by now, and these started with it): none if the
+/// rest would hold the login up, e.g. behind a firewall that drops them.
+pub async fn finish(job: JoinHandle<AheadConns>, wait: Duration) -> Option<AheadConns> {
+    let abort = job.abort_handle();
+    match tokio::time::timeout(wait, job).await {
+        Ok(Ok(a)) if !a.conns.is_empty() => Some(a),
+        Ok(_) => None,
+        Err(_) => {
+            abort.abort();
+            tracing::debug!("data connections ahead: not open after {wait:?}; going without");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[tokio::test]
+    async fn connects_and_says_hello() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let a = finish(start("127.0.0.1", port, 3), Duration::from_secs(5)).await.unwrap();
+        assert_eq!(a.conns.len(), 3);
+        for _ in 0..3 {
+            let (mut c, _) = l.accept().unwrap();
+            let mut h = [0u8; 20];
+            c.read_exact(&mut h).unwrap();
+            assert_eq!(lightpath_proto::ahead::parse_hello(&h), Some(a.token));
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_gives_none() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        assert!(finish(start("127.0.0.1", port, 2), Duration::from_secs(5)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn tokens_differ() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let a = start("127.0.0.1", port, 0).await.unwrap();
+        let b = start("127.0.0.1", port, 0).await.unwrap();
+        assert_ne!(a.token, b.token);
+    }
+}

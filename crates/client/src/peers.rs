@@ -1,0 +1,170 @@
+//! What the client remembers of the lightpath servers it has met: the
+//! port of their data connections opened ahead (FEAT `DCON`) and the
+//! control connection's RTT. With it, the next session to the same server
+//! opens its data connections while it logs in (see
+//! `lightpath_proto::ahead`); without it, no connection goes anywhere but
+//! the control port, so a plain GridFTP server never sees more than the
+//! session it was asked for.
+//!
+//! The book is one text file, a line per server: `host port ahead_port
+//! rtt_us`. `LIGHTPATH_PEERS` names it (empty: no book); else
+//! `$XDG_STATE_HOME/lightpath/peers`, else `~/.local/state/lightpath/peers`.
+//! Lines that do not parse are ignored; the newest [`MAX_PEERS`] are kept.
+
+use std::path::PathBuf;
+
+/// Servers remembered at most.
+pub const MAX_PEERS: usize = 256;
+
+/// What is known of one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Port of its data connections opened ahead.
+    pub ahead_port: u16,
+    /// Its control connection's RTT when last seen (microseconds).
+    pub rtt_us: u64,
+}
+
+/// The book's file, if there is one.
+pub fn book_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LIGHTPATH_PEERS") {
+        return (!p.is_empty()).then(|| PathBuf::from(p));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()).map(PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state"))
+    })?;
+    Some(state.join("lightpath/peers"))
+}
+
+type Entry = (String, u16, Peer);
+
+fn parse_line(line: &str) -> Option<Entry> {
+    let f: Vec<&str> = line.split_ascii_whitespace().collect();
+    let [host, port, ahead, rtt] = f[..] else { return None };
+    let peer = Peer { ahead_port: ahead.parse().ok().filter(|&p| p != 0)?, rtt_us: rtt.parse().ok()? };
+    Some((host.to_string(), port.parse().ok()?, peer))
+}
+
+/// The book, at [`book_path`] or elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerBook(Option<PathBuf>);
+
+impl Default for PeerBook {
+    fn default() -> Self {
+        PeerBook(book_path())
+    }
+}
+
+impl PeerBook {
+    /// A book kept in `path`.
+    pub fn at(path: PathBuf) -> Self {
+        PeerBook(Some(path))
+    }
+
+    /// No book: nothing is remembered.
+    pub fn none() -> Self {
+        PeerBook(None)
+    }
+
+    fn load(&self) -> Vec<Entry> {
+        let Some(p) = &self.0 else { return Vec::new() };
+        std::fs::read_to_string(p).map(|t| t.lines().filter_map(parse_line).collect()).unwrap_or_default()
+    }
+
+    /// What the book says of `host:port`.
+    pub fn lookup(&self, host: &str, port: u16) -> Option<Peer> {
+        self.load().into_iter().rev().find(|(h, p, _)| h == host && *p == port).map(|e| e.2)
+    }
+
+    /// Write down `peer` for `host:port` (`None`: forget it). Best effort: a
+    /// book that cannot be written costs a round trip next time, nothing more.
+    pub fn remember(&self, host: &str, port: u16, peer: Option<Peer>) {
+        let Some(path) = &self.0 else { return };
+        if let Err(e) = self.rewrite(path, host, port, peer) {
+            tracing::debug!("peer book {}: {e}", path.display());
+        }
+    }
+
+    fn rewrite(&self, path: &std::path::Path, host: &str, port: u16, peer: Option<Peer>) -> std::io::Result<()> {
+        let mut all = self.load();
+        let before = all.iter().find(|(h, p, _)| h == host && *p == port).map(|e| e.2);
+        if close_enough(before, peer) {
+            return Ok(());
+        }
+        all.retain(|(h, p, _)| !(h == host && *p == port));
+        if let Some(peer) = peer {
+            all.push((host.to_string(), port, peer));
+        }
+        let skip = all.len().saturating_sub(MAX_PEERS);
+        let text: String =
+            all[skip..].iter().map(|(h, p, e)| format!("{h} {p} {} {}\n", e.ahead_port, e.rtt_us)).collect();
+        write_atomically(path, &text)
+    }
+}
+
+/// The same port and an RTT within a quarter: not worth a rewrite.
+fn close_enough(a: Option<Peer>, b: Option<Peer>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.ahead_port == b.ahead_port && a.rtt_us.abs_diff(b.rtt_us) * 4 <= a.rtt_us,
+        _ => false,
+    }
+}
+
+fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".peers.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse_or_are_ignored() {
+        let p = Peer { ahead_port: 2912, rtt_us: 95000 };
+        assert_eq!(parse_line("10.0.0.1 2911 2912 95000"), Some(("10.0.0.1".into(), 2911, p)));
+        assert_eq!(
+            parse_line("  ::1   2811 2812 40 "),
+            Some(("::1".into(), 2811, Peer { ahead_port: 2812, rtt_us: 40 }))
+        );
+        for bad in ["", "h 1 2", "h 1 2 3 4", "h x 2 3", "h 1 0 3", "h 1 70000 3", "h 1 2 -3"] {
+            assert_eq!(parse_line(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn remember_lookup_forget() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = dir.path().join("sub/peers");
+        let b = PeerBook::at(book.clone());
+        assert_eq!(b.lookup("h", 1), None);
+        let p = Peer { ahead_port: 2, rtt_us: 300 };
+        b.remember("h", 1, Some(p));
+        b.remember("g", 1, Some(Peer { ahead_port: 9, rtt_us: 1 }));
+        assert_eq!(b.lookup("h", 1), Some(p));
+        assert_eq!(b.lookup("h", 2), None);
+        b.remember("h", 1, Some(Peer { ahead_port: 2, rtt_us: 310 }));
+        assert_eq!(b.lookup("h", 1), Some(p), "a small RTT change is not written");
+        let newer = Peer { ahead_port: 3, rtt_us: 400 };
+        b.remember("h", 1, Some(newer));
+        assert_eq!(b.lookup("h", 1), Some(newer));
+        std::fs::write(&book, format!("{}garbage line\n", std::fs::read_to_string(&book).unwrap())).unwrap();
+        assert_eq!(b.lookup("h", 1), Some(newer), "a bad line does not hide the good ones");
+        b.remember("h", 1, None);
+        assert_eq!(b.lookup("h", 1), None);
+        assert_eq!(b.lookup("g", 1).map(|p| p.ahead_port), Some(9));
+        for i in 0..(MAX_PEERS + 10) {
+            b.remember("many", i as u16 + 1, Some(p));
+        }
+        let lines = std::fs::read_to_string(&book).unwrap().lines().count();
+        assert_eq!(lines, MAX_PEERS);
+        assert_eq!(b.lookup("g", 1), None, "the oldest went first");
+        let none = PeerBook::none();
+        none.remember("h", 1, Some(p));
+        assert_eq!(none.lookup("h", 1), None);
+    }
+}
