@@ -114,7 +114,10 @@ fn close_enough(a: Option<Peer>, b: Option<Peer>) -> bool {
 fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".peers.{}.tmp", std::process::id()));
+    // Sessions of one job (--cc) may write at once: a name of their own each.
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".peers.{}.{n}.tmp", std::process::id()));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }
