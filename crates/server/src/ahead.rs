@@ -136,10 +136,23 @@ impl Ahead {
                 return r;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let got = self.lock().remove(&a.token).filter(|p| p.ip == ip).map_or(0, |p| p.conns.len());
-                return Err(format!("{got} of {} data connections opened ahead arrived", a.count));
+                return Err(format!(
+                    "{} of {} data connections opened ahead arrived",
+                    self.give_up(a.token, ip),
+                    a.count
+                ));
             }
         }
+    }
+
+    /// Close what arrived for a claim that timed out; returns how many.
+    /// Connections parked by another address are not the claimant's to drop.
+    fn give_up(&self, token: Token, ip: IpAddr) -> usize {
+        let mut m = self.lock();
+        if m.get(&token).is_some_and(|p| p.ip == ip) {
+            return m.remove(&token).map_or(0, |p| p.conns.len());
+        }
+        0
     }
 
     fn try_claim(&self, a: DconArgs, ip: IpAddr) -> Option<Result<Vec<TcpStream>, String>> {
