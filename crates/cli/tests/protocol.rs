@@ -244,3 +244,53 @@ fn serve_reports_its_placement_and_refuses_bad_device_files() {
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("devices.toml"), "the error names the file: {text}");
 }
+
+/// Segments received on the client's end of the connection from local port
+/// `port`, as `ss` reports them.
+fn segs_in(port: u16) -> u32 {
+    let out = std::process::Command::new("ss")
+        .args(["-Htin", "state", "established", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2: scripts/install-test-deps.sh)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let n = text.split_whitespace().find_map(|w| w.strip_prefix("segs_in:")).unwrap_or_else(|| panic!("{text}"));
+    n.parse().unwrap()
+}
+
+/// A client's login flight (a dozen pipelined commands) is answered in a
+/// few segments, not one per reply: a new connection's first window holds
+/// ten segments, and the replies past it would wait a round trip.
+#[test]
+fn a_pipelined_flight_is_answered_in_a_few_segments() {
+    let (_d, _root, _s, port, _data) = setup();
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let cmds = [
+        "USER anonymous",
+        "PASS x@",
+        "FEAT",
+        "TYPE I",
+        "SITE CLIENTINFO appname=\"t\";",
+        "MLST /f",
+        "SIZE /f",
+        "MODE E",
+        "OPTS RETR Parallelism=2,2,2;",
+        "NOOP",
+        "NOOP",
+        "NOOP",
+    ];
+    let flight: String = cmds.iter().map(|c| format!("{c}\r\n")).collect();
+    c.write_all(flight.as_bytes()).unwrap();
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    // 13 final replies: the greeting and one per command.
+    while got.lines().filter(|l| l.len() > 3 && l.as_bytes()[3] == b' ').count() < cmds.len() + 1 {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after: {got}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let local = c.local_addr().unwrap().port();
+    let n = segs_in(local);
+    // SYN-ACK, an ACK of the flight, the greeting and the replies in a few writes.
+    assert!(n <= 8, "{n} segments for 13 replies:\n{got}");
+}

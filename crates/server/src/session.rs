@@ -38,6 +38,8 @@ struct Session {
     /// The control connection's RTT as the handshake measured it (later
     /// samples can include the client's delayed ACKs).
     rtt: std::time::Duration,
+    /// Replies held back while more pipelined commands wait (see [`Session::hold`]).
+    held: Vec<u8>,
 }
 
 /// Serve one control connection to the end.
@@ -57,7 +59,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
         None => {}
     }
     let pi = ServerPi::new(ctx.pi_config());
-    let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt };
+    let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new() };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
         tracing::debug!(?peer, "session ended: {e}");
@@ -99,14 +101,29 @@ impl Session {
     async fn drive(&mut self, mut rx: mpsc::Receiver<Line>) -> std::io::Result<()> {
         loop {
             if self.flush().await? {
-                return Ok(());
+                return self.write_held().await;
             }
-            let line = match tokio::time::timeout(IDLE, rx.recv()).await {
-                Ok(Some(l)) => l,
-                Ok(None) => return Ok(()),
-                Err(_) => {
-                    self.send(&Reply::new(421, "Idle timeout, closing control connection.")).await?;
-                    return Ok(());
+            // Pipelined commands that have arrived are answered together:
+            // the replies go out when the queue is empty.
+            let mut next = rx.try_recv();
+            if matches!(next, Err(mpsc::error::TryRecvError::Empty)) {
+                // The reader may be framing the rest of a flight right now.
+                tokio::task::yield_now().await;
+                next = rx.try_recv();
+            }
+            let line = match next {
+                Ok(l) => l,
+                Err(mpsc::error::TryRecvError::Disconnected) => return self.write_held().await,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    self.write_held().await?;
+                    match tokio::time::timeout(IDLE, rx.recv()).await {
+                        Ok(Some(l)) => l,
+                        Ok(None) => return Ok(()),
+                        Err(_) => {
+                            self.send(&Reply::new(421, "Idle timeout, closing control connection.")).await?;
+                            return Ok(());
+                        }
+                    }
                 }
             };
             self.pi.handle_line(line);
@@ -117,7 +134,7 @@ impl Session {
     async fn flush(&mut self) -> std::io::Result<bool> {
         while let Some(o) = self.pi.poll_output() {
             match o {
-                Output::Reply(r) => self.send(&r).await?,
+                Output::Reply(r) => self.hold(&r),
                 Output::Action(a) => self.act(a).await?,
                 Output::Close => return Ok(true),
             }
@@ -125,8 +142,27 @@ impl Session {
         Ok(false)
     }
 
+    /// Queue a reply to go out with the next write. A client's login flight
+    /// is a dozen commands, and a dozen replies written one by one (the
+    /// socket has TCP_NODELAY) are a dozen segments: a new connection's
+    /// first window holds ten, so the last replies, among them the
+    /// transfer's 1xx, would wait a round trip for ACKs.
+    fn hold(&mut self, r: &Reply) {
+        self.held.extend_from_slice(&r.encode());
+    }
+
+    async fn write_held(&mut self) -> std::io::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let out = std::mem::take(&mut self.held);
+        self.out.write_all(&out).await
+    }
+
+    /// Send a reply now, after any held ones.
     async fn send(&mut self, r: &Reply) -> std::io::Result<()> {
-        self.out.write_all(&r.encode()).await
+        self.hold(r);
+        self.write_held().await
     }
 
     async fn act(&mut self, a: Action) -> std::io::Result<()> {
@@ -144,7 +180,7 @@ impl Session {
                 if let Some(c) = cwd {
                     self.pi.set_cwd(c);
                 }
-                self.send(&reply).await?;
+                self.hold(&reply);
             }
             Action::Abort => self.dc.drop_cache(),
         }
@@ -204,6 +240,8 @@ impl Session {
     }
 
     async fn transfer(&mut self, t: Transfer) -> std::io::Result<()> {
+        // The replies so far go now; the data channel may take a round trip.
+        self.write_held().await?;
         let ctl = Arc::new(Control::new());
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctl.clone());
         let r = self.run_transfer(t, ctl).await;
