@@ -262,3 +262,17 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
         }
     }
 }
+
+/// Streams for transfers at `rtt_us`: as asked, or enough for the target
+/// rate with the kernel's largest window.
+pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
+    if opts.streams > 0 {
+        return opts.streams;
+    }
+    let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
+    let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
+    let min = lightpath_plan::min_streams_for_rtt(rtt_us);
+    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, 16);
+    tracing::debug!(rtt_us, window, n, "stream count");
+    n
+}

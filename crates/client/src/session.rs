@@ -121,7 +121,8 @@ impl Session {
         let book = opts.connect_ahead.then(PeerBook::default);
         let known =
             book.as_ref().filter(|_| spec != Speculation::None).and_then(|b| b.lookup(&remote.host, remote.port));
-        let pending = known.map(|p| ahead::start(&remote.host, p.ahead_port, stream_count(&opts, p.rtt_us)));
+        let pending =
+            known.map(|p| ahead::start(&remote.host, p.ahead_port, crate::plan::stream_count(&opts, p.rtt_us)));
         let ctl = ControlConn::connect(&remote.host, remote.port).await;
         let mut ctl = match (ctl, &pending) {
             (Err(e), Some(job)) => {
@@ -247,7 +248,7 @@ impl Session {
     /// Streams for this session's transfers: as asked, or enough for
     /// `target_bps` at the measured RTT with the kernel's largest window.
     pub fn streams(&self) -> u32 {
-        let n = stream_count(&self.opts, self.ctl.rtt.as_micros() as u64);
+        let n = crate::plan::stream_count(&self.opts, self.ctl.rtt.as_micros() as u64);
         if self.opts.streams == 0 {
             tracing::info!(server = %self.ctl.name, n, "automatic stream count");
         }
@@ -417,6 +418,8 @@ impl Session {
         let cmds: Vec<Vec<u8>> = ops.iter().map(|(op, _)| retr_cmd(op)).collect();
         let mut sent = 0;
         let mut out = Vec::new();
+        // The first batch leaves in one piece with the first reply read.
+        self.ctl.cork();
         for (i, (op, target)) in ops.into_iter().enumerate() {
             while sent < cmds.len() && sent < i + self.opts.pipeline.max(1) {
                 if let Err(e) = self.ctl.send(&cmds[sent]).await {
@@ -592,6 +595,8 @@ impl Session {
         let sizes: Vec<Result<u64, ClientError>> = ops.iter().map(|(s, _)| s.clone().open().map(|o| o.len())).collect();
         let mut sent = 0;
         let mut out = Vec::new();
+        // The first batch of ALLO+STOR leaves in one piece with the first reply read.
+        self.ctl.cork();
         for (i, (src, op)) in ops.iter().enumerate() {
             while sent < ops.len() && sent < i + self.opts.pipeline.max(1) {
                 if let Ok(size) = sizes[sent] {
@@ -611,6 +616,9 @@ impl Session {
                 return fill_err(out, ops.len(), e);
             }
             out.push(r);
+        }
+        if let Err(e) = self.ctl.uncork().await {
+            tracing::debug!("control: {e}");
         }
         out
     }
@@ -711,20 +719,6 @@ impl Session {
 }
 
 /// Report `e` for every file of an `n`-file batch that has no result yet.
-/// Streams for transfers at `rtt_us`: as asked, or enough for the target
-/// rate with the kernel's largest window.
-fn stream_count(opts: &SessionOpts, rtt_us: u64) -> u32 {
-    if opts.streams > 0 {
-        return opts.streams;
-    }
-    let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
-    let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
-    let min = lightpath_plan::min_streams_for_rtt(rtt_us);
-    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, 16);
-    tracing::debug!(rtt_us, window, n, "stream count");
-    n
-}
-
 fn fill_err(mut out: Vec<Result<u64, ClientError>>, n: usize, e: ClientError) -> Vec<Result<u64, ClientError>> {
     while out.len() < n {
         out.push(Err(e.clone()));
