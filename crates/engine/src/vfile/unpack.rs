@@ -1,7 +1,7 @@
 //! The receiver: manifest bytes and data blocks in any order, from any
 //! thread; the tree rebuilt beneath a [`Root`].
 
-use super::writer::{FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
+use super::writer::{self, FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
 use super::{split, split_ns, system_time, VfileError};
 use crate::io::Sink;
 use lightpath_proto::manifest::{show, Decoder, Entry, Kind, Limits};
@@ -13,6 +13,24 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Pieces this large or larger are written by the thread that received
+/// them, from its buffer, when their entries are known: copying them for
+/// the writer threads (into fresh heap pages) cost as much CPU as the
+/// write itself on loopback. Smaller pieces go to the writers, which
+/// create many small files in parallel.
+const HERE_MIN: usize = 64 << 10;
+
+/// A file's part of a block: the file, the offset in it, the range of the block.
+type Span = (Arc<FileSlot>, u64, Range<usize>);
+
+/// Where a received block goes.
+enum Placed {
+    /// To the writer threads (copied; the unknown part parked).
+    Queue(Vec<Piece>),
+    /// Written at once from the caller's buffer.
+    Here(Vec<Span>),
+}
 
 /// How to unpack.
 #[derive(Debug, Clone)]
@@ -143,13 +161,31 @@ impl Unpacker {
         if data.is_empty() {
             return Ok(());
         }
-        let pieces = {
+        let placed = {
             let mut st = self.lock();
             Self::check(&st)?;
             let r = self.take_block(&mut st, offset, data).and_then(|p| self.check_park(&st).map(|()| p));
             self.poison(&mut st, r)?
         };
-        self.submit(pieces)
+        match placed {
+            Placed::Queue(pieces) => self.submit(pieces),
+            Placed::Here(spans) => self.write_here(spans, data),
+        }
+    }
+
+    /// Write large pieces from the caller's buffer, on the caller's thread.
+    fn write_here(&self, spans: Vec<Span>, data: &[u8]) -> Result<(), VfileError> {
+        let ctx = &self.pool.ctx;
+        if let Some(e) = ctx.error() {
+            return Err(e);
+        }
+        for (slot, at, r) in spans {
+            if let Err(e) = writer::write_at(ctx, &slot, at, &data[r]) {
+                ctx.fail(e.clone());
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     fn check(st: &State) -> Result<(), VfileError> {
@@ -224,7 +260,7 @@ impl Unpacker {
         Ok(())
     }
 
-    fn take_block(&self, st: &mut State, offset: u64, data: &[u8]) -> Result<Vec<Piece>, VfileError> {
+    fn take_block(&self, st: &mut State, offset: u64, data: &[u8]) -> Result<Placed, VfileError> {
         let len = data.len() as u64;
         let end = offset.checked_add(len).ok_or(VfileError::OutOfBounds { offset, len, total: u64::MAX })?;
         if let Some(total) = st.total.filter(|&t| end > t) {
@@ -234,9 +270,30 @@ impl Unpacker {
             return Err(VfileError::Overlap { offset, len });
         }
         st.claimed.insert(offset, end);
+        if end <= st.known_end {
+            let spans = Self::spans(st, offset, end);
+            if spans.iter().all(|s| s.2.len() >= HERE_MIN) {
+                return Ok(Placed::Here(spans));
+            }
+        }
         let mut pieces = Vec::new();
         Self::place(st, offset, Arc::from(data), 0..data.len(), &mut pieces);
-        Ok(pieces)
+        Ok(Placed::Queue(pieces))
+    }
+
+    /// The files' parts of `[start, end)`, all of whose entries are known.
+    fn spans(st: &State, start: u64, end: u64) -> Vec<Span> {
+        let files = &st.files;
+        let mut i = files.partition_point(|f| f.end() <= start);
+        let mut out = Vec::new();
+        while let Some(f) = files.get(i).filter(|f| f.offset < end) {
+            let (s, e) = (start.max(f.offset), end.min(f.end()));
+            if s < e {
+                out.push((f.clone(), s - f.offset, (s - start) as usize..(e - start) as usize));
+            }
+            i += 1;
+        }
+        out
     }
 
     /// Turn `data[range]` (at virtual `start`) into pieces for the files

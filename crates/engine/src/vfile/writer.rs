@@ -98,13 +98,19 @@ pub(crate) struct Piece {
 }
 
 fn write_piece(ctx: &WorkCtx, p: &Piece) -> Result<(), VfileError> {
-    let t = p.slot.temp(ctx)?;
-    t.file().write_all_at(&p.data[p.range.clone()], p.at).map_err(|e| VfileError::io("writing", &p.slot.path, e))?;
+    write_at(ctx, &p.slot, p.at, &p.data[p.range.clone()])
+}
+
+/// Write `bytes` at `at` of `slot`'s file (created by whoever comes
+/// first) and commit the file when its last byte is in. Any thread.
+pub(crate) fn write_at(ctx: &WorkCtx, slot: &FileSlot, at: u64, bytes: &[u8]) -> Result<(), VfileError> {
+    let t = slot.temp(ctx)?;
+    t.file().write_all_at(bytes, at).map_err(|e| VfileError::io("writing", &slot.path, e))?;
     drop(t);
-    let n = p.range.len() as u64;
-    let before = p.slot.written.fetch_add(n, Ordering::AcqRel);
-    if before + n == p.slot.size {
-        p.slot.commit()?;
+    let n = bytes.len() as u64;
+    let before = slot.written.fetch_add(n, Ordering::AcqRel);
+    if before + n == slot.size {
+        slot.commit()?;
     }
     Ok(())
 }
