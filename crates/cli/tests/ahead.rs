@@ -124,3 +124,47 @@ fn dcon_without_its_connections_is_refused_in_time() {
     assert_eq!(code, 501, "{text}");
     assert_eq!(raw.cmd("NOOP").0, 200, "the session goes on");
 }
+
+#[test]
+fn uploads_open_data_connections_ahead_too() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&local.join("file"), 4_000_037, 9);
+    make_tree(&open_dir(&local.join("tree")), 30, 10);
+    let book = d.path().join("peers");
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let src = local.join("file").display().to_string();
+
+    let (ok, log) = cp_vv(&book, &["-p", "2", &src, &format!("ftp://127.0.0.1:{port}/first")]);
+    assert!(ok, "{log}");
+    assert!(log.contains("> PASV") && !log.contains(OFFERED), "first visit: {log}");
+
+    let (ok, log) = cp_vv(&book, &["-p", "2", &src, &format!("ftp://127.0.0.1:{port}/second")]);
+    assert!(ok, "{log}");
+    assert_same_file(&local.join("file"), &root.join("second"));
+    assert!(log.contains("< 200 DCON: 2 data connections adopted."), "{log}");
+    assert!(!log.contains("> PASV"), "no PASV round trip: {log}");
+    assert!(log.contains("< 125 "), "STOR reuses them: {log}");
+
+    let tree = local.join("tree").display().to_string();
+    let (ok, log) = cp_vv(&book, &["-r", &format!("{tree}/"), &format!("ftp://127.0.0.1:{port}/tree/")]);
+    assert!(ok, "{log}");
+    assert_same_tree(&local.join("tree"), &root.join("tree"));
+    assert!(log.contains("data connections adopted") && !log.contains("> PASV"), "VSTO too: {log}");
+}
+
+#[test]
+fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&local.join("file"), 2_500_001, 12);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
+    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
+    let book = d.path().join("peers");
+    std::fs::write(&book, format!("127.0.0.1 {port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    let src = local.join("file").display().to_string();
+    let (ok, log) = cp_vv(&book, &["-p", "2", &src, &format!("ftp://127.0.0.1:{port}/up")]);
+    assert!(ok, "{log}");
+    assert!(log.contains("> DCON ") && log.contains("> PASV"), "{log}");
+    assert_same_file(&local.join("file"), &root.join("up"));
+}

@@ -144,8 +144,9 @@ async fn try_tree(
         return Ok(None);
     }
     let target = crate::vfile::tree_target(src, dst);
+    let up = if matches!(src, Location::Local(_)) { Speculation::Upload } else { Speculation::None };
     let mut dst_s = match &target {
-        Location::Remote(r) => Some(Session::open(r, sopts.clone()).await?),
+        Location::Remote(r) => Some(Session::open_speculating(r, sopts.clone(), &[], up).await?),
         Location::Local(_) => None,
     };
     let lacking: Vec<String> =
@@ -280,18 +281,22 @@ async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pai
 
 /// Sessions for `item`'s remote ends, reusing `pre` where it points at the same server.
 async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair) -> Result<Pair, ClientError> {
-    Ok((reuse_or_open(&item.src, sopts, pre.0).await?, reuse_or_open(&item.dst, sopts, pre.1).await?))
+    // An upload's session opens its data connections ahead where it can.
+    let up = if matches!(item.src, Location::Local(_)) { Speculation::Upload } else { Speculation::None };
+    let src = reuse_or_open(&item.src, sopts, pre.0, Speculation::None).await?;
+    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, up).await?))
 }
 
 async fn reuse_or_open(
     l: &Location,
     sopts: &SessionOpts,
     pre: Option<Session>,
+    spec: Speculation<'_>,
 ) -> Result<Option<Session>, ClientError> {
     let Location::Remote(r) = l else { return Ok(None) };
     match pre {
         Some(s) if s.remote.server_key() == r.server_key() => Ok(Some(s)),
-        _ => Session::open(r, sopts.clone()).await.map(Some),
+        _ => Session::open_speculating(r, sopts.clone(), &[], spec).await.map(Some),
     }
 }
 

@@ -64,6 +64,9 @@ pub enum Speculation<'a> {
     Tree(&'a [u8]),
     /// `RETR file`: one remote file to a local path.
     File(&'a [u8]),
+    /// No command, but uploads follow: data connections are opened ahead
+    /// (to a server in the peer book) for the first STOR or VSTO.
+    Upload,
 }
 
 /// A logged-in control session and its data channel.
@@ -148,13 +151,13 @@ impl Session {
         if let Some(job) = pending {
             // They started with the control connection: give them its RTT again.
             if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {
-                s.offer_ahead(a).await?;
+                s.offer_ahead(a, spec != Speculation::Upload).await?;
             }
         }
         match spec {
             Speculation::Tree(t) => s.speculate_vret(t).await?,
             Speculation::File(f) => s.speculate_retr(f).await?,
-            Speculation::None => {}
+            Speculation::None | Speculation::Upload => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
         s.feat = feat;
@@ -166,11 +169,16 @@ impl Session {
         Ok(s)
     }
 
-    /// MODE E, streams and PORT (the fallback), then `DCON` for `a`, whose
-    /// connections become the cached channel of the first transfer. The
-    /// server's refusal drops them again ([`Session::settle`]).
-    async fn offer_ahead(&mut self, a: AheadConns) -> Result<(), ClientError> {
-        self.prepare_get().await?;
+    /// MODE E (with streams and PORT, the fallback, for a download), then
+    /// `DCON` for `a`, whose connections become the cached channel of the
+    /// first transfer. The server's refusal drops them again
+    /// ([`Session::settle`]); an upload then asks PASV.
+    async fn offer_ahead(&mut self, a: AheadConns, get: bool) -> Result<(), ClientError> {
+        if get {
+            self.prepare_get().await?;
+        } else {
+            self.set_mode(true).await?;
+        }
         let n = a.conns.len();
         self.ctl.queue_optional(&format!("DCON {} {n}", a.token.to_hex())).await?;
         self.dc().adopt(a.conns);
@@ -625,11 +633,17 @@ impl Session {
 
     async fn prepare_put(&mut self) -> Result<(), ClientError> {
         self.set_mode(true).await?;
-        if self.dc().cached(lightpath_engine::Direction::Send) == 0 {
+        self.settle().await?;
+        if self.cached_send() == 0 {
             let addr = self.pasv().await?;
             self.dc().connect_to(vec![addr]);
         }
-        self.settle().await
+        Ok(())
+    }
+
+    /// Connections ready to send on (cached, or opened ahead).
+    pub(crate) fn cached_send(&mut self) -> usize {
+        self.dc().cached(lightpath_engine::Direction::Send)
     }
 
     async fn send_put_cmds(&mut self, op: &FileOp, size: Option<u64>) -> Result<(), ClientError> {

@@ -71,11 +71,14 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<At
 /// `files` receives the number of regular files sent.
 pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<AtomicU64>) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
-    let addr = s.pasv().await?;
+    s.settle().await?; // a refused DCON drops the connections opened ahead
+    let pasv = if s.cached_send() == 0 { Some(s.pasv().await?) } else { None };
     s.ctl.send(&verb("VSTO", rpath)).await?;
     let (streams, block) = (s.streams(), s.opts.block);
     let mut dc = s.take_dc();
-    dc.connect_to(vec![addr]);
+    if let Some(addr) = pasv {
+        dc.connect_to(vec![addr]);
+    }
     let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
     let ctl = Arc::new(Control::with_total(s.opts.total.clone()));
     let c2 = ctl.clone();
