@@ -222,3 +222,35 @@ fn read_only_and_users_file() {
     assert_eq!(c.cmd("STOR x").0, 550, "read-only");
     assert!(only_entries(&root).is_empty());
 }
+
+/// A client that pipelines commands without ever reading the replies meets
+/// back pressure: the server holds a bounded amount of replies for one
+/// write, and once its writes block it stops reading, so the client's
+/// writes block too instead of the server buffering without end.
+#[test]
+fn a_client_that_never_reads_meets_back_pressure() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_nonblocking(true).unwrap();
+    let chunk = "NOOP\r\n".repeat(10_000);
+    let (mut sent, mut blocked_since) = (0usize, None::<std::time::Instant>);
+    while sent < 256 << 20 {
+        match (&c).write(chunk.as_bytes()) {
+            Ok(n) => {
+                sent += n;
+                blocked_since = None;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let t = *blocked_since.get_or_insert_with(std::time::Instant::now);
+                if t.elapsed() > std::time::Duration::from_secs(2) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("after {sent} bytes: {e}"),
+        }
+    }
+    assert!(sent < 64 << 20, "the server kept reading {sent} bytes of commands nobody read replies to");
+}

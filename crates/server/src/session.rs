@@ -22,6 +22,8 @@ use tokio::sync::mpsc;
 const IDLE: Duration = Duration::from_secs(900);
 /// How long `DCON` waits for its connections, beyond two RTTs.
 const ADOPT_WAIT: Duration = Duration::from_secs(3);
+/// Reply bytes held for one write at most (see [`Session::hold`]).
+const HOLD_MAX: usize = 64 << 10;
 /// Pipelined commands queued at most (back-pressure beyond).
 const QUEUE: usize = 64;
 
@@ -102,6 +104,10 @@ impl Session {
         loop {
             if self.flush().await? {
                 return self.write_held().await;
+            }
+            // A client that sends without reading must meet back pressure.
+            if self.held.len() >= HOLD_MAX {
+                self.write_held().await?;
             }
             // Pipelined commands that have arrived are answered together:
             // the replies go out when the queue is empty.
