@@ -281,7 +281,8 @@ impl Unpacker {
         Ok(Placed::Queue(pieces))
     }
 
-    /// The files' parts of `[start, end)`, all of whose entries are known.
+    /// The files' parts of `[start, end)`, all of whose entries are known;
+    /// ranges are relative to `start`.
     fn spans(st: &State, start: u64, end: u64) -> Vec<Span> {
         let files = &st.files;
         let mut i = files.partition_point(|f| f.end() <= start);
@@ -301,15 +302,9 @@ impl Unpacker {
     fn place(st: &mut State, start: u64, data: Arc<[u8]>, range: Range<usize>, pieces: &mut Vec<Piece>) {
         let end = start + range.len() as u64;
         let cut = end.min(st.known_end).max(start);
-        let files = &st.files;
-        let mut i = files.partition_point(|f| f.end() <= start);
-        while let Some(f) = files.get(i).filter(|f| f.offset < cut) {
-            let (s, e) = (start.max(f.offset), cut.min(f.end()));
-            if s < e {
-                let idx = |v: u64| range.start + (v - start) as usize;
-                pieces.push(Piece { slot: f.clone(), at: s - f.offset, data: data.clone(), range: idx(s)..idx(e) });
-            }
-            i += 1;
+        for (slot, at, r) in Self::spans(st, start, cut) {
+            let range = range.start + r.start..range.start + r.end;
+            pieces.push(Piece { slot, at, data: data.clone(), range });
         }
         if end > cut {
             let rest = range.start + (cut - start) as usize..range.end;
