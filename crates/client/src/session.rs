@@ -469,8 +469,12 @@ impl Session {
 
     async fn prepare_get(&mut self) -> Result<(), ClientError> {
         self.set_mode(true).await?;
-        let n = self.streams();
-        self.set_parallelism(n).await?;
+        // Once set it is this session's stream count, which cannot change
+        // (the options and the RTT are fixed): not read from /proc again.
+        if self.parallelism == 0 {
+            let n = self.streams();
+            self.set_parallelism(n).await?;
+        }
         self.ready_for_get().await
     }
 
