@@ -133,16 +133,18 @@ impl ControlConn {
     /// Send a command without waiting: its reply is checked by the next
     /// [`ControlConn::flush`] (pipelining saves a round trip per command).
     pub async fn queue(&mut self, cmd: &str) -> Result<(), ClientError> {
-        self.send(cmd.as_bytes()).await?;
-        self.pending.push_back((redact(cmd.as_bytes()), false));
-        Ok(())
+        self.queue_as(cmd, false).await
     }
 
     /// [`ControlConn::queue`] a command whose refusal is no error: the next
     /// flush notes it for [`ControlConn::take_refused_optional`].
     pub async fn queue_optional(&mut self, cmd: &str) -> Result<(), ClientError> {
+        self.queue_as(cmd, true).await
+    }
+
+    async fn queue_as(&mut self, cmd: &str, optional: bool) -> Result<(), ClientError> {
         self.send(cmd.as_bytes()).await?;
-        self.pending.push_back((redact(cmd.as_bytes()), true));
+        self.pending.push_back((redact(cmd.as_bytes()), optional));
         Ok(())
     }
 

@@ -144,9 +144,8 @@ async fn try_tree(
         return Ok(None);
     }
     let target = crate::vfile::tree_target(src, dst);
-    let up = if matches!(src, Location::Local(_)) { Speculation::Upload } else { Speculation::None };
     let mut dst_s = match &target {
-        Location::Remote(r) => Some(Session::open_speculating(r, sopts.clone(), &[], up).await?),
+        Location::Remote(r) => Some(Session::open_speculating(r, sopts.clone(), &[], upload_from(src)).await?),
         Location::Local(_) => None,
     };
     let lacking: Vec<String> =
@@ -281,10 +280,18 @@ async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pai
 
 /// Sessions for `item`'s remote ends, reusing `pre` where it points at the same server.
 async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair) -> Result<Pair, ClientError> {
-    // An upload's session opens its data connections ahead where it can.
-    let up = if matches!(item.src, Location::Local(_)) { Speculation::Upload } else { Speculation::None };
     let src = reuse_or_open(&item.src, sopts, pre.0, Speculation::None).await?;
-    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, up).await?))
+    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, upload_from(&item.src)).await?))
+}
+
+/// The destination session of a copy from `src`: an upload's opens its
+/// data connections ahead where it can.
+fn upload_from(src: &Location) -> Speculation<'static> {
+    if matches!(src, Location::Local(_)) {
+        Speculation::Upload
+    } else {
+        Speculation::None
+    }
 }
 
 async fn reuse_or_open(
