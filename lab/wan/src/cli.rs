@@ -81,7 +81,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         LabCmd::Validate { prefix } => {
             let checks = validate::standard_suite(&prefix)?;
             println!("{}", validate::table(&checks));
-            let failed = checks.iter().filter(|c| !c.pass && !c.void).count();
+            let failed = validate::failures(&checks);
             anyhow::ensure!(failed == 0, "{failed} check(s) failed");
             Ok(())
         }

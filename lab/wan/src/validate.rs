@@ -71,9 +71,14 @@ pub fn table(checks: &[Check]) -> String {
     out
 }
 
-/// Did every check that counts pass (void rows left out)?
+/// Checks that count (void rows left out) and failed.
+pub fn failures(checks: &[Check]) -> usize {
+    checks.iter().filter(|c| !c.void && !c.pass).count()
+}
+
+/// Did every check that counts pass?
 pub fn all_pass(checks: &[Check]) -> bool {
-    checks.iter().filter(|c| !c.void).all(|c| c.pass)
+    failures(checks) == 0
 }
 
 /// Attempts of one measurement at most (see [`with_retries`]).
