@@ -91,6 +91,29 @@ pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
     }
 }
 
+/// The rate a receiver plans for when it is not told one (the client's
+/// `--rate-hint` default): 10 Gbit/s.
+pub const DEFAULT_TARGET_BPS: u64 = 10_000_000_000;
+
+/// Smallest start window worth asking for: the kernel's default receive
+/// buffer (tcp_rmem's middle value, 128 KiB) already holds this much.
+const START_WINDOW_MIN: u64 = 256 << 10;
+/// Largest start window one stream asks for.
+const START_WINDOW_MAX: u64 = 32 << 20;
+
+/// The receive window each of `streams` streams should have from its first
+/// round trip: its share of the bandwidth-delay product at `target_bps`.
+/// The kernel's autotuning gets there too, but it sizes the buffer from
+/// what the last round trip carried, so during slow start the window trails
+/// the sender: 1 GiB over the emulated 1 Gbit/s, 95 ms path, 16 streams,
+/// spent a quarter of their start-up receive-window-limited. `None` where
+/// the default buffer is enough (short paths).
+pub fn start_recv_window(rtt_us: u64, target_bps: u64, streams: u32) -> Option<usize> {
+    let bdp = u128::from(target_bps) * u128::from(rtt_us) / 8 / 1_000_000;
+    let share = (bdp / u128::from(streams.max(1))).min(u128::from(START_WINDOW_MAX)) as u64;
+    (share >= START_WINDOW_MIN).then_some(share as usize)
+}
+
 /// When a received file is written with direct I/O (`O_DIRECT`, bypassing
 /// the page cache).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,6 +161,18 @@ pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn start_window_is_a_streams_share_of_the_bdp() {
+        // 10 Gbit/s x 95 ms = 118.75 MB, over 16 streams.
+        assert_eq!(start_recv_window(95_000, DEFAULT_TARGET_BPS, 16), Some(7_421_875));
+        // One stream at 100 Gbit/s would want more than the cap.
+        assert_eq!(start_recv_window(95_000, 100_000_000_000, 1), Some(32 << 20));
+        // Short paths and no target: the default buffer is enough.
+        assert_eq!(start_recv_window(100, DEFAULT_TARGET_BPS, 4), None);
+        assert_eq!(start_recv_window(95_000, 0, 16), None);
+        assert_eq!(start_recv_window(95_000, DEFAULT_TARGET_BPS, 0), Some(32 << 20));
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -117,6 +117,9 @@ pub struct SockOpts {
     /// stream buffers seconds of data that it alone must then drain at the
     /// end of a transfer, while the others idle.
     pub notsent_lowat: Option<u32>,
+    /// A receive window to start from, autotuning kept (see
+    /// [`start_recv_window`]); unlike `buffer`, it only ever raises.
+    pub recv_window: Option<usize>,
 }
 
 /// Apply [`SockOpts`]; returns what could not be applied, for verbose output.
@@ -131,6 +134,11 @@ pub fn tune(sock: &TcpStream, opts: &SockOpts) -> Vec<String> {
     if let Some(cc) = &opts.congestion {
         if let Err(e) = s.set_tcp_congestion(cc.as_bytes()) {
             notes.push(format!("congestion control {cc}: {e}"));
+        }
+    }
+    if let Some(w) = opts.recv_window {
+        if let Err(e) = start_recv_window(sock, w) {
+            notes.push(format!("receive window {w}: {e}"));
         }
     }
     if let Some(n) = opts.notsent_lowat {
@@ -163,4 +171,42 @@ pub fn tcp_rtt(sock: &impl AsFd) -> io::Result<Duration> {
         return Err(io::Error::last_os_error());
     }
     Ok(Duration::from_micros(u64::from(info.tcpi_rtt)))
+}
+
+/// Set `SO_RCVLOWAT`: the socket reports readable only once `bytes` are
+/// queued. On TCP, raising it also grows the socket's receive buffer to hold
+/// that many bytes, without locking the size as `SO_RCVBUF` does. Neither
+/// socket2 nor rustix sets it.
+fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid socket fd for the lifetime of `sock`; the kernel reads
+    // exactly `size_of::<c_int>()` bytes from `&v`.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Give a TCP socket (connected, about to connect, or listening: accepted
+/// sockets inherit it) room for a receive window of `bytes` from its first
+/// round trip, with autotuning kept. Autotuning alone grows the buffer once
+/// per round trip from what the last one carried, so a fresh stream's
+/// window trails slow start by a round trip each time.
+///
+/// Raising `SO_RCVLOWAT` grows the buffer and the window clamp to fit (the
+/// kernel's documented behaviour since 4.18, made for zero-copy receive);
+/// the mark then goes back to 1 byte, so readiness is as before.
+pub fn start_recv_window(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
+    set_recv_lowat(sock, bytes)?;
+    set_recv_lowat(sock, 1)
 }

@@ -1,6 +1,7 @@
 //! TCP socket options: `net::tcp_rtt` reads the kernel's RTT of a
 //! connected socket and refuses a socket that is not TCP; `net::tune` sets
-//! TCP_NOTSENT_LOWAT.
+//! TCP_NOTSENT_LOWAT; `net::start_recv_window` grows a receive buffer
+//! without locking it.
 
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
@@ -36,4 +37,35 @@ fn tune_sets_notsent_lowat() {
     assert!(notes.is_empty(), "{notes:?}");
     let s = socket2::SockRef::from(&c);
     assert_eq!(s.tcp_notsent_lowat().unwrap(), 1 << 20);
+}
+
+#[test]
+fn a_listeners_start_window_is_inherited_and_stays_tunable() {
+    use lightpath_sys::net::{start_recv_window, wait_readable};
+    use std::io::Write;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let before = socket2::SockRef::from(&l).recv_buffer_size().unwrap();
+    let w = 4 << 20;
+    assert!(before < w, "the default buffer ({before}) is already {w}");
+    start_recv_window(&l, w).unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let got = socket2::SockRef::from(&s).recv_buffer_size().unwrap();
+    assert!(got >= w, "accepted socket's buffer {got} < {w}");
+    // The low-water mark went back to one byte: one byte makes it readable.
+    c.write_all(b"x").unwrap();
+    assert!(wait_readable(&s, Duration::from_secs(5)).unwrap());
+    // Not locked as SO_RCVBUF would lock it: it can still grow.
+    start_recv_window(&s, 2 * w).unwrap();
+    let grown = socket2::SockRef::from(&s).recv_buffer_size().unwrap();
+    assert!(grown > got, "buffer did not grow past {got}: locked?");
+}
+
+#[test]
+fn tune_applies_the_start_window() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let opts = lightpath_sys::net::SockOpts { recv_window: Some(2 << 20), ..Default::default() };
+    assert!(lightpath_sys::net::tune(&c, &opts).is_empty());
+    assert!(socket2::SockRef::from(&c).recv_buffer_size().unwrap() >= 2 << 20);
 }
