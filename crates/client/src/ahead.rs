@@ -18,15 +18,17 @@ pub struct AheadConns {
 }
 
 /// Start connecting `n` data connections to `host:port` and writing their
-/// hellos. The caller takes what is done with [`finish`].
-pub fn start(host: &str, port: u16, n: u32) -> JoinHandle<AheadConns> {
+/// hellos; each socket starts with a receive window of `window` (see
+/// [`lightpath_sys::net::start_recv_window`]). The caller takes what is done
+/// with [`finish`].
+pub fn start(host: &str, port: u16, n: u32, window: Option<usize>) -> JoinHandle<AheadConns> {
     let token = Token(rand::random());
     let host = host.to_string();
     tokio::spawn(async move {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..n {
             let h = host.clone();
-            set.spawn(async move { one(&h, port, &token).await });
+            set.spawn(async move { one(&h, port, &token, window).await });
         }
         let mut conns = Vec::new();
         while let Some(r) = set.join_next().await {
@@ -40,10 +42,29 @@ pub fn start(host: &str, port: u16, n: u32) -> JoinHandle<AheadConns> {
     })
 }
 
-async fn one(host: &str, port: u16, token: &Token) -> std::io::Result<TcpStream> {
-    let mut c = tokio::net::TcpStream::connect((host, port)).await?;
+async fn one(host: &str, port: u16, token: &Token, window: Option<usize>) -> std::io::Result<TcpStream> {
+    let mut c = connect(host, port, window).await?;
     c.write_all(&hello(token)).await?;
     c.into_std()
+}
+
+/// Connect to the first address of `host` that answers, the receive window
+/// set before the SYN so that it counts from the first round trip.
+async fn connect(host: &str, port: u16, window: Option<usize>) -> std::io::Result<tokio::net::TcpStream> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} has no address"));
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
+        if let Some(w) = window {
+            if let Err(e) = lightpath_sys::net::start_recv_window(&sock, w) {
+                tracing::debug!("data connection ahead: receive window {w}: {e}");
+            }
+        }
+        match sock.connect(addr).await {
+            Ok(c) => return Ok(c),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// The connections of `job` that are open within `wait` (the control
@@ -71,8 +92,12 @@ mod tests {
     async fn connects_and_says_hello() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let a = finish(start("127.0.0.1", port, 3), Duration::from_secs(5)).await.unwrap();
+        let window = 3 << 20;
+        let a = finish(start("127.0.0.1", port, 3, Some(window)), Duration::from_secs(5)).await.unwrap();
         assert_eq!(a.conns.len(), 3);
+        for c in &a.conns {
+            assert!(socket2::SockRef::from(c).recv_buffer_size().unwrap() >= window);
+        }
         for _ in 0..3 {
             let (mut c, _) = l.accept().unwrap();
             let mut h = [0u8; 20];
@@ -87,14 +112,14 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        assert!(finish(start("127.0.0.1", port, 2), Duration::from_secs(5)).await.is_none());
+        assert!(finish(start("127.0.0.1", port, 2, None), Duration::from_secs(5)).await.is_none());
     }
 
     #[tokio::test]
     async fn tokens_differ() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let a = start("127.0.0.1", port, 0).await.unwrap();
-        let b = start("127.0.0.1", port, 0).await.unwrap();
+        let a = start("127.0.0.1", port, 0, None).await.unwrap();
+        let b = start("127.0.0.1", port, 0, None).await.unwrap();
         assert_ne!(a.token, b.token);
     }
 }

@@ -89,6 +89,9 @@ pub struct Session {
     /// The path of a `RETR` sent with the login whose replies are not read
     /// yet; [`Session::get_many`] takes it over.
     spec_retr: Option<Vec<u8>>,
+    /// Receive window our data connections start with
+    /// ([`lightpath_plan::start_recv_window`]).
+    recv_window: Option<usize>,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -124,8 +127,11 @@ impl Session {
         let book = opts.connect_ahead.then(PeerBook::default);
         let known =
             book.as_ref().filter(|_| spec != Speculation::None).and_then(|b| b.lookup(&remote.host, remote.port));
-        let pending =
-            known.map(|p| ahead::start(&remote.host, p.ahead_port, crate::plan::stream_count(&opts, p.rtt_us)));
+        let pending = known.map(|p| {
+            let n = crate::plan::stream_count(&opts, p.rtt_us);
+            let window = lightpath_plan::start_recv_window(p.rtt_us, opts.target_bps, n);
+            ahead::start(&remote.host, p.ahead_port, n, window)
+        });
         let ctl = ControlConn::connect(&remote.host, remote.port).await;
         let mut ctl = match (ctl, &pending) {
             (Err(e), Some(job)) => {
@@ -136,16 +142,20 @@ impl Session {
         };
         let extra: Vec<String> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
+        let rtt_us = ctl.rtt.as_micros() as u64;
+        let recv_window =
+            lightpath_plan::start_recv_window(rtt_us, opts.target_bps, crate::plan::stream_count(&opts, rtt_us));
         let mut s = Session {
             ctl,
             feat: Features::default(),
             remote: remote.clone(),
-            dc: Some(DataChannel::new()),
+            dc: Some(data_channel(recv_window)),
             mode_e: None,
             parallelism: 0,
             stats: Default::default(),
             spec_vret: None,
             spec_retr: None,
+            recv_window,
             opts,
         };
         if let Some(job) = pending {
@@ -287,7 +297,8 @@ impl Session {
     }
 
     fn dc(&mut self) -> &mut DataChannel {
-        self.dc.get_or_insert_with(DataChannel::new)
+        let window = self.recv_window;
+        self.dc.get_or_insert_with(|| data_channel(window))
     }
 
     /// PASV: the server listens; returns its address.
@@ -340,7 +351,7 @@ impl Session {
         let first = self.ctl.reply().await?;
         if first.is_error() {
             job.abort();
-            self.dc = Some(DataChannel::new());
+            self.dc = Some(data_channel(self.recv_window));
             return Err(self.ctl.unexpected("MLSD", &first));
         }
         let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
@@ -806,4 +817,11 @@ fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientError>) -> Cli
         }
     }
     e
+}
+
+/// A data channel whose connections start with a receive window of `window`.
+fn data_channel(window: Option<usize>) -> DataChannel {
+    let mut dc = DataChannel::new();
+    dc.opts.recv_window = window;
+    dc
 }

@@ -9,7 +9,7 @@ use crate::modee::{self, RecvOpts, SendPlan};
 use crate::progress::Control;
 use crate::stream;
 use lightpath_proto::RangeSet;
-use lightpath_sys::net::{tune, wait_readable, SockOpts};
+use lightpath_sys::net::{start_recv_window, tune, wait_readable, SockOpts};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -82,8 +82,15 @@ impl DataChannel {
     }
 
     /// Listen on `l` for the next transfers (PASV/SPAS, or a client's PORT).
+    /// The connections it accepts inherit the start receive window
+    /// ([`SockOpts::recv_window`]) from it, before their first byte.
     pub fn listen(&mut self, l: TcpListener) {
         self.drop_cache();
+        if let Some(w) = self.opts.recv_window {
+            if let Err(e) = start_recv_window(&l, w) {
+                tracing::debug!("data listener: receive window {w}: {e}");
+            }
+        }
         self.endpoint = Some(Endpoint::Listen(l));
     }
 

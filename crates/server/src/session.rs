@@ -44,6 +44,22 @@ struct Session {
     held: Vec<u8>,
 }
 
+/// The data connection options of a session whose control connection has
+/// this RTT: the congestion control asked for (`kernel`: the system's), and
+/// a start receive window for uploads sized as a client sizes its own
+/// ([`lightpath_plan::start_recv_window`] at the default target, over the
+/// streams a client opens at this RTT).
+fn configure(dc: &mut DataChannel, cfg: &crate::ServerConfig, rtt: Duration) {
+    dc.opts.congestion = match cfg.congestion.as_deref() {
+        Some("kernel") => None,
+        Some(cc) => Some(cc.to_string()),
+        None => Some(lightpath_engine::DEFAULT_CONGESTION.into()),
+    };
+    let rtt_us = rtt.as_micros() as u64;
+    let streams = lightpath_plan::min_streams_for_rtt(rtt_us);
+    dc.opts.recv_window = lightpath_plan::start_recv_window(rtt_us, lightpath_plan::DEFAULT_TARGET_BPS, streams);
+}
+
 /// Serve one control connection to the end.
 pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
     let peer = stream.peer_addr().ok();
@@ -55,11 +71,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(read_lines(rd, tx, current.clone()));
     let mut dc = DataChannel::new();
-    match ctx.cfg.congestion.as_deref() {
-        Some("kernel") => dc.opts.congestion = None,
-        Some(cc) => dc.opts.congestion = Some(cc.to_string()),
-        None => {}
-    }
+    configure(&mut dc, &ctx.cfg, rtt);
     let pi = ServerPi::new(ctx.pi_config());
     let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new() };
     tracing::info!(?peer, "session start");
@@ -296,7 +308,7 @@ impl Session {
             }
         };
         self.dc = dc;
-        self.dc.opts.congestion = self.ctx.cfg.congestion.clone();
+        configure(&mut self.dc, &self.ctx.cfg, self.rtt);
         if !started {
             return Ok(());
         }
