@@ -262,3 +262,41 @@ impl DataChannel {
         let _ = c.set_write_timeout(Some(self.idle));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{BytesSource, MemorySink};
+
+    /// MODE E receivers accept inside the engine, without [`tune`]: the
+    /// window must come from the listener.
+    #[test]
+    fn mode_e_connections_inherit_the_listeners_start_window() {
+        let window = 3 << 20;
+        let mut rx = DataChannel::new();
+        rx.opts.recv_window = Some(window);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        rx.listen(l);
+        assert!(!rx.prepare_recv().unwrap());
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let sent = data.clone();
+        let sender = std::thread::spawn(move || {
+            let mut tx = DataChannel::new();
+            tx.connect_to(vec![addr]);
+            tx.prepare_send(2).unwrap();
+            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10 };
+            tx.send_e(&BytesSource(sent), &plan, &Control::new()).unwrap();
+        });
+        let sink = MemorySink::new(1 << 20);
+        let opts = RecvOpts { base: 0, max_offset: 1 << 20, idle: Duration::from_secs(10) };
+        rx.recv_e(&sink, &opts, &Control::new()).unwrap();
+        sender.join().unwrap();
+        assert_eq!(sink.into_inner(), data);
+        assert_eq!(rx.cached.len(), 2);
+        for c in &rx.cached {
+            let got = socket2::SockRef::from(c).recv_buffer_size().unwrap();
+            assert!(got >= window, "accepted socket's buffer {got} < {window}");
+        }
+    }
+}

@@ -49,8 +49,8 @@ struct Session {
 /// a start receive window for uploads sized as a client sizes its own
 /// ([`lightpath_plan::start_recv_window`] at the default target, over the
 /// streams a client opens at this RTT).
-fn configure(dc: &mut DataChannel, cfg: &crate::ServerConfig, rtt: Duration) {
-    dc.opts.congestion = match cfg.congestion.as_deref() {
+fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
+    dc.opts.congestion = match congestion {
         Some("kernel") => None,
         Some(cc) => Some(cc.to_string()),
         None => Some(lightpath_engine::DEFAULT_CONGESTION.into()),
@@ -71,7 +71,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(read_lines(rd, tx, current.clone()));
     let mut dc = DataChannel::new();
-    configure(&mut dc, &ctx.cfg, rtt);
+    configure(&mut dc, ctx.cfg.congestion.as_deref(), rtt);
     let pi = ServerPi::new(ctx.pi_config());
     let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new() };
     tracing::info!(?peer, "session start");
@@ -308,7 +308,7 @@ impl Session {
             }
         };
         self.dc = dc;
-        configure(&mut self.dc, &self.ctx.cfg, self.rtt);
+        configure(&mut self.dc, self.ctx.cfg.congestion.as_deref(), self.rtt);
         if !started {
             return Ok(());
         }
@@ -338,4 +338,24 @@ impl Session {
 fn perf(bytes: u64) -> Reply {
     let ts = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     PerfMarker { timestamp: ts, stripe_index: 0, bytes, total_stripes: 1 }.to_reply()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_connections_are_configured_the_same_before_and_after_transfers() {
+        let wan = Duration::from_millis(95);
+        let mut dc = DataChannel::new();
+        for _ in 0..2 {
+            configure(&mut dc, None, wan);
+            assert_eq!(dc.opts.congestion.as_deref(), Some(lightpath_engine::DEFAULT_CONGESTION));
+            assert!(dc.opts.recv_window.is_some_and(|w| w > 1 << 20));
+        }
+        configure(&mut dc, Some("kernel"), Duration::from_micros(50));
+        assert_eq!((dc.opts.congestion.as_deref(), dc.opts.recv_window), (None, None));
+        configure(&mut dc, Some("cubic"), wan);
+        assert_eq!(dc.opts.congestion.as_deref(), Some("cubic"));
+    }
 }
