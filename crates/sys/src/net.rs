@@ -150,8 +150,22 @@ pub fn tune(sock: &TcpStream, opts: &SockOpts) -> Vec<String> {
 }
 
 /// The kernel's smoothed RTT of a connected TCP socket (`TCP_INFO`'s
-/// `tcpi_rtt`). Neither socket2 nor rustix reads TCP_INFO.
+/// `tcpi_rtt`).
 pub fn tcp_rtt(sock: &impl AsFd) -> io::Result<Duration> {
+    Ok(Duration::from_micros(u64::from(tcp_info(sock)?.tcpi_rtt)))
+}
+
+/// Whether the data sent with this socket's SYN was acknowledged by the
+/// SYN-ACK: TCP Fast Open saved the handshake's round trip (`TCP_INFO`'s
+/// `TCPI_OPT_SYN_DATA`).
+pub fn syn_data_acked(sock: &impl AsFd) -> io::Result<bool> {
+    /// `TCPI_OPT_SYN_DATA` from linux/tcp.h (libc does not name it).
+    const TCPI_OPT_SYN_DATA: u8 = 32;
+    Ok(tcp_info(sock)?.tcpi_options & TCPI_OPT_SYN_DATA != 0)
+}
+
+/// `TCP_INFO` of a TCP socket. Neither socket2 nor rustix reads it.
+fn tcp_info(sock: &impl AsFd) -> io::Result<libc::tcp_info> {
     use std::os::fd::AsRawFd;
     // SAFETY: tcp_info is plain integers, so all-zero is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
@@ -170,24 +184,21 @@ pub fn tcp_rtt(sock: &impl AsFd) -> io::Result<Duration> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Duration::from_micros(u64::from(info.tcpi_rtt)))
+    Ok(info)
 }
 
-/// Set `SO_RCVLOWAT`: the socket reports readable only once `bytes` are
-/// queued. On TCP, raising it also grows the socket's receive buffer to hold
-/// that many bytes, without locking the size as `SO_RCVBUF` does. Neither
-/// socket2 nor rustix sets it.
-fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
+/// `setsockopt` of one `int`, for the options neither socket2 nor rustix
+/// sets (`SO_RCVLOWAT`, `TCP_FASTOPEN`, `TCP_FASTOPEN_CONNECT`).
+fn set_int(sock: &impl AsFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
     // SAFETY: a valid socket fd for the lifetime of `sock`; the kernel reads
-    // exactly `size_of::<c_int>()` bytes from `&v`.
+    // exactly `size_of::<c_int>()` bytes from `&value`.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&v as *const libc::c_int).cast(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -197,6 +208,40 @@ fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Set `SO_RCVLOWAT`: the socket reports readable only once `bytes` are
+/// queued. On TCP, raising it also grows the socket's receive buffer to hold
+/// that many bytes, without locking the size as `SO_RCVBUF` does.
+fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    set_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
+}
+
+/// TCP Fast Open for a socket about to connect (`TCP_FASTOPEN_CONNECT`):
+/// `connect` returns at once and the first write goes out with the SYN.
+/// With a cookie from an earlier connection to the same server, the server
+/// reads that data half a round trip after the start instead of one and a
+/// half. Without one (or if the server refuses), the kernel does a plain
+/// handshake and sends the data after it: nothing is lost but the saving.
+pub fn fastopen_connect(sock: &impl AsFd) -> io::Result<()> {
+    set_int(sock, libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT, 1)
+}
+
+/// Accept TCP Fast Open on a listening socket (`TCP_FASTOPEN`, with at most
+/// `queue` pending Fast Open requests). The kernel only honours it where
+/// `net.ipv4.tcp_fastopen` has the server bit (2); see
+/// [`fastopen_server_allowed`].
+pub fn fastopen_listen(sock: &impl AsFd, queue: u16) -> io::Result<()> {
+    set_int(sock, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, libc::c_int::from(queue))
+}
+
+/// Whether this network namespace's `net.ipv4.tcp_fastopen` lets servers
+/// accept data in SYNs (bit 2; the kernel's default is 1, clients only).
+pub fn fastopen_server_allowed() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|v| v & 2 != 0)
+}
 /// Give a TCP socket (connected, about to connect, or listening: accepted
 /// sockets inherit it) room for a receive window of `bytes` from its first
 /// round trip, with autotuning kept. Autotuning alone grows the buffer once
