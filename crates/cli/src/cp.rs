@@ -56,6 +56,11 @@ pub struct CpArgs {
     /// ~/.local/state/lightpath/peers, or LIGHTPATH_PEERS).
     #[arg(long, env = "LIGHTPATH_NO_CONNECT_AHEAD")]
     pub no_connect_ahead: bool,
+    /// Do not use TCP Fast Open to lightpath servers met before (with it,
+    /// the login travels in the SYN where the server's kernel allows:
+    /// net.ipv4.tcp_fastopen with bit 2).
+    #[arg(long, env = "LIGHTPATH_NO_FASTOPEN")]
+    pub no_fastopen: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -113,6 +118,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         fsync: a.fsync,
         direct_io: a.direct_io.into(),
         connect_ahead: !a.no_connect_ahead,
+        fastopen: !a.no_fastopen,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -206,6 +212,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         total: Arc::default(),
         direct_io: lightpath_plan::DirectIo::Never,
         connect_ahead: false,
+        fastopen: false,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

@@ -84,6 +84,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         fsync: false,
         direct_io: lightpath_plan::DirectIo::Auto,
         connect_ahead: false,
+        fastopen: false,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

@@ -168,3 +168,29 @@ fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
     assert!(log.contains("> DCON ") && log.contains("> PASV"), "{log}");
     assert_same_file(&local.join("file"), &root.join("up"));
 }
+
+/// Our server offers DCON, but the connections the book sends go elsewhere
+/// (as through a firewall that drops them, while TCP Fast Open makes them
+/// look open): the server answers 425, the copy goes over PORT, and the
+/// book stops opening connections ahead to that server.
+#[test]
+fn connections_that_never_arrive_are_not_opened_again() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("file"), 1_000_003, 12);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
+    let book = d.path().join("peers");
+    std::fs::write(&book, format!("127.0.0.1 {port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    let url = format!("ftp://127.0.0.1:{port}/file");
+    let (ok, log) = cp_vv(&book, &["-p", "2", &url, &local.join("a").display().to_string()]);
+    assert!(ok && log.contains("< 425"), "{log}");
+    assert!(log.contains("DCON port is out of reach"), "{log}");
+    assert_same_file(&root.join("file"), &local.join("a"));
+    let line = book_line(&book, port).unwrap();
+    assert!(line.starts_with(&format!("127.0.0.1 {port} 0 ")), "{line}");
+    let (ok, log) = cp_vv(&book, &["-p", "2", &url, &local.join("b").display().to_string()]);
+    assert!(ok && !log.contains("> DCON"), "{log}");
+    assert_same_file(&root.join("file"), &local.join("b"));
+    assert_eq!(book_line(&book, port), Some(line), "it stays out of reach");
+}

@@ -19,16 +19,16 @@ pub struct AheadConns {
 
 /// Start connecting `n` data connections to `host:port` and writing their
 /// hellos; each socket starts with a receive window of `window` (see
-/// [`lightpath_sys::net::start_recv_window`]). The caller takes what is done
-/// with [`finish`].
-pub fn start(host: &str, port: u16, n: u32, window: Option<usize>) -> JoinHandle<AheadConns> {
+/// [`lightpath_sys::net::start_recv_window`]) and, with `fastopen`, sends
+/// its hello in the SYN. The caller takes what is done with [`finish`].
+pub fn start(host: &str, port: u16, n: u32, window: Option<usize>, fastopen: bool) -> JoinHandle<AheadConns> {
     let token = Token(rand::random());
     let host = host.to_string();
     tokio::spawn(async move {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..n {
             let h = host.clone();
-            set.spawn(async move { one(&h, port, &token, window).await });
+            set.spawn(async move { one(&h, port, &token, window, fastopen).await });
         }
         let mut conns = Vec::new();
         while let Some(r) = set.join_next().await {
@@ -42,29 +42,40 @@ pub fn start(host: &str, port: u16, n: u32, window: Option<usize>) -> JoinHandle
     })
 }
 
-async fn one(host: &str, port: u16, token: &Token, window: Option<usize>) -> std::io::Result<TcpStream> {
-    let mut c = connect(host, port, window).await?;
+async fn one(
+    host: &str,
+    port: u16,
+    token: &Token,
+    window: Option<usize>,
+    fastopen: bool,
+) -> std::io::Result<TcpStream> {
+    let mut c = connect(host, port, window, fastopen).await?;
     c.write_all(&hello(token)).await?;
     c.into_std()
 }
 
-/// Connect to the first address of `host` that answers, the receive window
-/// set before the SYN so that it counts from the first round trip.
-async fn connect(host: &str, port: u16, window: Option<usize>) -> std::io::Result<tokio::net::TcpStream> {
-    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} has no address"));
-    for addr in tokio::net::lookup_host((host, port)).await? {
-        let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
+/// Connect, the receive window set before the SYN so that it counts from
+/// the first round trip; with `fastopen`, as a TCP Fast Open client (the
+/// hello goes in the SYN).
+async fn connect(
+    host: &str,
+    port: u16,
+    window: Option<usize>,
+    fastopen: bool,
+) -> std::io::Result<tokio::net::TcpStream> {
+    crate::control::open_with(host, port, |sock| {
         if let Some(w) = window {
-            if let Err(e) = lightpath_sys::net::start_recv_window(&sock, w) {
+            if let Err(e) = lightpath_sys::net::start_recv_window(sock, w) {
                 tracing::debug!("data connection ahead: receive window {w}: {e}");
             }
         }
-        match sock.connect(addr).await {
-            Ok(c) => return Ok(c),
-            Err(e) => last = e,
+        if fastopen {
+            if let Err(e) = lightpath_sys::net::fastopen_connect(sock) {
+                tracing::debug!("data connection ahead: TCP Fast Open: {e}");
+            }
         }
-    }
-    Err(last)
+    })
+    .await
 }
 
 /// The connections of `job` that are open within `wait` (the control
@@ -93,7 +104,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let window = 3 << 20;
-        let a = finish(start("127.0.0.1", port, 3, Some(window)), Duration::from_secs(5)).await.unwrap();
+        let a = finish(start("127.0.0.1", port, 3, Some(window), false), Duration::from_secs(5)).await.unwrap();
         assert_eq!(a.conns.len(), 3);
         for c in &a.conns {
             assert!(socket2::SockRef::from(c).recv_buffer_size().unwrap() >= window);
@@ -112,14 +123,14 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        assert!(finish(start("127.0.0.1", port, 2, None), Duration::from_secs(5)).await.is_none());
+        assert!(finish(start("127.0.0.1", port, 2, None, false), Duration::from_secs(5)).await.is_none());
     }
 
     #[tokio::test]
     async fn tokens_differ() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let a = start("127.0.0.1", port, 0, None).await.unwrap();
-        let b = start("127.0.0.1", port, 0, None).await.unwrap();
+        let a = start("127.0.0.1", port, 0, None, false).await.unwrap();
+        let b = start("127.0.0.1", port, 0, None, false).await.unwrap();
         assert_ne!(a.token, b.token);
     }
 }

@@ -8,6 +8,38 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Connect to the first address of `host` that answers; with `fastopen`,
+/// as a TCP Fast Open client (see [`lightpath_sys::net::fastopen_connect`]).
+pub(crate) async fn open(host: &str, port: u16, fastopen: bool) -> std::io::Result<TcpStream> {
+    open_with(host, port, |sock| {
+        if fastopen {
+            if let Err(e) = lightpath_sys::net::fastopen_connect(sock) {
+                tracing::debug!("TCP Fast Open: {e}");
+            }
+        }
+    })
+    .await
+}
+
+/// Connect to the first address of `host` that answers, `prepare` applied
+/// to each socket before its SYN.
+pub(crate) async fn open_with(
+    host: &str,
+    port: u16,
+    prepare: impl Fn(&tokio::net::TcpSocket),
+) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} has no address"));
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
+        prepare(&sock);
+        match sock.connect(addr).await {
+            Ok(c) => return Ok(c),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// How long to wait for any reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -32,11 +64,14 @@ pub struct ControlConn {
 
 impl ControlConn {
     /// Connect (the 220 greeting is read by [`ControlConn::login`], so that
-    /// the login can travel before it arrives).
-    pub async fn connect(host: &str, port: u16) -> Result<ControlConn, ClientError> {
+    /// the login can travel before it arrives). With `fastopen` (the RTT a
+    /// past visit measured), the connection uses TCP Fast Open: `connect`
+    /// returns at once, the first write (the whole corked login flight)
+    /// travels in the SYN, and that RTT stands in for the handshake's.
+    pub async fn connect(host: &str, port: u16, fastopen: Option<Duration>) -> Result<ControlConn, ClientError> {
         let name = format!("{host}:{port}");
         let started = std::time::Instant::now();
-        let fut = TcpStream::connect((host, port));
+        let fut = open(host, port, fastopen.is_some());
         let stream = tokio::time::timeout(Duration::from_secs(30), fut)
             .await
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
@@ -49,10 +84,16 @@ impl ControlConn {
             pending: Default::default(),
             refused_optional: Vec::new(),
             corked: None,
-            rtt: started.elapsed(),
+            rtt: fastopen.unwrap_or_else(|| started.elapsed()),
             name,
         };
         Ok(c)
+    }
+
+    /// Whether the server took the login flight from the SYN (Fast Open
+    /// saved the handshake's round trip); known once it has answered.
+    pub fn fastopen_used(&self) -> bool {
+        lightpath_sys::net::syn_data_acked(&self.stream).unwrap_or(false)
     }
 
     /// Local address of the control connection (our address for PORT).

@@ -37,6 +37,8 @@ pub struct CopyOptions {
     /// Open data connections ahead to lightpath servers met before (see
     /// [`crate::peers`]).
     pub connect_ahead: bool,
+    /// TCP Fast Open to lightpath servers met before.
+    pub fastopen: bool,
 }
 
 /// Outcome for one file.
@@ -82,6 +84,7 @@ pub async fn copy(
         total: progress.bytes.clone(),
         direct_io: opts.direct_io,
         connect_ahead: opts.connect_ahead,
+        fastopen: opts.fastopen,
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {

@@ -19,7 +19,10 @@ pub const MAX_PEERS: usize = 256;
 /// What is known of one server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
-    /// Port of its data connections opened ahead.
+    /// Port of its data connections opened ahead; 0 once connections sent
+    /// there never reached the server (a firewall, say): none are opened
+    /// ahead to it again, but it is still known as lightpath (TCP Fast
+    /// Open). Deleting its line starts over.
     pub ahead_port: u16,
     /// Its control connection's RTT when last seen (microseconds).
     pub rtt_us: u64,
@@ -41,7 +44,7 @@ type Entry = (String, u16, Peer);
 fn parse_line(line: &str) -> Option<Entry> {
     let f: Vec<&str> = line.split_ascii_whitespace().collect();
     let [host, port, ahead, rtt] = f[..] else { return None };
-    let peer = Peer { ahead_port: ahead.parse().ok().filter(|&p| p != 0)?, rtt_us: rtt.parse().ok()? };
+    let peer = Peer { ahead_port: ahead.parse().ok()?, rtt_us: rtt.parse().ok()? };
     Some((host.to_string(), port.parse().ok()?, peer))
 }
 
@@ -134,7 +137,7 @@ mod tests {
             parse_line("  ::1   2811 2812 40 "),
             Some(("::1".into(), 2811, Peer { ahead_port: 2812, rtt_us: 40 }))
         );
-        for bad in ["", "h 1 2", "h 1 2 3 4", "h x 2 3", "h 1 0 3", "h 1 70000 3", "h 1 2 -3"] {
+        for bad in ["", "h 1 2", "h 1 2 3 4", "h x 2 3", "h 1 -1 3", "h 1 70000 3", "h 1 2 -3"] {
             assert_eq!(parse_line(bad), None, "{bad:?}");
         }
     }

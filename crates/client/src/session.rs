@@ -32,6 +32,10 @@ pub struct SessionOpts {
     /// Open data connections ahead to servers the peer book knows
     /// ([`crate::peers`]), and keep the book.
     pub connect_ahead: bool,
+    /// Open control connections (and those opened ahead) to servers the
+    /// peer book knows with TCP Fast Open: the login flight travels in the
+    /// SYN ([`ControlConn::connect`]).
+    pub fastopen: bool,
 }
 
 /// One entry of a remote listing.
@@ -125,14 +129,14 @@ impl Session {
         spec: Speculation<'_>,
     ) -> Result<Session, ClientError> {
         let book = opts.connect_ahead.then(PeerBook::default);
-        let known =
-            book.as_ref().filter(|_| spec != Speculation::None).and_then(|b| b.lookup(&remote.host, remote.port));
-        let pending = known.map(|p| {
+        let peer = book.as_ref().and_then(|b| b.lookup(&remote.host, remote.port));
+        let fastopen = peer.filter(|_| opts.fastopen).map(|p| Duration::from_micros(p.rtt_us));
+        let pending = peer.filter(|p| spec != Speculation::None && p.ahead_port != 0).map(|p| {
             let n = crate::plan::stream_count(&opts, p.rtt_us);
             let window = lightpath_plan::start_recv_window(p.rtt_us, opts.target_bps, n);
-            ahead::start(&remote.host, p.ahead_port, n, window)
+            ahead::start(&remote.host, p.ahead_port, n, window, opts.fastopen)
         });
-        let ctl = ControlConn::connect(&remote.host, remote.port).await;
+        let ctl = ControlConn::connect(&remote.host, remote.port, fastopen).await;
         let mut ctl = match (ctl, &pending) {
             (Err(e), Some(job)) => {
                 job.abort();
@@ -170,11 +174,17 @@ impl Session {
             Speculation::None | Speculation::Upload => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
+        if fastopen.is_some() && s.ctl.fastopen_used() {
+            tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
+        }
         s.feat = feat;
         s.stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         if let Some(b) = book {
-            let peer = s.feat.dcon.map(|p| Peer { ahead_port: p, rtt_us: s.ctl.rtt.as_micros() as u64 });
-            b.remember(&remote.host, remote.port, peer);
+            // A DCON port found unreachable stays so (see `Peer::ahead_port`).
+            let unreachable = peer.is_some_and(|p| p.ahead_port == 0);
+            let rtt_us = s.ctl.rtt.as_micros() as u64;
+            let entry = s.feat.dcon.map(|p| Peer { ahead_port: if unreachable { 0 } else { p }, rtt_us });
+            b.remember(&remote.host, remote.port, entry);
         }
         Ok(s)
     }
@@ -392,8 +402,23 @@ impl Session {
             if self.dc().is_ahead() {
                 self.dc().drop_cache();
             }
+            if why.starts_with("425") {
+                self.ahead_unreachable();
+            }
         }
         r.map_err(|e| ClientError::Control(self.ctl.name.clone(), format!("setup refused: {e}")))
+    }
+
+    /// The server took `DCON` but our connections never reached it: with
+    /// TCP Fast Open they look open at once, so only the server can tell.
+    /// The book stops opening them ahead to this server.
+    fn ahead_unreachable(&self) {
+        if !self.opts.connect_ahead {
+            return;
+        }
+        tracing::info!(server = %self.ctl.name, "its DCON port is out of reach: no more data connections ahead to it");
+        let peer = Peer { ahead_port: 0, rtt_us: self.ctl.rtt.as_micros() as u64 };
+        PeerBook::default().remember(&self.remote.host, self.remote.port, Some(peer));
     }
 
     /// Download files, keeping up to `pipeline` RETRs in flight on the reused

@@ -148,12 +148,28 @@ impl Session {
         }
     }
 
+    /// A control connection accepted with TCP Fast Open has no RTT sample
+    /// at accept (the handshake was not done): take the kernel's as soon as
+    /// it has one, and size the data connections with it.
+    fn measure_rtt(&mut self) {
+        if !self.rtt.is_zero() {
+            return;
+        }
+        if let Ok(rtt) = lightpath_sys::net::tcp_rtt(self.out.as_ref()) {
+            self.rtt = rtt;
+            configure(&mut self.dc, self.ctx.cfg.congestion.as_deref(), rtt);
+        }
+    }
+
     /// Drain the PI. Returns true when the session must close.
     async fn flush(&mut self) -> std::io::Result<bool> {
         while let Some(o) = self.pi.poll_output() {
             match o {
                 Output::Reply(r) => self.hold(&r),
-                Output::Action(a) => self.act(a).await?,
+                Output::Action(a) => {
+                    self.measure_rtt();
+                    self.act(a).await?
+                }
                 Output::Close => return Ok(true),
             }
         }
