@@ -90,6 +90,9 @@ impl NetPath {
             path.set_sysctl("net.ipv4.tcp_rmem", &format!("4096 131072 {}", max.0))?;
             path.set_sysctl("net.ipv4.tcp_wmem", &format!("4096 16384 {}", max.0))?;
         }
+        if cfg.tcp_fastopen {
+            path.set_sysctl("net.ipv4.tcp_fastopen", "3")?;
+        }
         Ok(path)
     }
 
@@ -243,6 +246,7 @@ impl NetPath {
             "net.ipv4.tcp_wmem",
             "net.core.rmem_max",
             "net.core.wmem_max",
+            "net.ipv4.tcp_fastopen",
         ];
         for k in keys {
             let out = run_quiet(Command::new("ip").args(["netns", "exec", self.ns(side), "sysctl", "-n", k]));

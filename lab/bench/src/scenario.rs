@@ -87,6 +87,11 @@ pub struct PathConfig {
     /// Maximum of the TCP autotuning buffers (`tcp_rmem`/`tcp_wmem`) in both
     /// namespaces, as on a tuned DTN; the kernel defaults when unset.
     pub tcp_buffer_max: Option<Size>,
+    /// Let servers in both namespaces accept TCP Fast Open
+    /// (`net.ipv4.tcp_fastopen = 3`), as a DTN's admin may; the kernel's
+    /// default (1) allows it to clients only. Only lightpath uses it.
+    #[serde(default)]
+    pub tcp_fastopen: bool,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]

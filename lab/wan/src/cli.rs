@@ -64,6 +64,10 @@ struct UpArgs {
     /// Raise tcp_rmem/tcp_wmem maxima inside the namespaces to this size, e.g. 64M.
     #[arg(long, value_parser = parse_size, env = "LIGHTPATH_LAB_TCP_BUFFERS")]
     tcp_buffers: Option<u64>,
+    /// Let servers inside the namespaces accept TCP Fast Open
+    /// (net.ipv4.tcp_fastopen = 3; the kernel's default lets clients only).
+    #[arg(long, env = "LIGHTPATH_LAB_FASTOPEN")]
+    fastopen: bool,
     /// How often to print the counters.
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "LIGHTPATH_LAB_INTERVAL")]
     interval: Duration,
@@ -105,6 +109,9 @@ fn run_up(up: UpArgs) -> anyhow::Result<()> {
     let lab = Lab::start(&up.prefix, &spec).context("starting the lab")?;
     if let Some(max) = up.tcp_buffers {
         lab.tune_tcp_buffers(max)?;
+    }
+    if up.fastopen {
+        lab.set_sysctl("net.ipv4.tcp_fastopen", "3")?;
     }
     print_banner(&lab);
     let mut next = Instant::now() + up.interval;
