@@ -56,8 +56,11 @@ pub struct ControlConn {
     refused_optional: Vec<(String, String)>,
     /// Commands held back by [`ControlConn::cork`], written in one piece.
     corked: Option<Vec<u8>>,
-    /// Round-trip time: the TCP handshake of the control connection.
+    /// Round-trip time: the TCP handshake of the control connection (with
+    /// Fast Open, the book's until the greeting arrives, then the kernel's).
     pub rtt: Duration,
+    /// `rtt` is the book's, to be replaced by a measurement.
+    rtt_from_book: bool,
     /// Server name for messages.
     pub name: String,
 }
@@ -85,9 +88,22 @@ impl ControlConn {
             refused_optional: Vec::new(),
             corked: None,
             rtt: fastopen.unwrap_or_else(|| started.elapsed()),
+            rtt_from_book: fastopen.is_some(),
             name,
         };
         Ok(c)
+    }
+
+    /// With Fast Open, the handshake is done once the greeting is here: take
+    /// the kernel's RTT of it over the book's (which would never change).
+    fn measure_rtt(&mut self) {
+        if !std::mem::take(&mut self.rtt_from_book) {
+            return;
+        }
+        match lightpath_sys::net::tcp_rtt(&self.stream) {
+            Ok(rtt) if !rtt.is_zero() => self.rtt = rtt,
+            _ => {}
+        }
     }
 
     /// Whether the server took the login flight from the SYN (Fast Open
@@ -270,6 +286,7 @@ impl ControlConn {
         if hello.code != 220 {
             return Err(self.unexpected("greeting", &hello));
         }
+        self.measure_rtt();
         let r = self.final_reply().await?;
         let p = self.final_reply().await?;
         let logged_in = (r.code == 331 && p.is_ok()) || (r.is_ok() && p.code == 503);

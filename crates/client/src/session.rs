@@ -180,13 +180,18 @@ impl Session {
         s.feat = feat;
         s.stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         if let Some(b) = book {
-            // A DCON port found unreachable stays so (see `Peer::ahead_port`).
-            let unreachable = peer.is_some_and(|p| p.ahead_port == 0);
-            let rtt_us = s.ctl.rtt.as_micros() as u64;
-            let entry = s.feat.dcon.map(|p| Peer { ahead_port: if unreachable { 0 } else { p }, rtt_us });
-            b.remember(&remote.host, remote.port, entry);
+            s.write_in(&b, peer);
         }
         Ok(s)
+    }
+
+    /// Write down what FEAT said of the server (`known`: what the book said
+    /// before). A DCON port found unreachable stays so (`Peer::ahead_port`).
+    fn write_in(&self, book: &PeerBook, known: Option<Peer>) {
+        let unreachable = known.is_some_and(|p| p.ahead_port == 0);
+        let rtt_us = self.ctl.rtt.as_micros() as u64;
+        let entry = self.feat.dcon.map(|p| Peer { ahead_port: if unreachable { 0 } else { p }, rtt_us });
+        book.remember(&self.remote.host, self.remote.port, entry);
     }
 
     /// MODE E (with streams and PORT, the fallback, for a download), then
