@@ -26,8 +26,7 @@ const OFFERED: &str = "data connections opened ahead (DCON)";
 
 #[test]
 fn the_second_visit_opens_data_connections_ahead() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 5_000_011, 3);
     make_tree(&open_dir(&root.join("tree")), 40, 5);
     let book = d.path().join("peers");
@@ -57,8 +56,7 @@ fn the_second_visit_opens_data_connections_ahead() {
 
 #[test]
 fn a_stale_book_costs_nothing() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 2_000_003, 4);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
     // Nothing listens on the port the book gives.
@@ -88,8 +86,7 @@ fn refused_dcon_falls_back(server_port: u16, url: &str, dst: &Path, book: &Path)
 
 #[test]
 fn a_server_without_dcon_refuses_it_and_port_stands() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 3_000_001, 6);
     let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
     let url = format!("ftp://127.0.0.1:{port}/file");
@@ -100,8 +97,7 @@ fn a_server_without_dcon_refuses_it_and_port_stands() {
 
 #[test]
 fn the_globus_server_refuses_dcon_and_port_stands() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 3_000_001, 8);
     let (_g, port) = gct_server(&root);
     let url = format!("ftp://127.0.0.1:{port}{}/file", root.display());
@@ -127,8 +123,7 @@ fn dcon_without_its_connections_is_refused_in_time() {
 
 #[test]
 fn uploads_open_data_connections_ahead_too() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&local.join("file"), 4_000_037, 9);
     make_tree(&open_dir(&local.join("tree")), 30, 10);
     let book = d.path().join("peers");
@@ -155,8 +150,7 @@ fn uploads_open_data_connections_ahead_too() {
 
 #[test]
 fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&local.join("file"), 2_500_001, 12);
     let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
     let sink = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -175,8 +169,7 @@ fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
 /// book stops opening connections ahead to that server.
 #[test]
 fn connections_that_never_arrive_are_not_opened_again() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 1_000_003, 12);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
     let sink = TcpListener::bind("127.0.0.1:0").unwrap();

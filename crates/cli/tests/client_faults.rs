@@ -14,8 +14,7 @@ fn cp(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn missing_file_in_a_pipelined_batch() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     for n in ["a", "b", "c"] {
         write_random(&root.join(n), 700_001, n.as_bytes()[0] as u64);
         write_random(&local.join(n), 300_003, n.as_bytes()[0] as u64 + 10);

@@ -17,8 +17,7 @@ fn cp_v(mode: &str, src: &str, dst: &Path) -> (bool, String) {
 
 #[test]
 fn direct_writes_arrive_exact_and_say_so() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (_d, root, local) = root_and_local();
     // 9 MiB plus an odd tail: aligned bulk direct, head/tail buffered.
     write_random(&root.join("file"), 9 * (1 << 20) + 4097, 7);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
@@ -50,8 +49,7 @@ fn direct_writes_arrive_exact_and_say_so() {
 
 #[test]
 fn the_server_writes_uploads_directly_when_told() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&local.join("file"), 5 * (1 << 20) + 511, 9);
     let log_path = d.path().join("server.log");
     let port = free_port();

@@ -65,8 +65,7 @@ fn cp(ns: &Netns, book: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn a_known_server_gets_the_login_in_the_syn() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 4_000_037, 11);
     let ns = Netns::new();
     let port = free_port();

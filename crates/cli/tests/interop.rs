@@ -18,8 +18,7 @@ fn file_url(p: &std::path::Path) -> String {
 
 #[test]
 fn guc_against_lightpath_server_files() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (_d, root, local) = root_and_local();
     write_random(&root.join("f"), F, 1);
     let (_srv, port) = lp_server(&root, &["--anonymous"]);
     for (mode, extra) in [("s", &[][..]), ("p4", &["-p", "4"][..])] {
@@ -53,8 +52,7 @@ fn guc_against_lightpath_server_files() {
 
 #[test]
 fn guc_against_lightpath_server_tree() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (_d, root, local) = root_and_local();
     make_tree(&root.join("tree"), 300, 7);
     let (_srv, port) = lp_server(&root, &["--anonymous"]);
     assert!(guc(&[

@@ -17,8 +17,7 @@ fn cp_vv(src: &str, dst: &Path) -> (bool, String) {
 
 #[test]
 fn a_single_download_sends_retr_with_the_login() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (_d, root, local) = root_and_local();
     write_random(&root.join("file"), 3_000_017, 41);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
     let (ok, log) = cp_vv(&format!("ftp://127.0.0.1:{port}/file"), &local.join("copy"));

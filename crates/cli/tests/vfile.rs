@@ -74,8 +74,7 @@ fn regular_files(dir: &Path) -> usize {
 /// the `cp -r` naming rules hold either way.
 #[test]
 fn recursive_downloads_speculate_safely() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    let (_d, root, local) = root_and_local();
     make_tree(&root.join("tree"), 40, 5);
     write_random(&root.join("file"), 300_000, 6);
     let (_s, port) = lp_server(&root, &["--anonymous"]);

@@ -25,6 +25,14 @@ pub fn scratch() -> tempfile::TempDir {
     d
 }
 
+/// A scratch directory holding `root` (what a server serves) and `local`
+/// (the client's side), all three writable by `gftp`.
+pub fn root_and_local() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    (d, root, local)
+}
+
 /// A directory that `gftp` can write to.
 pub fn open_dir(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();
