@@ -1,13 +1,15 @@
 //! A logged-in client session with one server: mode and data-channel state,
-//! listings, and the two-party transfers (GET/PUT) with pipelined commands
-//! over a reused MODE E channel.
+//! listings, and the two-party transfers with pipelined commands over a
+//! reused MODE E channel: GET here, PUT in the `put` submodule.
+
+mod put;
 
 use crate::ahead::{self, AheadConns};
 use crate::control::ControlConn;
-use crate::local::{LocalSource, LocalTarget};
+use crate::local::LocalTarget;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
-use lightpath_engine::{Control, DataChannel, MemorySink, RecvOpts, SendPlan};
+use lightpath_engine::{Control, DataChannel, MemorySink, RecvOpts};
 use lightpath_proto::{hostport, Features};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicU64;
@@ -629,147 +631,6 @@ impl Session {
         data
     }
 
-    /// Upload files. In MODE E, ALLO+STOR for up to `pipeline` files are
-    /// sent ahead; each file's data is sent only after its own 1xx reply,
-    /// so a refused STOR never puts bytes on the channel for the wrong file.
-    pub async fn put_many(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
-        if !self.can_mode_e() {
-            let mut out = Vec::new();
-            for (src, op) in ops {
-                out.push(self.put_stream(src, &op).await);
-            }
-            return out;
-        }
-        if let Err(e) = self.prepare_put().await {
-            return ops.iter().map(|_| Err(e.clone())).collect();
-        }
-        // A source that cannot be read is reported before its STOR is sent:
-        // once the server says 150/125 it waits for that file's bytes.
-        let sizes: Vec<Result<u64, ClientError>> = ops.iter().map(|(s, _)| s.clone().open().map(|o| o.len())).collect();
-        let mut sent = 0;
-        let mut out = Vec::new();
-        // The first batch of ALLO+STOR leaves in one piece with the first reply read.
-        self.ctl.cork();
-        for (i, (src, op)) in ops.iter().enumerate() {
-            while sent < ops.len() && sent < i + self.opts.pipeline.max(1) {
-                if let Ok(size) = sizes[sent] {
-                    if let Err(e) = self.send_put_cmds(&ops[sent].1, Some(size)).await {
-                        return fill_err(out, ops.len(), e);
-                    }
-                }
-                sent += 1;
-            }
-            if let Err(e) = &sizes[i] {
-                out.push(Err(e.clone()));
-                continue;
-            }
-            let r = self.put_one_e(src.clone(), op, sizes[i].clone()).await;
-            if let Err(ClientError::Control(..)) = &r {
-                let e = r.unwrap_err();
-                return fill_err(out, ops.len(), e);
-            }
-            out.push(r);
-        }
-        if let Err(e) = self.ctl.uncork().await {
-            tracing::debug!("control: {e}");
-        }
-        out
-    }
-
-    async fn prepare_put(&mut self) -> Result<(), ClientError> {
-        self.set_mode(true).await?;
-        self.settle().await?;
-        if self.cached_send() == 0 {
-            let addr = self.pasv().await?;
-            self.dc().connect_to(vec![addr]);
-        }
-        Ok(())
-    }
-
-    /// Connections ready to send on (cached, or opened ahead).
-    pub(crate) fn cached_send(&mut self) -> usize {
-        self.dc().cached(lightpath_engine::Direction::Send)
-    }
-
-    async fn send_put_cmds(&mut self, op: &FileOp, size: Option<u64>) -> Result<(), ClientError> {
-        if op.part.is_none() {
-            self.ctl.send(format!("ALLO {}", size.unwrap_or(0)).as_bytes()).await?;
-        }
-        self.ctl.send(&stor_cmd(op)).await
-    }
-
-    /// Send one file whose (ALLO and) STOR were already sent.
-    async fn put_one_e(
-        &mut self,
-        src: LocalSource,
-        op: &FileOp,
-        size: Result<u64, ClientError>,
-    ) -> Result<u64, ClientError> {
-        if op.part.is_none() {
-            let _ = self.ctl.final_reply().await?; // ALLO: advisory
-        }
-        let size = size.unwrap_or(0);
-        let (ranges, wire_base) = match op.part {
-            Some((off, len)) => (vec![(off, off.saturating_add(len).min(size))], off),
-            None => (vec![(0, size)], 0),
-        };
-        let plan = SendPlan { ranges, wire_base, block: self.opts.block };
-        let streams = self.streams();
-        let mut dc = self.dc.take().unwrap_or_default();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
-        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
-        let c2 = ctl.clone();
-        let job = tokio::task::spawn_blocking(move || {
-            let r = dc.prepare_send(streams).map_err(ClientError::from).and_then(|_| {
-                // A refused STOR leaves the channel clean: keep the connections.
-                if !go_rx.recv().unwrap_or(false) {
-                    return Err(ClientError::Local("server refused the upload".into()));
-                }
-                let s = src.open()?;
-                let r = dc.send_e(s.as_ref(), &plan, &c2).map_err(ClientError::from);
-                if r.is_err() {
-                    dc.drop_cache();
-                }
-                r
-            });
-            (dc, r)
-        });
-        let first = self.ctl.reply().await;
-        let go = matches!(&first, Ok(r) if r.is_preliminary());
-        let _ = go_tx.send(go);
-        if !go {
-            ctl.cancel();
-            let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
-            self.dc = Some(dc);
-            let r = first?;
-            return Err(self.ctl.unexpected("STOR", &r));
-        }
-        self.finish_stream_job(job, &ctl, "STOR").await
-    }
-
-    async fn put_stream(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
-        self.set_mode(false).await?;
-        let addr = self.pasv().await?;
-        self.ctl.send(&stor_cmd(op)).await?;
-        let mut dc = self.dc.take().unwrap_or_default();
-        dc.connect_to(vec![addr]);
-        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
-        let c2 = ctl.clone();
-        let part = op.part;
-        let job = tokio::task::spawn_blocking(move || {
-            let r = src.open().and_then(|s| {
-                let (start, end) = match part {
-                    Some((o, l)) => (o, o.saturating_add(l).min(s.len())),
-                    None => (0, s.len()),
-                };
-                let c = dc.open_stream()?;
-                Ok(dc.send_s(c, s.as_ref(), start, end, &c2)?)
-            });
-            (dc, r)
-        });
-        self.finish_stream_job(job, &ctl, "STOR").await
-    }
-
     /// Send QUIT and close without waiting for the reply (as
     /// globus-url-copy does): nothing is pending once a copy has ended.
     pub async fn quit(mut self) {
@@ -789,15 +650,6 @@ fn retr_cmd(op: &FileOp) -> Vec<u8> {
     let mut c = match op.part {
         Some((off, len)) => format!("ERET P {off} {len} ").into_bytes(),
         None => b"RETR ".to_vec(),
-    };
-    c.extend_from_slice(&op.remote);
-    c
-}
-
-fn stor_cmd(op: &FileOp) -> Vec<u8> {
-    let mut c = match op.part {
-        Some((off, _)) => format!("ESTO A {off} ").into_bytes(),
-        None => b"STOR ".to_vec(),
     };
     c.extend_from_slice(&op.remote);
     c
