@@ -156,7 +156,25 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
             let _ = writeln!(out, "\n- {} failed: {}", r.label, e.replace('\n', " "));
         }
     }
+    out += &emulator_lag(sc);
     out
+}
+
+/// A line naming the runs in which the emulator fell behind (packets more
+/// than 1 ms late): those runs saw a worse path than the scenario's.
+fn emulator_lag(sc: &ScenarioResult) -> String {
+    let lagged: Vec<String> = sc
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let n = r.emulator.as_ref()?.late_over_1ms;
+            (n > 0).then(|| format!("{} #{} ({n})", r.label, r.repetition))
+        })
+        .collect();
+    if lagged.is_empty() {
+        return String::new();
+    }
+    format!("\n- emulator behind (packets more than 1 ms late) in: {}\n", lagged.join(", "))
 }
 
 /// The title and the line about the path, data set and references.

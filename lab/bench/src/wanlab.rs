@@ -25,7 +25,14 @@ pub struct EmuStats {
     /// the emulator did not keep up and the figures understate the path.
     pub dropped_tun: u64,
     pub reverse_dropped: u64,
+    /// The latest a packet left the delay line since the lab started (the
+    /// whole scenario so far, not this run alone).
     pub late_max_ms: f64,
+    /// Packets of this run that left the delay line more than 1 ms late:
+    /// the emulator fell behind (starved of CPU), and the run saw a worse
+    /// path than the scenario's.
+    #[serde(default)]
+    pub late_over_1ms: u64,
 }
 
 /// The emulator's path for a scenario's `[path]`.
@@ -78,5 +85,6 @@ pub fn delta(before: &(DirCounters, DirCounters), after: &(DirCounters, DirCount
         dropped_tun: a.tun_dropped.saturating_sub(b.tun_dropped),
         reverse_dropped: after.1.dropped().saturating_sub(before.1.dropped()),
         late_max_ms: a.late_max_ns as f64 / 1e6,
+        late_over_1ms: a.late_over_1ms.saturating_sub(b.late_over_1ms),
     }
 }

@@ -185,3 +185,14 @@ fn no_disk_column_without_fio() {
     assert!(md.contains("| × best | CPU s"), "{md}");
     assert!(!md.contains("· disk time"), "{md}");
 }
+
+#[test]
+fn runs_where_the_emulator_fell_behind_are_named() {
+    let mut res = results();
+    assert!(!report::summary(&res).contains("emulator behind"), "no emulator counters, no line");
+    let lag = |late_over_1ms| Some(lightpath_bench::wanlab::EmuStats { late_over_1ms, ..Default::default() });
+    res.scenarios[0].runs[0].emulator = lag(0);
+    res.scenarios[0].runs[4].emulator = lag(37);
+    let md = report::summary(&res);
+    assert!(md.contains("- emulator behind (packets more than 1 ms late) in: iperf3 -P 4 #2 (37)"), "{md}");
+}
