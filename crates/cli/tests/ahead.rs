@@ -71,11 +71,19 @@ fn a_stale_book_costs_nothing() {
     assert!(line.starts_with(&format!("127.0.0.1 {port} {} ", port + 1)), "the book is mended: {line}");
 }
 
+/// Write a book that sends the data connections for the server on `port`
+/// to a listener of its own (returned: keep it alive), which takes them
+/// and says nothing, so the server never sees them.
+fn misdirect(book: &Path, port: u16) -> TcpListener {
+    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
+    std::fs::write(book, format!("127.0.0.1 {port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    sink
+}
+
 /// The book points the client at a listener that takes the connections,
 /// but the control server does not know them.
 fn refused_dcon_falls_back(server_port: u16, url: &str, dst: &Path, book: &Path) -> String {
-    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
-    std::fs::write(book, format!("127.0.0.1 {server_port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    let _sink = misdirect(book, server_port);
     let (ok, log) = cp_vv(book, &["-p", "2", url, &dst.display().to_string()]);
     assert!(ok, "{log}");
     assert!(log.contains("> DCON "), "{log}");
@@ -153,9 +161,8 @@ fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
     let (d, root, local) = root_and_local();
     write_random(&local.join("file"), 2_500_001, 12);
     let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
-    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
     let book = d.path().join("peers");
-    std::fs::write(&book, format!("127.0.0.1 {port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    let _sink = misdirect(&book, port);
     let src = local.join("file").display().to_string();
     let (ok, log) = cp_vv(&book, &["-p", "2", &src, &format!("ftp://127.0.0.1:{port}/up")]);
     assert!(ok, "{log}");
@@ -172,9 +179,8 @@ fn connections_that_never_arrive_are_not_opened_again() {
     let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 1_000_003, 12);
     let (_s, port) = lp_server(&root, &["--anonymous"]);
-    let sink = TcpListener::bind("127.0.0.1:0").unwrap();
     let book = d.path().join("peers");
-    std::fs::write(&book, format!("127.0.0.1 {port} {} 100\n", sink.local_addr().unwrap().port())).unwrap();
+    let _sink = misdirect(&book, port);
     let url = format!("ftp://127.0.0.1:{port}/file");
     let (ok, log) = cp_vv(&book, &["-p", "2", &url, &local.join("a").display().to_string()]);
     assert!(ok && log.contains("< 425"), "{log}");
