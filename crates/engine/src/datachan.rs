@@ -9,7 +9,7 @@ use crate::modee::{self, RecvOpts, SendPlan};
 use crate::progress::Control;
 use crate::stream;
 use lightpath_proto::RangeSet;
-use lightpath_sys::net::{start_recv_window, tune, wait_readable, SockOpts};
+use lightpath_sys::net::{tune, wait_readable, SockOpts};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -82,14 +82,12 @@ impl DataChannel {
     }
 
     /// Listen on `l` for the next transfers (PASV/SPAS, or a client's PORT).
-    /// The connections it accepts inherit the start receive window
-    /// ([`SockOpts::recv_window`]) from it, before their first byte.
+    /// The connections it accepts inherit its [`SockOpts`] (the start
+    /// receive window among them) before their first byte.
     pub fn listen(&mut self, l: TcpListener) {
         self.drop_cache();
-        if let Some(w) = self.opts.recv_window {
-            if let Err(e) = start_recv_window(&l, w) {
-                tracing::debug!("data listener: receive window {w}: {e}");
-            }
+        for note in tune(&l, &self.opts) {
+            tracing::debug!("data listener: {note}");
         }
         self.endpoint = Some(Endpoint::Listen(l));
     }
@@ -194,9 +192,16 @@ impl DataChannel {
     }
 
     /// Receive in MODE E on cached connections and new ones from the listener.
+    /// The listener takes the current [`SockOpts`] first (SBUF may come
+    /// after PASV), so that connections still to arrive inherit them.
     pub fn recv_e(&mut self, sink: &dyn Sink, opts: &RecvOpts, ctl: &Control) -> Result<RangeSet> {
         let listener = match &self.endpoint {
-            Some(Endpoint::Listen(l)) => Some(l),
+            Some(Endpoint::Listen(l)) => {
+                for note in tune(l, &self.opts) {
+                    tracing::debug!("data listener: {note}");
+                }
+                Some((l, &self.opts))
+            }
             _ => None,
         };
         let r = modee::recv(&mut self.cached, listener, sink, opts, ctl);
@@ -297,6 +302,42 @@ mod tests {
         for c in &rx.cached {
             let got = socket2::SockRef::from(c).recv_buffer_size().unwrap();
             assert!(got >= window, "accepted socket's buffer {got} < {window}");
+        }
+    }
+
+    /// SBUF comes after PASV, and a client may connect before STOR: MODE E
+    /// connections already waiting to be accepted get the options too.
+    #[test]
+    fn mode_e_connections_accepted_in_the_engine_get_the_options_set_after_listen() {
+        let mut rx = DataChannel::new();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        rx.listen(l);
+        assert!(!rx.prepare_recv().unwrap());
+        let mut tx = DataChannel::new();
+        tx.connect_to(vec![addr]);
+        tx.prepare_send(2).unwrap();
+        let buffer = 48 << 10;
+        rx.opts.buffer = Some(buffer);
+        rx.opts.congestion = Some("reno".into());
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        let sent = data.clone();
+        let sender = std::thread::spawn(move || {
+            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10 };
+            tx.send_e(&BytesSource(sent), &plan, &Control::new()).unwrap();
+        });
+        let sink = MemorySink::new(1 << 20);
+        let opts = RecvOpts { base: 0, max_offset: 1 << 20, idle: Duration::from_secs(10) };
+        rx.recv_e(&sink, &opts, &Control::new()).unwrap();
+        sender.join().unwrap();
+        assert_eq!(sink.into_inner(), data);
+        assert_eq!(rx.cached.len(), 2);
+        for c in &rx.cached {
+            let s = socket2::SockRef::from(c);
+            // The kernel doubles what it is given, for its bookkeeping.
+            assert_eq!(s.recv_buffer_size().unwrap(), 2 * buffer);
+            let cc = s.tcp_congestion().unwrap();
+            assert_eq!(cc.split(|&b| b == 0).next(), Some(&b"reno"[..]));
         }
     }
 }

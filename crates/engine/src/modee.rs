@@ -16,6 +16,7 @@ use crate::error::{EngineError, Result};
 use crate::io::{Sink, Source};
 use crate::progress::Control;
 use lightpath_proto::RangeSet;
+use lightpath_sys::net::SockOpts;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -90,11 +91,13 @@ pub struct RecvOpts {
 }
 
 /// Receive one MODE E transfer on `conns` (cached connections) plus any
-/// that arrive on `listener`. Reusable connections are left in `conns`.
+/// that arrive on `listener`, each tuned with its [`SockOpts`] as accepted
+/// (connections that completed their handshake before the listener got the
+/// options did not inherit them). Reusable connections are left in `conns`.
 /// Returns the ranges written (relative to the wire offsets).
 pub fn recv(
     conns: &mut Vec<TcpStream>,
-    listener: Option<&TcpListener>,
+    listener: Option<(&TcpListener, &SockOpts)>,
     sink: &dyn Sink,
     opts: &RecvOpts,
     ctl: &Control,

@@ -123,7 +123,9 @@ pub struct SockOpts {
 }
 
 /// Apply [`SockOpts`]; returns what could not be applied, for verbose output.
-pub fn tune(sock: &TcpStream, opts: &SockOpts) -> Vec<String> {
+/// On a listener, the connections it accepts inherit the options (and a
+/// buffer set there also sizes the window scale their SYN-ACK offers).
+pub fn tune(sock: &impl AsFd, opts: &SockOpts) -> Vec<String> {
     let s = socket2::SockRef::from(sock);
     let mut notes = Vec::new();
     if let Some(b) = opts.buffer {

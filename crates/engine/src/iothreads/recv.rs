@@ -33,7 +33,7 @@ use crate::pool::{BlockBuf, BufferPool};
 use crate::progress::Control;
 use lightpath_proto::modee::{HEADER_LEN, MAX_STREAMS};
 use lightpath_proto::{BlockHeader, RangeSet};
-use lightpath_sys::net::Waker;
+use lightpath_sys::net::{tune, SockOpts, Waker};
 use lightpath_sys::scoped::Scope;
 use lightpath_sys::splice::Pipe;
 use std::collections::VecDeque;
@@ -207,7 +207,7 @@ impl Job {
 /// `listener`. Reusable connections are left in `conns`.
 pub(crate) fn recv(
     conns: &mut Vec<TcpStream>,
-    listener: Option<&TcpListener>,
+    listener: Option<(&TcpListener, &SockOpts)>,
     sink: &dyn Sink,
     opts: &RecvOpts,
     ctl: &Control,
@@ -274,7 +274,7 @@ impl<'a> Driver<'a> {
     fn run<'s, 'e>(
         &mut self,
         s: &'s Scope<'s, 'e>,
-        l: Option<&TcpListener>,
+        l: Option<(&TcpListener, &SockOpts)>,
         all: &mut Vec<TcpStream>,
     ) -> Result<RangeSet>
     where
@@ -285,12 +285,12 @@ impl<'a> Driver<'a> {
                 return Ok(r);
             }
             let waited = match l {
-                Some(l) => self.job.notify.wait(l, Duration::from_millis(50)).inspect(|_| self.job.notify.drain()),
+                Some((l, _)) => self.job.notify.wait(l, Duration::from_millis(50)).inspect(|_| self.job.notify.drain()),
                 None => self.job.notify.park(Duration::from_millis(100)).map(|()| false),
             };
             if waited.map_err(|e| EngineError::io("waiting for data connections", e))? {
-                if let Some(l) = l {
-                    self.accept(l, all)?;
+                if let Some((l, sock)) = l {
+                    self.accept(l, sock, all)?;
                 }
             }
         }
@@ -324,9 +324,12 @@ impl<'a> Driver<'a> {
         Ok(None)
     }
 
-    fn accept(&mut self, l: &TcpListener, all: &mut Vec<TcpStream>) -> Result<()> {
+    fn accept(&mut self, l: &TcpListener, sock: &SockOpts, all: &mut Vec<TcpStream>) -> Result<()> {
         match l.accept() {
             Ok((c, _)) => {
+                for note in tune(&c, sock) {
+                    tracing::debug!("data socket: {note}");
+                }
                 self.accepted += 1;
                 if self.accepted > MAX_STREAMS {
                     return Err(EngineError::Protocol("too many data connections".into()));
