@@ -67,6 +67,7 @@ impl NetHandle {
             jobs: HashMap::new(),
             runnable: VecDeque::new(),
             next: 0,
+            pauses: 0,
         };
         let run = move || {
             super::pin("lp-net", i, |p| &p.net);
@@ -89,6 +90,8 @@ struct Slot {
     job: u64,
     conn: Box<dyn Conn>,
     queued: bool,
+    /// When its last turn ended [`Turn::Paused`] (a count of pauses).
+    paused: Option<u64>,
 }
 
 struct NetThread {
@@ -98,6 +101,8 @@ struct NetThread {
     jobs: HashMap<u64, Vec<usize>>,
     runnable: VecDeque<usize>,
     next: usize,
+    /// Pauses so far: orders paused connections for [`Cmd::Resume`].
+    pauses: u64,
 }
 
 impl NetThread {
@@ -128,9 +133,17 @@ impl NetThread {
             let Some(t) = self.runnable.pop_front() else { break };
             let Some(slot) = self.slots.get_mut(&t) else { continue };
             slot.queued = false;
-            if slot.conn.turn(TURN_BYTES) == Turn::More {
-                slot.queued = true;
-                self.runnable.push_back(t);
+            slot.paused = None;
+            match slot.conn.turn(TURN_BYTES) {
+                Turn::More => {
+                    slot.queued = true;
+                    self.runnable.push_back(t);
+                }
+                Turn::Paused => {
+                    slot.paused = Some(self.pauses);
+                    self.pauses += 1;
+                }
+                Turn::Blocked | Turn::Done => {}
             }
         }
     }
@@ -149,15 +162,24 @@ impl NetThread {
         for cmd in cmds {
             match cmd {
                 Cmd::Add(job, conn) => self.add(job, conn),
-                Cmd::Resume(job) => {
-                    for t in self.jobs.get(&job).cloned().unwrap_or_default() {
-                        self.enqueue(t);
-                    }
-                }
+                Cmd::Resume(job) => self.resume(job),
                 Cmd::Remove(job, reply) => {
                     let _ = reply.send(self.remove(job));
                 }
             }
+        }
+    }
+
+    /// Give job `job`'s connections a turn, those paused longest first: a
+    /// freed buffer (or a new block) goes to the connection that has waited
+    /// for it longest. In a fixed order, the last connections of a job
+    /// starved while the first took every freed buffer; their receive
+    /// windows stayed closed for seconds, and their senders finished late.
+    fn resume(&mut self, job: u64) {
+        let mut ts = self.jobs.get(&job).cloned().unwrap_or_default();
+        ts.sort_by_key(|t| self.slots.get(t).and_then(|s| s.paused).unwrap_or(u64::MAX));
+        for t in ts {
+            self.enqueue(t);
         }
     }
 
@@ -168,7 +190,7 @@ impl NetThread {
         if let Err(e) = self.poll.registry().register(conn.stream(), Token(t), interest) {
             conn.fail(EngineError::io("registering data connection", e));
         }
-        self.slots.insert(t, Slot { job, conn, queued: false });
+        self.slots.insert(t, Slot { job, conn, queued: false, paused: None });
         self.jobs.entry(job).or_default().push(t);
         self.enqueue(t);
     }
@@ -185,5 +207,58 @@ impl NetThread {
         }
         self.runnable.retain(|t| self.slots.contains_key(t));
         ends
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection whose job never has room for it.
+    struct Starved(mio::net::TcpStream);
+
+    impl Conn for Starved {
+        fn stream(&mut self) -> &mut mio::net::TcpStream {
+            &mut self.0
+        }
+        fn interest(&self) -> Interest {
+            Interest::READABLE
+        }
+        fn turn(&mut self, _budget: usize) -> Turn {
+            Turn::Paused
+        }
+        fn fail(&self, _e: EngineError) {}
+        fn end(&mut self) -> (usize, bool) {
+            (0, false)
+        }
+    }
+
+    fn thread() -> NetThread {
+        let poll = Poll::new().unwrap();
+        let (cmds, slots, jobs, runnable) = (Arc::default(), HashMap::new(), HashMap::new(), VecDeque::new());
+        NetThread { poll, cmds, slots, jobs, runnable, next: 0, pauses: 0 }
+    }
+
+    fn conn(l: &std::net::TcpListener) -> Box<dyn Conn> {
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        c.set_nonblocking(true).unwrap();
+        Box::new(Starved(mio::net::TcpStream::from_std(c)))
+    }
+
+    #[test]
+    fn a_resumed_job_serves_the_connection_paused_longest_first() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut t = thread();
+        for _ in 0..3 {
+            t.add(7, conn(&l));
+        }
+        t.round();
+        assert!(t.runnable.is_empty());
+        // The first connection had a turn of its own (data arrived) and
+        // paused again: it is now the one that waited least.
+        t.enqueue(0);
+        t.round();
+        t.resume(7);
+        assert_eq!(t.runnable, [1, 2, 0]);
     }
 }
