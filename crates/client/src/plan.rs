@@ -272,7 +272,7 @@ pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
     let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
     let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
     let min = lightpath_plan::min_streams_for_rtt(rtt_us);
-    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, 16);
+    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, lightpath_plan::MAX_AUTO_STREAMS);
     tracing::debug!(rtt_us, window, n, "stream count");
     n
 }
