@@ -378,6 +378,9 @@ impl Sink for DirectFileSink {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.io.write_at(buf, offset)
     }
+    fn serial_writes(&self) -> bool {
+        matches!(self.mode(), IoMode::Buffered(_))
+    }
 }
 
 /// Reads blocks from a file with direct I/O where it can, buffered where it

@@ -38,6 +38,15 @@ pub trait Sink: Sync {
     fn device(&self) -> Option<u64> {
         None
     }
+    /// Whether one write at a time is all it can take. Buffered writes
+    /// into one file hold the inode's lock exclusively (ext4, xfs), so a
+    /// second writer only spins on it: perf on a 3 GiB loopback download
+    /// put 12 % of the client's CPU in `rwsem_spin_on_owner` under
+    /// `ext4_buffered_write_iter`. Direct writes inside the file's size
+    /// share the lock, and a tree's files each have their own.
+    fn serial_writes(&self) -> bool {
+        false
+    }
 }
 
 /// A regular file. The length is taken once; a file that shrinks while
@@ -122,6 +131,9 @@ impl Sink for FileSink<'_> {
     }
     fn device(&self) -> Option<u64> {
         self.0.metadata().ok().map(|m| m.dev())
+    }
+    fn serial_writes(&self) -> bool {
+        true
     }
 }
 

@@ -170,3 +170,50 @@ fn connections_block_again_after_a_transfer() {
         assert!(t.elapsed() >= Duration::from_millis(250), "connection left non-blocking: {e}");
     }
 }
+
+/// A sink that counts how many writes run at once.
+struct CountingSink {
+    inner: MemorySink,
+    serial: bool,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl lightpath_engine::Sink for CountingSink {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(2));
+        let r = self.inner.write_all_at(buf, offset);
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+    fn serial_writes(&self) -> bool {
+        self.serial
+    }
+}
+
+/// Most writes at once into a sink, over 4 streams with 3 disk threads.
+fn most_writes_at_once(serial: bool) -> usize {
+    setup();
+    let bytes = data(8 << 20, 7);
+    let (mut s, mut r) = pair(4);
+    let src = BytesSource(bytes.clone());
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 64 << 10 };
+    let zero = std::sync::atomic::AtomicUsize::new(0);
+    let sink = CountingSink { inner: MemorySink::new(16 << 20), serial, now: zero, most: Default::default() };
+    std::thread::scope(|sc| {
+        sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
+        modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap();
+    });
+    assert_eq!(sink.inner.into_inner()[..bytes.len()], bytes[..]);
+    sink.most.into_inner()
+}
+
+/// Buffered writes into one file serialize on its inode lock: a sink that
+/// says so gets one write at a time; others get several.
+#[test]
+fn a_serial_sink_gets_one_write_at_a_time() {
+    assert_eq!(most_writes_at_once(true), 1);
+    assert!(most_writes_at_once(false) > 1);
+}

@@ -240,7 +240,8 @@ pub(crate) fn recv(
     let reg = Registration::new(eng);
     let mut all: Vec<TcpStream> = std::mem::take(conns);
     let r = all.iter().enumerate().try_for_each(|(i, c)| add_conn(&job, &reg, c, i)).and_then(|()| {
-        let mut d = Driver { job: &job, reg: &reg, sink, ctl, idle: opts.idle, accepted: 0 };
+        let writers = if sink.serial_writes() { 1 } else { DISK_TASKS_PER_JOB };
+        let mut d = Driver { job: &job, reg: &reg, sink, ctl, idle: opts.idle, accepted: 0, writers };
         eng.disk(eng.disk_of(sink.device())).in_place_scope(|s| d.run(s, listener, &mut all))
     });
     if r.is_err() {
@@ -268,6 +269,8 @@ struct Driver<'a> {
     ctl: &'a Control,
     idle: Duration,
     accepted: u64,
+    /// Disk tasks it may have at once ([`Sink::serial_writes`]).
+    writers: usize,
 }
 
 impl<'a> Driver<'a> {
@@ -314,7 +317,7 @@ impl<'a> Driver<'a> {
         if st.last_activity.elapsed() > self.idle {
             return Err(EngineError::Idle(self.idle));
         }
-        while st.outstanding < DISK_TASKS_PER_JOB && !st.queue.is_empty() {
+        while st.outstanding < self.writers && !st.queue.is_empty() {
             let k = st.queue.len().min(WRITE_BATCH);
             let pieces: Vec<Piece> = st.queue.drain(..k).collect();
             st.outstanding += 1;
