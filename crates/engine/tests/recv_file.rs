@@ -45,7 +45,7 @@ fn file_sinks_offer_their_file_for_splicing() {
 fn parallel_streams_into_a_file_byte_exact() {
     let _g = serial();
     let (mut s, mut r) = pair(4);
-    // Round 0 splices, round 1 takes the copy path (the default).
+    // Round 0 splices, round 1 takes the copy path (both forced).
     for round in 0..2 {
         iothreads::set_recv_splice(round == 0);
         let bytes = data(9_000_000 + round * 4097, round);

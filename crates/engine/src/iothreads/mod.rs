@@ -204,13 +204,15 @@ pub fn disk_pool_of(dev: Option<u64>) -> Option<(DiskId, String)> {
     Some((id, e.names.get(id.0).cloned().unwrap_or_default()))
 }
 
-/// 0: not decided yet (the environment decides), 1: copy, 2: splice.
+/// 0: not decided yet (the environment decides), 1: copy, 2: splice,
+/// 3: per transfer (splice over loopback).
 static RECV_SPLICE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Receive into files by splicing socket -> pipe -> file (`true`) or by
-/// reading into pool buffers and writing them (`false`, the default; see
-/// `recv.rs` for the measurements). Process-wide, for the transfers that
-/// start afterwards.
+/// reading into pool buffers and writing them (`false`), whatever the path.
+/// Without it (or `LIGHTPATH_RECV_SPLICE`), transfers over loopback splice
+/// and others copy (see `recv.rs` for the measurements). Process-wide, for
+/// the transfers that start afterwards.
 pub fn set_recv_splice(on: bool) {
     RECV_SPLICE.store(1 + u8::from(on), std::sync::atomic::Ordering::Relaxed);
 }
