@@ -90,6 +90,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let res = plan.execute()?;
     println!("{}", report::summary(&res));
     eprintln!("bench: results in {}", plan.out.display());
+    let failed = report::failures(&res);
+    // A quick run is CI's check that the harness and every tool still work:
+    // a failed run must fail it (a real run reports failures in its tables).
+    if args.quick && !failed.is_empty() {
+        anyhow::bail!("{} quick run(s) failed: {}", failed.len(), failed.join("; "));
+    }
     Ok(())
 }
 

@@ -285,3 +285,18 @@ runs / runs; statistics cover the successful runs, and every failure is listed u
 above the tools' own share means other work shared the CPUs with that scenario. Every run
 writes into a new file system (`dest_fs` in results.json; see bench/README.md).
 ";
+
+/// Every failed run and scenario, one line each.
+pub fn failures(res: &Results) -> Vec<String> {
+    let mut out = Vec::new();
+    for sc in &res.scenarios {
+        if let Some(e) = &sc.error {
+            out.push(format!("{}: {e}", sc.name));
+        }
+        for r in sc.runs.iter().filter(|r| !r.ok) {
+            let e = r.error.as_deref().unwrap_or("failed");
+            out.push(format!("{} | {} #{}: {e}", sc.name, r.label, r.repetition));
+        }
+    }
+    out
+}

@@ -177,12 +177,26 @@ fn guc_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
     f
 }
 
+/// lightpath's control ports on sides A and B. Not adjacent: a server
+/// takes its control port + 1 for the connections clients open ahead
+/// (`serve --ahead-port auto`), and on loopback both sides share one
+/// address, so B on 2912 found its port taken by A's.
+const LIGHTPATH_PORTS: (u16, u16) = (2911, 2921);
+
+fn lightpath_port(side: Side) -> u16 {
+    if side == Side::A {
+        LIGHTPATH_PORTS.0
+    } else {
+        LIGHTPATH_PORTS.1
+    }
+}
+
 fn lightpath(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Result<Invocation> {
     let bin = s(progs.lightpath.display());
     let (client_side, roles) = ctx.layout();
     let mut servers = Vec::new();
     for (role, side, root) in roles {
-        let (addr, port) = if side == Side::A { (ctx.a, 2911) } else { (ctx.b, 2912) };
+        let (addr, port) = (if side == Side::A { ctx.a } else { ctx.b }, lightpath_port(side));
         let mut argv =
             ["setpriv", "--reuid", SERVER_USER, "--regid", SERVER_USER, "--clear-groups"].map(String::from).to_vec();
         argv.extend([bin.clone(), "serve".into(), "--listen".into(), format!("{addr}:{port}")]);
@@ -219,7 +233,7 @@ fn lightpath_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
 
 fn lightpath_endpoints(ctx: &Ctx) -> Result<(String, String)> {
     let remote = |side: Side, path: &str| {
-        let (h, p) = if side == Side::A { (ctx.a, 2911) } else { (ctx.b, 2912) };
+        let (h, p) = (if side == Side::A { ctx.a } else { ctx.b }, lightpath_port(side));
         format!("ftp://{h}:{p}/{path}")
     };
     let (src_entry, dst_entry) = if ctx.is_memory() {

@@ -196,3 +196,17 @@ fn runs_where_the_emulator_fell_behind_are_named() {
     let md = report::summary(&res);
     assert!(md.contains("- emulator behind (packets more than 1 ms late) in: iperf3 -P 4 #2 (37)"), "{md}");
 }
+
+/// What fails a `--quick` run (CI's check that the harness still works).
+#[test]
+fn failures_list_every_failed_run_and_scenario() {
+    let mut res = results();
+    let f = report::failures(&res);
+    assert_eq!(f.len(), 4, "{f:?}");
+    assert!(f.contains(&"demo | lightpath -p 4 #2: client exited with code 1".to_string()), "{f:?}");
+    res.scenarios[0].error = Some("lab did not come up".into());
+    assert_eq!(report::failures(&res)[0], "demo: lab did not come up");
+    res.scenarios[0].runs.retain(|r| r.ok);
+    res.scenarios[0].error = None;
+    assert!(report::failures(&res).is_empty());
+}
