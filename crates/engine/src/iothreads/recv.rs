@@ -22,8 +22,9 @@
 //! reference, and once a file took one write at a time
 //! ([`crate::Sink::serial_writes`]) splicing halved the client's CPU: 3 GiB
 //! with -p 4, 4 interleaved pairs, 2.35-3.03 s and 1.6-2.4 s of client CPU
-//! against 3.54-3.99 s and 3.7-4.0 s copying. So loopback splices. (Before
-//! that, with four writers spinning on the inode lock, the two tied.)
+//! against 3.54-3.99 s and 3.7-4.0 s copying. So loopback splices. (An
+//! earlier measurement found the two tied there; probably four writers
+//! spinning on the inode lock hid the difference, which was not checked.)
 //! The transfer is complete when EOF arrived, as many EODs as it announced,
 //! and every piece is written. A connection stops being read after its EOD
 //! (it is kept for reuse unless the peer set CLOSE).
