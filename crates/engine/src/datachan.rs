@@ -273,8 +273,32 @@ mod tests {
     use super::*;
     use crate::io::{BytesSource, MemorySink};
 
-    /// MODE E receivers accept inside the engine, without [`tune`]: the
-    /// window must come from the listener.
+    /// A connected sender: two MODE E streams to `addr`.
+    fn sender(addr: std::net::SocketAddr) -> DataChannel {
+        let mut tx = DataChannel::new();
+        tx.connect_to(vec![addr]);
+        tx.prepare_send(2).unwrap();
+        tx
+    }
+
+    /// 100 kB from `tx` into `rx`, checked; `rx` keeps both connections.
+    fn transfer(rx: &mut DataChannel, mut tx: DataChannel) {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        let sent = data.clone();
+        let sending = std::thread::spawn(move || {
+            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10 };
+            tx.send_e(&BytesSource(sent), &plan, &Control::new()).unwrap();
+        });
+        let sink = MemorySink::new(1 << 20);
+        let opts = RecvOpts { base: 0, max_offset: 1 << 20, idle: Duration::from_secs(10) };
+        rx.recv_e(&sink, &opts, &Control::new()).unwrap();
+        sending.join().unwrap();
+        assert_eq!(sink.into_inner(), data);
+        assert_eq!(rx.cached.len(), 2);
+    }
+
+    /// MODE E connections accepted inside the engine start with the
+    /// listener's receive window.
     #[test]
     fn mode_e_connections_inherit_the_listeners_start_window() {
         let window = 3 << 20;
@@ -284,21 +308,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         rx.listen(l);
         assert!(!rx.prepare_recv().unwrap());
-        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
-        let sent = data.clone();
-        let sender = std::thread::spawn(move || {
-            let mut tx = DataChannel::new();
-            tx.connect_to(vec![addr]);
-            tx.prepare_send(2).unwrap();
-            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10 };
-            tx.send_e(&BytesSource(sent), &plan, &Control::new()).unwrap();
-        });
-        let sink = MemorySink::new(1 << 20);
-        let opts = RecvOpts { base: 0, max_offset: 1 << 20, idle: Duration::from_secs(10) };
-        rx.recv_e(&sink, &opts, &Control::new()).unwrap();
-        sender.join().unwrap();
-        assert_eq!(sink.into_inner(), data);
-        assert_eq!(rx.cached.len(), 2);
+        transfer(&mut rx, sender(addr));
         for c in &rx.cached {
             let got = socket2::SockRef::from(c).recv_buffer_size().unwrap();
             assert!(got >= window, "accepted socket's buffer {got} < {window}");
@@ -314,24 +324,11 @@ mod tests {
         let addr = l.local_addr().unwrap();
         rx.listen(l);
         assert!(!rx.prepare_recv().unwrap());
-        let mut tx = DataChannel::new();
-        tx.connect_to(vec![addr]);
-        tx.prepare_send(2).unwrap();
+        let tx = sender(addr);
         let buffer = 48 << 10;
         rx.opts.buffer = Some(buffer);
         rx.opts.congestion = Some("reno".into());
-        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
-        let sent = data.clone();
-        let sender = std::thread::spawn(move || {
-            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10 };
-            tx.send_e(&BytesSource(sent), &plan, &Control::new()).unwrap();
-        });
-        let sink = MemorySink::new(1 << 20);
-        let opts = RecvOpts { base: 0, max_offset: 1 << 20, idle: Duration::from_secs(10) };
-        rx.recv_e(&sink, &opts, &Control::new()).unwrap();
-        sender.join().unwrap();
-        assert_eq!(sink.into_inner(), data);
-        assert_eq!(rx.cached.len(), 2);
+        transfer(&mut rx, tx);
         for c in &rx.cached {
             let s = socket2::SockRef::from(c);
             // The kernel doubles what it is given, for its bookkeeping.

@@ -244,6 +244,7 @@ pub fn fastopen_server_allowed() -> bool {
         .and_then(|v| v.trim().parse::<u32>().ok())
         .is_some_and(|v| v & 2 != 0)
 }
+
 /// Give a TCP socket (connected, about to connect, or listening: accepted
 /// sockets inherit it) room for a receive window of `bytes` from its first
 /// round trip, with autotuning kept. Autotuning alone grows the buffer once
