@@ -75,7 +75,8 @@ impl LocalTarget {
         let t = OpenTarget { file: Some(f), temp: Some((tmp, path.clone())), fsync, direct };
         // On failure `t` is dropped, which removes the temporary file.
         if let Some(f) = &t.file {
-            lightpath_sys::file::preallocate(f, size)
+            // Full size at once: `finish` sets the length it received.
+            lightpath_sys::file::preallocate_sized(f, size)
                 .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", path.display())))?;
         }
         Ok(t)
@@ -177,5 +178,41 @@ impl LocalSource {
                 Ok(Box::new(FileSource::new(f, true).map_err(err)?))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_files(dir: &Path) -> Vec<PathBuf> {
+        let all = std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path());
+        all.filter(|p| p.to_string_lossy().ends_with(".part")).collect()
+    }
+
+    #[test]
+    fn a_temporary_target_is_reserved_at_full_size_and_finished_at_the_received_length() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let path = dir.path().join("f");
+        let w = LocalTarget::for_path(&path, false, false, 4 << 20).open().expect("open");
+        let tmp = temp_files(dir.path());
+        assert_eq!(tmp.len(), 1, "{tmp:?}");
+        assert_eq!(std::fs::metadata(&tmp[0]).expect("temp").len(), 4 << 20);
+        assert!(!path.exists(), "nothing under the final name before finish");
+        w.sink().write_all_at(b"shorter than announced", 0).expect("write");
+        w.finish(Some(22)).expect("finish");
+        assert_eq!(std::fs::read(&path).expect("final"), b"shorter than announced");
+        assert!(temp_files(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_dropped_temporary_target_leaves_nothing() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let path = dir.path().join("f");
+        let w = LocalTarget::for_path(&path, false, false, 1 << 20).open().expect("open");
+        w.sink().write_all_at(b"partial", 0).expect("write");
+        drop(w);
+        assert!(!path.exists());
+        assert!(temp_files(dir.path()).is_empty());
     }
 }

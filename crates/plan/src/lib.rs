@@ -152,10 +152,13 @@ pub const DIRECT_MIN_RTT_US: u64 = 10_000;
 /// Near the disk (loopback, LAN) the page cache stays, even for a file
 /// that must reach the disk (`--fsync`). In the bench (3 GiB over loopback,
 /// `bench/results/2026-11-22-session6-disk`) `--fsync` took 4.17 s through
-/// the page cache against 5.76 s direct (fio: 4.13 s). The likely cause,
-/// not profiled: on ext4 a direct write into preallocated (unwritten)
-/// blocks takes the inode lock exclusively, so the disk threads' writes to
-/// one file go one at a time, while write-back overlaps the copy. By hand the
+/// the page cache against 5.76 s direct (fio: 4.13 s). The temporary file
+/// was then kept at size 0, and on ext4 a direct write that extends a file
+/// takes the inode lock exclusively and waits for itself, so the disk
+/// threads' writes to one file went one at a time. With the file given its
+/// full size at once (`sys::file::preallocate_sized`), 5 interleaved hand
+/// runs measured direct 3.97-4.55 s against buffered 4.24-5.06 s (fio
+/// 2.97-3.99 s): no clear winner, so the rule stays. By hand the
 /// same choice once measured the other way (2 GiB: 3.28 s direct against
 /// 4.20-7.86 s), in one of this machine's phases of slow page-cache copies.
 pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64) -> bool {

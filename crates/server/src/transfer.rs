@@ -119,7 +119,9 @@ fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply>
         root.open_write(rel, WriteMode::InPlace).map(Target::InPlace)
     } else {
         root.create_temp(rel).and_then(|tmp| {
-            lightpath_sys::file::preallocate(tmp.file(), t.allo.unwrap_or(0))?;
+            // Full size at once: a STOR with ALLO must cover it all
+            // (`check_complete`), or the temporary file is removed.
+            lightpath_sys::file::preallocate_sized(tmp.file(), t.allo.unwrap_or(0))?;
             Ok(Target::Temp(tmp))
         })
     };

