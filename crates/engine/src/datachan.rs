@@ -66,13 +66,25 @@ impl Default for DataChannel {
 /// (see [`lightpath_sys::net::tune`]'s notes).
 pub const DEFAULT_CONGESTION: &str = "bbr";
 
-/// Unsent bytes a data socket may hold (`LIGHTPATH_NOTSENT_LOWAT`, bytes;
-/// 0 turns the bound off). See [`SockOpts::notsent_lowat`].
+/// Unsent bytes a data socket may hold until its pacing rate is known;
+/// a sending stream then holds [`lightpath_plan::notsent_bound`] of its
+/// own rate. `LIGHTPATH_NOTSENT_LOWAT` (bytes) fixes one bound for all
+/// streams instead, and 0 turns it off. See [`SockOpts::notsent_lowat`].
 pub const NOTSENT_LOWAT: u32 = 1 << 20;
 
+fn notsent_lowat_env() -> Option<u32> {
+    std::env::var("LIGHTPATH_NOTSENT_LOWAT").ok().and_then(|v| v.parse().ok())
+}
+
 fn notsent_lowat_default() -> Option<u32> {
-    let n = std::env::var("LIGHTPATH_NOTSENT_LOWAT").ok().and_then(|v| v.parse().ok()).unwrap_or(NOTSENT_LOWAT);
-    (n > 0).then_some(n)
+    Some(notsent_lowat_env().unwrap_or(NOTSENT_LOWAT)).filter(|&n| n > 0)
+}
+
+/// Whether sending streams fit their unsent bound to their pacing rate:
+/// unless `LIGHTPATH_NOTSENT_LOWAT` fixed it (read once).
+pub(crate) fn notsent_fitted() -> bool {
+    static FITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FITTED.get_or_init(|| notsent_lowat_env().is_none())
 }
 
 impl DataChannel {

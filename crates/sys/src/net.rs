@@ -166,6 +166,18 @@ pub fn syn_data_acked(sock: &impl AsFd) -> io::Result<bool> {
     Ok(tcp_info(sock)?.tcpi_options & TCPI_OPT_SYN_DATA != 0)
 }
 
+/// The rate (bytes/s) at which the kernel paces this socket's sends
+/// (`TCP_INFO`'s `tcpi_pacing_rate`); `None` while it has none.
+pub fn tcp_pacing_rate(sock: &impl AsFd) -> io::Result<Option<u64>> {
+    let r = tcp_info(sock)?.tcpi_pacing_rate;
+    Ok(Some(r).filter(|&r| r != 0 && r != u64::MAX))
+}
+
+/// Set `TCP_NOTSENT_LOWAT` (see [`SockOpts::notsent_lowat`]).
+pub fn set_notsent_lowat(sock: &impl AsFd, bytes: u32) -> io::Result<()> {
+    socket2::SockRef::from(sock).set_tcp_notsent_lowat(bytes)
+}
+
 /// `TCP_INFO` of a TCP socket. Neither socket2 nor rustix reads it.
 fn tcp_info(sock: &impl AsFd) -> io::Result<libc::tcp_info> {
     use std::os::fd::AsRawFd;

@@ -69,3 +69,18 @@ fn tune_applies_the_start_window() {
     assert!(lightpath_sys::net::tune(&c, &opts).is_empty());
     assert!(socket2::SockRef::from(&c).recv_buffer_size().unwrap() >= 2 << 20);
 }
+
+#[test]
+fn a_connection_that_sent_has_a_pacing_rate_and_takes_a_new_unsent_bound() {
+    use std::io::{Read, Write};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.write_all(&[7u8; 1 << 20]).unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    s.read_exact(&mut got).unwrap();
+    let rate = lightpath_sys::net::tcp_pacing_rate(&c).unwrap();
+    assert!(rate.is_some_and(|r| r > 1_000_000), "{rate:?} bytes/s after 1 MiB over loopback");
+    lightpath_sys::net::set_notsent_lowat(&c, 390_625).unwrap();
+    assert_eq!(socket2::SockRef::from(&c).tcp_notsent_lowat().unwrap(), 390_625);
+}

@@ -134,7 +134,15 @@ fn register(conns: &[TcpStream], job: &Arc<Job>, reg: &Registration) -> Result<(
     let n = conns.len() as u64;
     for (i, c) in conns.iter().enumerate() {
         let stream = dup_nonblocking(c).map_err(|e| EngineError::io(format!("data connection {i}"), e))?;
-        reg.add(Box::new(SendConn { job: job.clone(), index: i, streams: n, stream, cur: None, done: false }));
+        reg.add(Box::new(SendConn {
+            job: job.clone(),
+            index: i,
+            streams: n,
+            stream,
+            cur: None,
+            done: false,
+            lowat: Lowat::default(),
+        }));
     }
     Ok(())
 }
@@ -249,7 +257,19 @@ struct SendConn {
     stream: mio::net::TcpStream,
     cur: Option<Cur>,
     done: bool,
+    lowat: Lowat,
 }
+
+/// A sending connection's unsent bound ([`lightpath_plan::notsent_bound`]),
+/// fitted to its pacing rate at most every [`LOWAT_EVERY`].
+#[derive(Default)]
+struct Lowat {
+    next_at: Option<Instant>,
+    bytes: u32,
+}
+
+/// How often a connection re-reads its pacing rate (when it takes a block).
+const LOWAT_EVERY: Duration = Duration::from_millis(50);
 
 /// What a connection takes from its job next.
 enum Next {
@@ -260,6 +280,21 @@ enum Next {
 }
 
 impl SendConn {
+    /// Fit the unsent bound to the pacing rate (see [`Lowat`]).
+    fn fit_lowat(&mut self) {
+        let now = Instant::now();
+        if !crate::datachan::notsent_fitted() || self.lowat.next_at.is_some_and(|t| now < t) {
+            return;
+        }
+        self.lowat.next_at = Some(now + LOWAT_EVERY);
+        let Ok(Some(rate)) = lightpath_sys::net::tcp_pacing_rate(&self.stream) else { return };
+        if let Some(b) = lightpath_plan::notsent_bound(rate, self.lowat.bytes) {
+            if lightpath_sys::net::set_notsent_lowat(&self.stream, b).is_ok() {
+                self.lowat.bytes = b;
+            }
+        }
+    }
+
     fn next(&self) -> Next {
         let mut st = self.job.lock();
         if st.stopped {
@@ -345,7 +380,10 @@ impl Conn for SendConn {
         while !self.done {
             if self.cur.is_none() {
                 let (ready, trailer) = match self.next() {
-                    Next::Block(b) => (b, false),
+                    Next::Block(b) => {
+                        self.fit_lowat();
+                        (b, false)
+                    }
                     Next::Trailer => (self.trailer(), true),
                     Next::Wait => return Turn::Paused,
                     Next::Stop => return Turn::Done,
