@@ -1,8 +1,9 @@
 //! `cp --direct-io`: downloads written with O_DIRECT arrive byte-exact,
 //! including a tail that is not a multiple of the file system's block, and
 //! the choice is visible at -v. `auto` keeps loopback (a short RTT)
-//! buffered; the long-path side of `auto` is unit-tested in `plan` and
-//! measured in the bench (`wan-clean-1g-file`).
+//! buffered unless a large file must reach the disk (`--fsync`); the
+//! long-path side of `auto` is unit-tested in `plan` and measured in the
+//! bench (`wan-clean-1g-file`).
 
 mod common;
 use common::*;
@@ -13,6 +14,21 @@ fn cp_v(mode: &str, src: &str, dst: &Path) -> (bool, String) {
     let dst = dst.display().to_string();
     let out = Command::new(LP).args(["-v", "cp", "-q", "-p", "4", "--direct-io", mode, src, &dst]).output().unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_large_flushed_download_over_loopback_is_written_directly() {
+    let (_d, root, local) = root_and_local();
+    // The smallest file `auto` writes directly, plus an odd tail.
+    write_random(&root.join("big"), (64 << 20) + 513, 3);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let dst = local.join("big").display().to_string();
+    let out = Command::new(LP).args(["-v", "cp", "-q", "--fsync", &url, &dst]).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_same_file(&root.join("big"), &local.join("big"));
+    assert!(log.contains("download written with direct I/O"), "{log}");
 }
 
 #[test]

@@ -51,6 +51,11 @@ impl LocalTarget {
         }
     }
 
+    /// Whether it must reach the disk before it is published (`--fsync`).
+    pub fn fsync(&self) -> bool {
+        matches!(self, LocalTarget::File { fsync: true, .. })
+    }
+
     /// The same target, written directly (`on`) or through the page cache.
     pub fn direct(mut self, on: bool) -> LocalTarget {
         if let LocalTarget::File { direct, .. } = &mut self {

@@ -525,7 +525,7 @@ impl Session {
     /// options and this session's RTT say ([`lightpath_plan::direct_io_for`]).
     fn choose_io(&self, target: LocalTarget) -> LocalTarget {
         let rtt_us = self.ctl.rtt.as_micros() as u64;
-        let direct = lightpath_plan::direct_io_for(self.opts.direct_io, rtt_us, target.size());
+        let direct = lightpath_plan::direct_io_for(self.opts.direct_io, rtt_us, target.size(), target.fsync());
         if direct {
             tracing::info!(rtt_us, size = target.size(), "download written with direct I/O");
         }

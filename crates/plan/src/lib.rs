@@ -141,7 +141,8 @@ pub const DIRECT_MIN_BYTES: u64 = 64 << 20;
 pub const DIRECT_MIN_RTT_US: u64 = 10_000;
 
 /// Whether to write a received file of `size` bytes (0: unknown) directly,
-/// over a path with this RTT.
+/// over a path with this RTT; `fsync`: the file must reach the disk before
+/// it is published.
 ///
 /// Over a long path the network, not the disk, sets the rate, and the copy
 /// into the page cache is most of the receiver's CPU. Measured on the
@@ -149,23 +150,22 @@ pub const DIRECT_MIN_RTT_US: u64 = 10_000;
 /// system time buffered against 1.2-1.4 s direct, at the same wall time
 /// (9.44-9.51 s against 9.37-9.40 s).
 ///
-/// Near the disk (loopback, LAN) the page cache stays, even for a file
-/// that must reach the disk (`--fsync`). In the bench (3 GiB over loopback,
-/// `bench/results/2026-11-22-session6-disk`) `--fsync` took 4.17 s through
-/// the page cache against 5.76 s direct (fio: 4.13 s). The temporary file
-/// was then kept at size 0, and on ext4 a direct write that extends a file
-/// takes the inode lock exclusively and waits for itself, so the disk
-/// threads' writes to one file went one at a time. With the file given its
-/// full size at once (`sys::file::preallocate_sized`), 5 interleaved hand
-/// runs measured direct 3.97-4.55 s against buffered 4.24-5.06 s (fio
-/// 2.97-3.99 s): no clear winner, so the rule stays. By hand the
-/// same choice once measured the other way (2 GiB: 3.28 s direct against
-/// 4.20-7.86 s), in one of this machine's phases of slow page-cache copies.
-pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64) -> bool {
+/// Near the disk (loopback, LAN) the page cache stays, unless the file must
+/// reach the disk anyway (`--fsync`): then the page cache only adds a copy.
+/// 3 GiB over loopback with `--fsync`, bench
+/// `bench/results/2026-11-22-session10-sized`: 4.04 s (3.81-4.13) direct
+/// against 4.51 s (4.37-6.30) buffered, fio 3.50 s. (Session 6 measured the
+/// other way, 5.76 s direct against 4.17 s, while the temporary file was
+/// kept at size 0: on ext4 a direct write that extends a file takes the
+/// inode lock exclusively and waits for itself, so one file's writes went
+/// one at a time; `sys::file::preallocate_sized` ended that.) Without
+/// `--fsync`, loopback copies end with their last writes in the page cache,
+/// which direct I/O cannot beat.
+pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64, fsync: bool) -> bool {
     match mode {
         DirectIo::Always => true,
         DirectIo::Never => false,
-        DirectIo::Auto => rtt_us >= DIRECT_MIN_RTT_US && size >= DIRECT_MIN_BYTES,
+        DirectIo::Auto => (fsync || rtt_us >= DIRECT_MIN_RTT_US) && size >= DIRECT_MIN_BYTES,
     }
 }
 
@@ -225,15 +225,17 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn direct_io_for_long_paths_and_large_files_only() {
+    fn direct_io_for_large_files_over_long_paths_or_flushed() {
         let gib = 1 << 30;
-        assert!(direct_io_for(DirectIo::Auto, 95_000, gib));
-        assert!(direct_io_for(DirectIo::Auto, DIRECT_MIN_RTT_US, DIRECT_MIN_BYTES));
-        assert!(!direct_io_for(DirectIo::Auto, 200, gib), "loopback stays buffered");
-        assert!(!direct_io_for(DirectIo::Auto, 95_000, DIRECT_MIN_BYTES - 1), "small file");
-        assert!(!direct_io_for(DirectIo::Auto, 95_000, 0), "unknown size");
-        assert!(direct_io_for(DirectIo::Always, 200, 1));
-        assert!(!direct_io_for(DirectIo::Never, 95_000, gib));
+        assert!(direct_io_for(DirectIo::Auto, 95_000, gib, false));
+        assert!(direct_io_for(DirectIo::Auto, DIRECT_MIN_RTT_US, DIRECT_MIN_BYTES, false));
+        assert!(!direct_io_for(DirectIo::Auto, 200, gib, false), "loopback stays buffered");
+        assert!(direct_io_for(DirectIo::Auto, 200, gib, true), "unless the file must reach the disk");
+        assert!(!direct_io_for(DirectIo::Auto, 200, DIRECT_MIN_BYTES - 1, true), "small file");
+        assert!(!direct_io_for(DirectIo::Auto, 95_000, DIRECT_MIN_BYTES - 1, false), "small file");
+        assert!(!direct_io_for(DirectIo::Auto, 95_000, 0, true), "unknown size");
+        assert!(direct_io_for(DirectIo::Always, 200, 1, false));
+        assert!(!direct_io_for(DirectIo::Never, 95_000, gib, true));
     }
 
     fn ranges() -> impl Strategy<Value = Vec<(u64, u64)>> {

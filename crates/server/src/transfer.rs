@@ -65,7 +65,7 @@ pub fn execute(
         match open_target(root, memory, &t) {
             Ok(target) => {
                 let size = t.allo.unwrap_or(0);
-                let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt.as_micros() as u64, size);
+                let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt.as_micros() as u64, size, cfg.fsync);
                 if direct {
                     tracing::info!(rtt_us = rtt.as_micros() as u64, size, "upload written with direct I/O");
                 }
