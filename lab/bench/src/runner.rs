@@ -339,7 +339,13 @@ fn iperf3_timing(rec: &mut RunRecord, json_path: &Path) -> Result<()> {
         "retransmits": end["sum_sent"]["retransmits"],
     });
     rec.tool_report = Some(report);
-    let bps = recv_bps.filter(|b| *b > 0.0).ok_or_else(|| anyhow!("iperf3 reported no received rate"))?;
+    // A run of a few MB over loopback can end (well under 1 ms) before the
+    // receiver has counted anything: iperf3 then reports 0 received. When
+    // every byte was sent, the sender's rate is the only figure it gives.
+    let sent_all = end["sum_sent"]["bytes"].as_u64().is_some_and(|b| b >= rec.payload_bytes);
+    let send_bps = end["sum_sent"]["bits_per_second"].as_f64().filter(|_| sent_all);
+    let bps = recv_bps.filter(|b| *b > 0.0).or(send_bps).filter(|b| *b > 0.0);
+    let bps = bps.ok_or_else(|| anyhow!("iperf3 reported no received rate"))?;
     rec.goodput_bps = bps;
     rec.ttc_s = rec.payload_bytes as f64 * 8.0 / bps;
     Ok(())
