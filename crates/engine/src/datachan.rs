@@ -11,6 +11,7 @@ use crate::stream;
 use lightpath_proto::RangeSet;
 use lightpath_sys::net::{tune, wait_readable, SockOpts};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// Which way the cached connections carry data.
@@ -87,6 +88,14 @@ pub(crate) fn notsent_fitted() -> bool {
     *FITTED.get_or_init(|| notsent_lowat_env().is_none())
 }
 
+/// Apply `opts` to `sock` ([`tune`]), logging at debug level, under
+/// `what`, each option the kernel refused.
+pub(crate) fn tune_logged(sock: &impl AsFd, opts: &SockOpts, what: &str) {
+    for note in tune(sock, opts) {
+        tracing::debug!("{what}: {note}");
+    }
+}
+
 impl DataChannel {
     /// A channel with no endpoint yet.
     pub fn new() -> Self {
@@ -98,9 +107,7 @@ impl DataChannel {
     /// receive window among them) before their first byte.
     pub fn listen(&mut self, l: TcpListener) {
         self.drop_cache();
-        for note in tune(&l, &self.opts) {
-            tracing::debug!("data listener: {note}");
-        }
+        tune_logged(&l, &self.opts, "data listener");
         self.endpoint = Some(Endpoint::Listen(l));
     }
 
@@ -209,9 +216,7 @@ impl DataChannel {
     pub fn recv_e(&mut self, sink: &dyn Sink, opts: &RecvOpts, ctl: &Control) -> Result<RangeSet> {
         let listener = match &self.endpoint {
             Some(Endpoint::Listen(l)) => {
-                for note in tune(l, &self.opts) {
-                    tracing::debug!("data listener: {note}");
-                }
+                tune_logged(l, &self.opts, "data listener");
                 Some((l, &self.opts))
             }
             _ => None,
@@ -273,9 +278,7 @@ impl DataChannel {
     }
 
     fn prepare_socket(&self, c: &TcpStream) {
-        for note in tune(c, &self.opts) {
-            tracing::debug!("data socket: {note}");
-        }
+        tune_logged(c, &self.opts, "data socket");
         let _ = c.set_write_timeout(Some(self.idle));
     }
 }

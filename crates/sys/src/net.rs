@@ -144,7 +144,7 @@ pub fn tune(sock: &impl AsFd, opts: &SockOpts) -> Vec<String> {
         }
     }
     if let Some(n) = opts.notsent_lowat {
-        if let Err(e) = s.set_tcp_notsent_lowat(n) {
+        if let Err(e) = set_notsent_lowat(sock, n) {
             notes.push(format!("TCP_NOTSENT_LOWAT {n}: {e}"));
         }
     }

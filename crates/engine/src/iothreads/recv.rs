@@ -40,7 +40,7 @@ use crate::pool::{BlockBuf, BufferPool};
 use crate::progress::Control;
 use lightpath_proto::modee::{HEADER_LEN, MAX_STREAMS};
 use lightpath_proto::{BlockHeader, RangeSet};
-use lightpath_sys::net::{tune, SockOpts, Waker};
+use lightpath_sys::net::{SockOpts, Waker};
 use lightpath_sys::scoped::Scope;
 use lightpath_sys::splice::Pipe;
 use std::collections::VecDeque;
@@ -356,9 +356,7 @@ impl<'a> Driver<'a> {
     fn accept(&mut self, l: &TcpListener, sock: &SockOpts, all: &mut Vec<TcpStream>) -> Result<()> {
         match l.accept() {
             Ok((c, _)) => {
-                for note in tune(&c, sock) {
-                    tracing::debug!("data socket: {note}");
-                }
+                crate::datachan::tune_logged(&c, sock, "data socket");
                 self.accepted += 1;
                 if self.accepted > MAX_STREAMS {
                     return Err(EngineError::Protocol("too many data connections".into()));
