@@ -183,11 +183,12 @@ fn guc_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
 /// address, so B on 2912 found its port taken by A's.
 const LIGHTPATH_PORTS: (u16, u16) = (2911, 2921);
 
-fn lightpath_port(side: Side) -> u16 {
+/// Where side `side`'s lightpath server listens.
+fn lightpath_addr(ctx: &Ctx, side: Side) -> (Ipv4Addr, u16) {
     if side == Side::A {
-        LIGHTPATH_PORTS.0
+        (ctx.a, LIGHTPATH_PORTS.0)
     } else {
-        LIGHTPATH_PORTS.1
+        (ctx.b, LIGHTPATH_PORTS.1)
     }
 }
 
@@ -196,7 +197,7 @@ fn lightpath(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Result<Invocation>
     let (client_side, roles) = ctx.layout();
     let mut servers = Vec::new();
     for (role, side, root) in roles {
-        let (addr, port) = (if side == Side::A { ctx.a } else { ctx.b }, lightpath_port(side));
+        let (addr, port) = lightpath_addr(ctx, side);
         let mut argv =
             ["setpriv", "--reuid", SERVER_USER, "--regid", SERVER_USER, "--clear-groups"].map(String::from).to_vec();
         argv.extend([bin.clone(), "serve".into(), "--listen".into(), format!("{addr}:{port}")]);
@@ -233,7 +234,7 @@ fn lightpath_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
 
 fn lightpath_endpoints(ctx: &Ctx) -> Result<(String, String)> {
     let remote = |side: Side, path: &str| {
-        let (h, p) = (if side == Side::A { ctx.a } else { ctx.b }, lightpath_port(side));
+        let (h, p) = lightpath_addr(ctx, side);
         format!("ftp://{h}:{p}/{path}")
     };
     let (src_entry, dst_entry) = if ctx.is_memory() {
