@@ -186,8 +186,10 @@ pub const NOTSENT_MAX: u32 = 4 << 20;
 /// unsent only it can send. At the end of a 1 GiB download over the 95 ms
 /// path, 32 BBR streams paced at 23-86 Mbit/s each held about 1 MiB (one
 /// bound for all), so the slowest drained 0.1-0.15 s after the others. With
-/// the bound fitted to each stream's rate they drain together: 11 of 11
-/// interleaved hand runs, median 9.01 s against 9.08 s.
+/// the bound fitted to each stream's rate, two sets of 11 interleaved hand
+/// runs gave medians of 9.01 and 9.05 s against 9.08 and 9.07 s, fewer slow
+/// runs above all; the bench's median (`2026-11-22-session10-lowat`) stayed
+/// at 9.08 s.
 pub fn notsent_bound(rate: u64, current: u32) -> Option<u32> {
     let want = rate.saturating_mul(NOTSENT_MS) / 1000;
     let want = want.clamp(u64::from(NOTSENT_MIN), u64::from(NOTSENT_MAX)) as u32;
