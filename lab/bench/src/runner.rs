@@ -413,3 +413,41 @@ fn keep_logs(env: &Env, rec: &RunRecord, logs: &Path) {
         let _ = fs::copy(e.path(), dir.join(e.file_name()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `iperf3_timing` of a JSON report with these `end` sums, for 8 MB.
+    fn timing(received: (u64, f64), sent: (u64, f64)) -> Result<RunRecord> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("client.out");
+        let end = serde_json::json!({ "end": {
+            "sum_received": { "bytes": received.0, "seconds": 0.003, "bits_per_second": received.1 },
+            "sum_sent": { "bytes": sent.0, "bits_per_second": sent.1, "retransmits": 0 },
+        }});
+        fs::write(&path, end.to_string())?;
+        let mut rec = RunRecord { payload_bytes: 8_000_000, ..Default::default() };
+        iperf3_timing(&mut rec, &path)?;
+        Ok(rec)
+    }
+
+    #[test]
+    fn iperf3_time_comes_from_the_receivers_rate() {
+        let rec = timing((8_000_000, 4e9), (8_126_464, 8e9)).unwrap();
+        assert_eq!(rec.goodput_bps, 4e9);
+        assert_eq!(rec.ttc_s, 0.016);
+    }
+
+    #[test]
+    fn a_run_over_before_the_receiver_counted_takes_the_senders_rate() {
+        let rec = timing((0, 0.0), (8_126_464, 1e11)).unwrap();
+        assert_eq!(rec.goodput_bps, 1e11);
+    }
+
+    #[test]
+    fn nothing_received_of_a_short_send_is_a_failed_run() {
+        let e = timing((0, 0.0), (4_000_000, 1e11)).unwrap_err();
+        assert!(e.to_string().contains("no received rate"), "{e}");
+    }
+}
