@@ -8,6 +8,10 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 
+// Every automatic stream count can be opened ahead: a DCON hello counts at
+// most `MAX_COUNT` connections, and more would wait a round trip for PASV.
+const _: () = assert!(lightpath_plan::MAX_AUTO_STREAMS <= lightpath_proto::ahead::MAX_COUNT);
+
 /// Data connections opened ahead, each with the hello written.
 #[derive(Debug)]
 pub struct AheadConns {

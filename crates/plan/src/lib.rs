@@ -78,15 +78,22 @@ pub fn auto_streams(rtt_us: u64, window: u64, target_bps: u64, min: u32, max: u3
 }
 
 /// The fewest streams worth opening on a path with this RTT. Every stream
-/// starts at the kernel's initial window (10 segments), so n streams leave
-/// slow start log2(n) round trips sooner; on a long path that is most of a
-/// short transfer. Measured on the emulated 1 Gbit/s, 95 ms path (5000
-/// files, 480 MB as one virtual file): 4 streams 5.0-5.7 s, 8 streams
-/// 5.3 s, 16 streams 4.8 s. Once the receiver served its connections
-/// fairly (a network thread's resume order), 32 streams beat 16 there too,
-/// in 3 interleaved hand runs each: 1 GiB 8.98-9.07 s against 9.05-9.17 s,
-/// 5000 files 4.24-4.31 s against 4.27-4.32 s, 30 x 15 MB 3.97-4.02 s
-/// against 4.03-4.04 s.
+/// starts small: the sender's initial window is 10 segments, and the
+/// receiver's first window is at most 64 KiB (a SYN's window field is not
+/// scaled, and Linux grows the window only as data arrives). So n streams
+/// carry about n x 64 KiB in their first round trip and leave slow start
+/// log2(n) round trips sooner; on a long path that is most of a short
+/// transfer. Measured on the emulated 1 Gbit/s, 95 ms path (5000 files,
+/// 480 MB as one virtual file): 4 streams 5.0-5.7 s, 8 streams 5.3 s, 16
+/// streams 4.8 s; once the receiver served its connections fairly, 32 beat
+/// 16 (1 GiB 8.98-9.07 s against 9.05-9.17 s). With 32 streams the first
+/// round trip of a 1 GiB download carried 2.1 MB (32 x 64 KiB) and the line
+/// was full after 3.3 round trips; with 64, 4.2 MB and 1.4 round trips.
+/// Interleaved hand runs, medians of 7: 64 streams 8.95 s, 48 streams
+/// 8.98 s, 32 streams 9.07 s; 5000 files 4.25 s against 4.29 s, 30 x 15 MB
+/// 4.04 s against 4.03 s (5 each). 96 and 128 streams were slower (9.25 s,
+/// 9.34 s): past DCON's 64 connections (`lightpath_proto::ahead::MAX_COUNT`)
+/// the data connections are opened after login, a round trip later.
 pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
     match rtt_us {
         50_000.. => MAX_AUTO_STREAMS,
@@ -96,7 +103,7 @@ pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
 }
 
 /// The most streams chosen without `-p`.
-pub const MAX_AUTO_STREAMS: u32 = 32;
+pub const MAX_AUTO_STREAMS: u32 = 64;
 
 /// The rate a receiver plans for when it is not told one (the client's
 /// `--rate-hint` default): 10 Gbit/s.
@@ -277,7 +284,7 @@ mod tests {
         assert_eq!(auto_streams(95_000, 4 << 20, 1_000_000_000, 1, 64), 3);
         // 10 Gbit/s needs 29 such streams (capped at 16 here).
         assert_eq!(auto_streams(95_000, 4 << 20, 10_000_000_000, 1, 16), 16);
-        assert_eq!(auto_streams(95_000, 4 << 20, 10_000_000_000, 1, MAX_AUTO_STREAMS), 29);
+        assert_eq!(auto_streams(95_000, 4 << 20, 10_000_000_000, 1, 32), 29);
         // Loopback: the floor.
         assert_eq!(auto_streams(30, 4 << 20, 10_000_000_000, 4, 16), 4);
         assert_eq!(auto_streams(0, 0, 0, 0, 0), 1);
@@ -294,7 +301,7 @@ mod tests {
     fn longer_paths_open_more_streams() {
         assert_eq!(min_streams_for_rtt(100), 4);
         assert_eq!(min_streams_for_rtt(25_000), 8);
-        assert_eq!(min_streams_for_rtt(95_000), 32);
+        assert_eq!(min_streams_for_rtt(95_000), 64);
         let mut last = 0;
         for rtt in (0..300_000).step_by(1000) {
             let n = min_streams_for_rtt(rtt);
