@@ -29,6 +29,17 @@ pub trait Source: Sync {
 pub trait Sink: Sync {
     /// Write all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Write `bufs` back to back from `offset`. Files take them in one
+    /// request (`pwritev`): received pieces that are contiguous in the
+    /// file become one larger write.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_all_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// The file behind the sink, when bytes may go straight from the
     /// socket into it (`splice`, no copy through user space).
     fn file(&self) -> Option<&File> {
@@ -125,6 +136,9 @@ pub struct FileSink<'a>(pub &'a File);
 impl Sink for FileSink<'_> {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        lightpath_sys::file::write_all_vectored_at(self.0, bufs, offset)
     }
     fn file(&self) -> Option<&File> {
         Some(self.0)

@@ -33,6 +33,29 @@ fn fallocate(file: &File, flags: rustix::fs::FallocateFlags, len: u64) -> io::Re
     }
 }
 
+/// Write all of `bufs`, back to back, into `file` from `offset` with
+/// `pwritev`, looping on short writes and interruptions: pieces that are
+/// contiguous in the file go down in one request (std has no positioned
+/// vectored write on stable).
+pub fn write_all_vectored_at(file: &File, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+    let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
+    io::IoSlice::advance_slices(&mut rest, 0);
+    let mut at = offset;
+    while !rest.is_empty() {
+        match rustix::io::pwritev(file, rest, at) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                at += n as u64;
+                io::IoSlice::advance_slices(&mut rest, n);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// The kernel's largest TCP receive and send windows (`tcp_rmem`/`tcp_wmem`
 /// maxima) in this network namespace; `None` where /proc does not say.
 pub fn tcp_window_limits() -> (Option<u64>, Option<u64>) {

@@ -1,8 +1,9 @@
 //! Space reservation: kept at size 0 for files written in place, full size
 //! at once for temporary files. Needs /var/tmp on a disk file system (ext4
-//! here), which has fallocate.
+//! here), which has fallocate. And positioned vectored writes.
 
-use lightpath_sys::file::{preallocate, preallocate_sized};
+use lightpath_sys::file::{preallocate, preallocate_sized, write_all_vectored_at};
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 
 fn disk_file() -> std::fs::File {
@@ -32,4 +33,24 @@ fn nothing_to_reserve_leaves_the_file_alone() {
     let f = disk_file();
     preallocate_sized(&f, 0).expect("no-op");
     assert_eq!(f.metadata().expect("metadata").len(), 0);
+}
+
+#[test]
+fn a_vectored_write_lands_its_pieces_back_to_back_at_the_offset() {
+    let f = disk_file();
+    let (a, b, c) = (vec![1u8; 5000], Vec::new(), vec![3u8; 70_000]);
+    write_all_vectored_at(&f, &[&a, &b, &c], 100).expect("pwritev");
+    let mut got = vec![0u8; 100 + 75_000];
+    f.read_exact_at(&mut got, 0).expect("read back");
+    assert!(got[..100].iter().all(|&x| x == 0));
+    assert_eq!(&got[100..5100], &a[..]);
+    assert_eq!(&got[5100..], &c[..]);
+    write_all_vectored_at(&f, &[], 0).expect("nothing to write");
+    assert_eq!(f.metadata().expect("metadata").len(), 75_100);
+}
+
+#[test]
+fn a_vectored_write_to_a_read_only_file_fails() {
+    let f = std::fs::File::open("/proc/self/status").expect("open");
+    assert!(write_all_vectored_at(&f, &[b"x"], 0).is_err());
 }
