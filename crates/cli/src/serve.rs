@@ -40,9 +40,10 @@ pub struct ServeArgs {
     /// across power loss; costs the disk's write-back time per file).
     #[arg(long, env = "LIGHTPATH_FSYNC")]
     pub fsync: bool,
-    /// Write uploads with direct I/O (O_DIRECT): auto (files of 64 MiB and
-    /// more, as ALLO announces, over paths of 10 ms RTT and more), always,
-    /// or never.
+    /// Direct I/O (O_DIRECT): auto writes uploads of 64 MiB and more (as
+    /// ALLO announces) over paths of 10 ms RTT and more directly, and reads
+    /// downloads of 64 MiB and more directly for clients on this host when
+    /// the file is mostly not in the page cache; always or never for all.
     #[arg(long, value_enum, default_value = "auto", env = "LIGHTPATH_DIRECT_IO")]
     pub direct_io: crate::cp::DirectIoArg,
     /// Port for data connections a lightpath client opens ahead, while it

@@ -1,6 +1,6 @@
 //! `cp --direct-io`: downloads written with O_DIRECT arrive byte-exact,
 //! including a tail that is not a multiple of the file system's block, and
-//! the choice is visible at -v. `auto` keeps loopback (a short RTT)
+//! the choice is visible at -v; the server's direct uploads and reads too. `auto` keeps loopback (a short RTT)
 //! buffered unless a large file must reach the disk (`--fsync`); the
 //! long-path side of `auto` is unit-tested in `plan` and measured in the
 //! bench (`wan-clean-1g-file`).
@@ -63,26 +63,62 @@ fn direct_writes_arrive_exact_and_say_so() {
     assert!(log.contains("download written with direct I/O"), "{log}");
 }
 
+/// A server at -v with `extra` arguments, logging to `log`; its port.
+fn logged_server(root: &Path, log: &Path, extra: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let mut child = Command::new(LP)
+        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
+        .arg("--root")
+        .arg(root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_port(&mut child, port);
+    (Proc(child), port)
+}
+
 #[test]
 fn the_server_writes_uploads_directly_when_told() {
     let (d, root, local) = root_and_local();
     write_random(&local.join("file"), 5 * (1 << 20) + 511, 9);
     let log_path = d.path().join("server.log");
-    let port = free_port();
-    let mut child = Command::new(LP)
-        .args(["-v", "serve", "--anonymous", "--direct-io", "always", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--root")
-        .arg(&root)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    wait_port(&mut child, port);
-    let _server = Proc(child);
+    let (_server, port) = logged_server(&root, &log_path, &["--direct-io", "always"]);
     let src = local.join("file").display().to_string();
     assert!(lp_cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/up")]));
     assert_same_file(&local.join("file"), &root.join("up"));
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(log.contains("upload written with direct I/O"), "{log}");
     assert!(log.contains("upload sink mode=direct (memory align"), "{log}");
+}
+
+/// Drop `p` from the page cache (written back first) and check it left.
+fn drop_from_cache(p: &Path) {
+    std::fs::File::open(p).unwrap().sync_all().unwrap();
+    let st = Command::new("dd").arg(format!("if={}", p.display())).args(["iflag=nocache", "count=0"]).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let f = std::fs::File::open(p).unwrap();
+    assert_eq!(lightpath_sys::file::is_cached_at(&f, 32 << 20), Some(false), "{} still cached", p.display());
+}
+
+#[test]
+fn the_server_reads_a_large_uncached_file_directly_for_a_client_on_this_host() {
+    let (d, root, local) = root_and_local();
+    let big = root.join("big");
+    write_random(&big, (64 << 20) + 513, 5);
+    drop_from_cache(&big);
+    let log_path = d.path().join("server.log");
+    let (_server, port) = logged_server(&root, &log_path, &[]);
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    assert!(lp_cp(&["-p", "4", &url, &local.join("cold").display().to_string()]));
+    assert_same_file(&big, &local.join("cold"));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(log.matches("download read directly").count(), 1, "{log}");
+    // Once in the page cache, it is sent from there.
+    std::fs::read(&big).unwrap();
+    assert!(lp_cp(&["-p", "4", &url, &local.join("hot").display().to_string()]));
+    assert_same_file(&big, &local.join("hot"));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(log.matches("download read directly").count(), 1, "the cached file went by sendfile: {log}");
 }

@@ -78,7 +78,8 @@ pub struct ServerConfig {
     /// Flush uploads to disk before publishing them under their names.
     pub fsync: bool,
     /// When uploads bypass the page cache (`plan::direct_io_for`, with the
-    /// control connection's RTT, the size ALLO announced and `fsync`).
+    /// control connection's RTT, the size ALLO announced and `fsync`), and
+    /// downloads (`plan::direct_read_for`).
     pub direct_io: lightpath_plan::DirectIo,
     /// Where data connections opened ahead (`DCON`) go.
     pub ahead: ahead::AheadPort,

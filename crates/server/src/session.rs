@@ -291,9 +291,9 @@ impl Session {
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
         dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
-        let rtt = self.rtt;
+        let path = transfer::ClientPath { rtt: self.rtt, loopback: self.peer.is_some_and(|p| p.ip().is_loopback()) };
         let mut job = tokio::task::spawn_blocking(move || {
-            let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, rtt);
+            let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, path);
             (dc, r)
         });
         let ready = ready_rx.await.unwrap_or_else(|_| Err(Reply::new(451, "Internal error.")));

@@ -4,7 +4,7 @@
 
 use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
 use crate::listing::{facts, list_line};
-use lightpath_engine::dio::file_sink;
+use lightpath_engine::dio::{file_sink, DirectFileSource};
 use lightpath_engine::{
     BytesSource, Control, DataChannel, EngineError, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source, ZeroSource,
     DEFAULT_BLOCK,
@@ -45,6 +45,16 @@ impl Target {
     }
 }
 
+/// What the session knows of the path to its client.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientPath {
+    /// The control connection's RTT (from the handshake).
+    pub rtt: std::time::Duration,
+    /// The client is on this host: its control connection comes from a
+    /// loopback address.
+    pub loopback: bool,
+}
+
 /// Run `t`. Returns bytes moved, or the error reply.
 pub fn execute(
     root: &Root,
@@ -53,9 +63,9 @@ pub fn execute(
     t: Transfer,
     ctl: &Control,
     ready: Ready,
-    rtt: std::time::Duration,
+    path: ClientPath,
 ) -> Result<u64, Reply> {
-    let memory = cfg.memory_paths;
+    let (memory, rtt) = (cfg.memory_paths, path.rtt);
     match t.kind {
         TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
         TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready),
@@ -74,7 +84,7 @@ pub fn execute(
             Err(r) => fail_early(ready, r),
         }
     } else {
-        match open_source(root, memory, &t) {
+        match open_source(root, memory, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
             Ok(src) => send(dc, &t, src.as_ref(), ctl, ready),
             Err(r) => fail_early(ready, r),
         }
@@ -91,23 +101,68 @@ fn is_mem(memory: bool, p: &VPath, name: &[u8]) -> bool {
     memory && p.as_bytes() == name
 }
 
-fn open_source(root: &Root, memory: bool, t: &Transfer) -> Result<Box<dyn Source>, Reply> {
+/// What a download reads: a listing, memory, or the file (see [`file_source`]).
+enum Opened {
+    Ready(Box<dyn Source>),
+    File(File),
+}
+
+fn open_source(root: &Root, memory: bool, t: &Transfer) -> Result<Opened, Reply> {
     match t.kind {
         TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst => {
-            return listing(root, t).map(|b| Box::new(BytesSource(b)) as _)
+            return listing(root, t).map(|b| Opened::Ready(Box::new(BytesSource(b))))
         }
         _ => {}
     }
     if is_mem(memory, &t.path, DEV_ZERO) {
         return match t.kind {
-            TransferKind::Eret { offset, len } => Ok(Box::new(ZeroSource(offset.saturating_add(len)))),
+            TransferKind::Eret { offset, len } => Ok(Opened::Ready(Box::new(ZeroSource(offset.saturating_add(len))))),
             _ => Err(Reply::new(501, "/dev/zero needs ERET with a length")),
         };
     }
-    let f = root.open_read(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
-    let src = FileSource::new(f, true).map_err(|e| io_reply(&t.path, &e))?;
-    Ok(Box::new(src))
+    root.open_read(t.path.relative()).map(Opened::File).map_err(|e| io_reply(&t.path, &e))
 }
+
+/// The source for a file to send: `sendfile` from the page cache, or
+/// direct reads into the engine's buffers ([`lightpath_plan::direct_read_for`]).
+fn file_source(
+    o: Opened,
+    mode: lightpath_plan::DirectIo,
+    loopback: bool,
+    t: &Transfer,
+) -> Result<Box<dyn Source>, Reply> {
+    let f = match o {
+        Opened::Ready(s) => return Ok(s),
+        Opened::File(f) => f,
+    };
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let cached = cached_estimate(&f, size);
+    if lightpath_plan::direct_read_for(mode, loopback, size, cached) {
+        let src = DirectFileSource::new(f, false).map_err(|e| io_reply(&t.path, &e))?;
+        tracing::info!(size, ?cached, mode = %src.mode(), "download read directly, not with sendfile");
+        return Ok(Box::new(src));
+    }
+    Ok(Box::new(FileSource::new(f, true).map_err(|e| io_reply(&t.path, &e))?))
+}
+
+/// Bytes of `f` in the page cache, estimated from [`CACHE_PROBES`] probes,
+/// one at a varying place in each equal part of its `size` bytes (a probe
+/// may read ahead around itself, so the same places would soon all look
+/// cached); `None` if the kernel cannot say.
+fn cached_estimate(f: &File, size: u64) -> Option<u64> {
+    let part = size / CACHE_PROBES;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let within = u64::from(nanos).wrapping_mul(0x9E37_79B9_7F4A_7C15) % part.max(1);
+    let mut hits = 0;
+    for i in 0..CACHE_PROBES {
+        hits += u64::from(lightpath_sys::file::is_cached_at(f, part * i + within)?);
+    }
+    Some(part * hits)
+}
+
+/// Probes of [`cached_estimate`]: each costs a system call and may start
+/// a small readahead.
+const CACHE_PROBES: u64 = 4;
 
 fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply> {
     if is_mem(memory, &t.path, DEV_NULL) {

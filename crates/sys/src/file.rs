@@ -56,6 +56,22 @@ pub fn write_all_vectored_at(file: &File, bufs: &[&[u8]], offset: u64) -> io::Re
     Ok(())
 }
 
+/// Whether the byte of `file` at `offset` sits in the page cache: a
+/// one-byte `preadv2(RWF_NOWAIT)`, which fails with `EAGAIN` rather than
+/// wait for the disk. `None` where the kernel or file system cannot say.
+/// (`cachestat` and `mincore` answer only for files the caller may write,
+/// and a server reads files it does not own. The probe may start a small
+/// readahead around `offset`.)
+pub fn is_cached_at(file: &File, offset: u64) -> Option<bool> {
+    let mut b = [0u8; 1];
+    let mut bufs = [io::IoSliceMut::new(&mut b)];
+    match rustix::io::preadv2(file, &mut bufs, offset, rustix::io::ReadWriteFlags::NOWAIT) {
+        Ok(n) => Some(n > 0),
+        Err(rustix::io::Errno::AGAIN) => Some(false),
+        Err(_) => None,
+    }
+}
+
 /// The kernel's largest TCP receive and send windows (`tcp_rmem`/`tcp_wmem`
 /// maxima) in this network namespace; `None` where /proc does not say.
 pub fn tcp_window_limits() -> (Option<u64>, Option<u64>) {

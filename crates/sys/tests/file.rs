@@ -2,7 +2,7 @@
 //! at once for temporary files. Needs /var/tmp on a disk file system (ext4
 //! here), which has fallocate. And positioned vectored writes.
 
-use lightpath_sys::file::{preallocate, preallocate_sized, write_all_vectored_at};
+use lightpath_sys::file::{is_cached_at, preallocate, preallocate_sized, write_all_vectored_at};
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::MetadataExt;
 
@@ -53,4 +53,15 @@ fn a_vectored_write_lands_its_pieces_back_to_back_at_the_offset() {
 fn a_vectored_write_to_a_read_only_file_fails() {
     let f = std::fs::File::open("/proc/self/status").expect("open");
     assert!(write_all_vectored_at(&f, &[b"x"], 0).is_err());
+}
+
+#[test]
+fn the_cache_probe_follows_writes_and_drops() {
+    let f = disk_file();
+    write_all_vectored_at(&f, &[&vec![7u8; 4 << 20]], 0).expect("write");
+    assert_eq!(is_cached_at(&f, 3 << 20), Some(true), "just written");
+    f.sync_all().expect("fsync");
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+    assert_eq!(is_cached_at(&f, 3 << 20), Some(false), "dropped");
+    assert_eq!(is_cached_at(&f, 8 << 20), Some(false), "past the end: nothing to read");
 }
