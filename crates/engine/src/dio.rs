@@ -192,8 +192,8 @@ impl DirectIo {
     }
 
     /// Write `bufs` back to back from `offset`: the leading pieces that
-    /// suit direct I/O as one request (`pwritev`; the disk sees 1 MiB
-    /// rather than four 256 KiB writes), the rest piece by piece.
+    /// suit direct I/O as one request (`pwritev`; the disk sees one large
+    /// write rather than several of 256 KiB), the rest piece by piece.
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
         let (mut done, mut at) = (0, offset);
         if let Some(d) = self.active() {
