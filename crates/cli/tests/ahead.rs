@@ -194,3 +194,35 @@ fn connections_that_never_arrive_are_not_opened_again() {
     let again = book_line(&book, port).unwrap();
     assert!(again.starts_with(&format!("127.0.0.1 {port} 0 ")), "it stays out of reach: {again}");
 }
+
+#[test]
+fn a_full_park_is_told_at_once_and_the_server_stays_in_the_book() {
+    use std::io::Write;
+    let (d, root, local) = root_and_local();
+    write_random(&root.join("file"), 3_000_017, 12);
+    let book = d.path().join("peers");
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let url = format!("ftp://127.0.0.1:{port}/file");
+    let (ok, log) = cp_vv(&book, &[&url, &local.join("first").display().to_string()]);
+    assert!(ok, "{log}");
+    let learned = format!("127.0.0.1 {port} {} ", port + 1);
+    assert!(book_line(&book, port).is_some_and(|l| l.starts_with(&learned)), "the DCON port is learned");
+    // Fill this address's share of the park with hellos of other tokens.
+    let share = lightpath_server::ahead::MAX_PARKED_PER_IP;
+    let held: Vec<std::net::TcpStream> = (0..share)
+        .map(|i| {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port + 1)).unwrap();
+            let token = lightpath_proto::ahead::Token([(i % 251) as u8 + 1; 16]);
+            c.write_all(&lightpath_proto::ahead::hello(&token)).unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500)); // the server reads the hellos
+    let (ok, log) = cp_vv(&book, &["-p", "3", &url, &local.join("second").display().to_string()]);
+    assert!(ok, "{log}");
+    assert_same_file(&root.join("file"), &local.join("second"));
+    assert!(log.contains("< 450 DCON: server busy"), "{log}");
+    let line = book_line(&book, port).unwrap_or_default();
+    assert!(line.starts_with(&learned), "DCON stays on for later: {line}\n{log}");
+    drop(held);
+}

@@ -4,9 +4,16 @@
 //!
 //! Everything that arrives here is hostile until its hello parses: a
 //! connection must send the 20-byte hello within [`HELLO_WAIT`], at most
-//! [`MAX_PARKED`] wait in all, unclaimed ones are closed after [`PARK_MAX`],
-//! and a session only gets connections that came from its own control
-//! connection's IP with its exact token and count.
+//! [`MAX_PARKED`] wait in all and [`MAX_PARKED_PER_IP`] from one address,
+//! unclaimed ones are closed after [`PARK_MAX`], and a session only gets
+//! connections that came from its own control connection's IP with its
+//! exact token and count.
+//!
+//! When the park is full, a connection that arrives is closed, and so are
+//! the others of its token: its `DCON` cannot be met, and is told so at
+//! once ([`ClaimError::Busy`]) instead of waiting out the claim, so the
+//! client falls back to PORT or PASV one round trip later and keeps using
+//! `DCON` with this server later (a 425 would make it stop for good).
 
 use lightpath_proto::ahead::{parse_hello, DconArgs, Token, HELLO_LEN};
 use std::collections::HashMap;
@@ -21,6 +28,37 @@ pub const HELLO_WAIT: Duration = Duration::from_secs(10);
 pub const PARK_MAX: Duration = Duration::from_secs(60);
 /// Connections parked at most, all tokens together.
 pub const MAX_PARKED: usize = 1024;
+/// Connections parked at most from one address: four clients that open
+/// the most a `DCON` counts, so one host cannot fill the park.
+pub const MAX_PARKED_PER_IP: usize = 4 * lightpath_proto::ahead::MAX_COUNT as usize;
+/// Tokens remembered as turned away for a full park (their `DCON` is told
+/// so at once); beyond that, a claim waits and fails as before.
+const MAX_BUSY: usize = 1024;
+
+/// Why a claim failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimError {
+    /// Fewer connections than announced arrived in time.
+    Missing { arrived: usize, count: u32 },
+    /// More connections than announced carried the token.
+    Extra { arrived: usize, count: u32 },
+    /// The park was full when some arrived: all of them were closed.
+    Busy,
+}
+
+impl std::fmt::Display for ClaimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClaimError::Missing { arrived, count } => {
+                write!(f, "{arrived} of {count} data connections opened ahead arrived")
+            }
+            ClaimError::Extra { arrived, count } => {
+                write!(f, "{arrived} data connections carried the token, not {count}")
+            }
+            ClaimError::Busy => write!(f, "server busy: too many data connections opened ahead wait; they were closed"),
+        }
+    }
+}
 
 /// Which port the server takes for data connections opened ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +91,8 @@ struct Parked {
     ip: IpAddr,
     conns: Vec<TcpStream>,
     since: Instant,
+    /// Some were turned away for a full park: the claim fails at once.
+    busy: bool,
 }
 
 /// Connections that said hello, by token.
@@ -110,23 +150,41 @@ impl Ahead {
     pub fn park(&self, token: Token, ip: IpAddr, conn: TcpStream) {
         let mut m = self.lock();
         m.retain(|_, p| p.since.elapsed() < PARK_MAX);
-        if m.values().map(|p| p.conns.len()).sum::<usize>() >= MAX_PARKED {
-            tracing::warn!(%ip, "data connection ahead refused: {MAX_PARKED} already wait");
-            return;
-        }
-        let p = m.entry(token).or_insert_with(|| Parked { ip, conns: Vec::new(), since: Instant::now() });
-        if p.ip != ip {
+        if m.get(&token).is_some_and(|p| p.ip != ip) {
             tracing::warn!(%ip, "data connection ahead refused: its token came from another address");
             return;
         }
-        p.conns.push(conn);
+        let (all, mine) = m
+            .values()
+            .fold((0, 0), |(all, mine), p| (all + p.conns.len(), mine + if p.ip == ip { p.conns.len() } else { 0 }));
+        if all >= MAX_PARKED || mine >= MAX_PARKED_PER_IP {
+            tracing::warn!(%ip, all, from_ip = mine, "data connection ahead refused: the park is full");
+            Self::turn_away(&mut m, token, ip);
+        } else {
+            let p =
+                m.entry(token).or_insert_with(|| Parked { ip, conns: Vec::new(), since: Instant::now(), busy: false });
+            if !p.busy {
+                p.conns.push(conn);
+            }
+        }
         drop(m);
         self.arrived.notify_waiters();
     }
 
+    /// Close what `token` holds and mark it busy, so its claim fails at
+    /// once (unless [`MAX_BUSY`] tokens are marked already).
+    fn turn_away(m: &mut HashMap<Token, Parked>, token: Token, ip: IpAddr) {
+        if !m.contains_key(&token) && m.values().filter(|p| p.busy).count() >= MAX_BUSY {
+            return;
+        }
+        let p = m.entry(token).or_insert_with(|| Parked { ip, conns: Vec::new(), since: Instant::now(), busy: true });
+        p.conns.clear();
+        p.busy = true;
+    }
+
     /// The `count` connections with `token` from `ip`, waiting up to `wait`
     /// for them to arrive (their hellos and the `DCON` travel side by side).
-    pub async fn claim(&self, a: DconArgs, ip: IpAddr, wait: Duration) -> Result<Vec<TcpStream>, String> {
+    pub async fn claim(&self, a: DconArgs, ip: IpAddr, wait: Duration) -> Result<Vec<TcpStream>, ClaimError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.arrived.notified();
@@ -136,11 +194,7 @@ impl Ahead {
                 return r;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(format!(
-                    "{} of {} data connections opened ahead arrived",
-                    self.give_up(a.token, ip),
-                    a.count
-                ));
+                return Err(ClaimError::Missing { arrived: self.give_up(a.token, ip), count: a.count });
             }
         }
     }
@@ -155,16 +209,19 @@ impl Ahead {
         0
     }
 
-    fn try_claim(&self, a: DconArgs, ip: IpAddr) -> Option<Result<Vec<TcpStream>, String>> {
+    fn try_claim(&self, a: DconArgs, ip: IpAddr) -> Option<Result<Vec<TcpStream>, ClaimError>> {
         let mut m = self.lock();
         let p = m.get(&a.token).filter(|p| p.ip == ip)?;
         let n = p.conns.len();
-        if n < a.count as usize {
+        if n < a.count as usize && !p.busy {
             return None;
         }
         let p = m.remove(&a.token)?;
+        if p.busy {
+            return Some(Err(ClaimError::Busy));
+        }
         if n > a.count as usize {
-            return Some(Err(format!("{n} data connections carried the token, not {}", a.count)));
+            return Some(Err(ClaimError::Extra { arrived: n, count: a.count }));
         }
         Some(Ok(p.conns))
     }
@@ -197,7 +254,7 @@ mod tests {
         let got = a.claim(args(1, 2), LO, Duration::from_millis(10)).await.unwrap();
         assert_eq!(got.len(), 2);
         let again = a.claim(args(1, 2), LO, Duration::from_millis(10)).await;
-        assert!(again.unwrap_err().contains("0 of 2"));
+        assert!(again.unwrap_err().to_string().contains("0 of 2"));
         assert_eq!(a.claim(args(2, 1), LO, Duration::ZERO).await.unwrap().len(), 1);
     }
 
@@ -206,7 +263,7 @@ mod tests {
         let a = Ahead::default();
         a.park(Token([3; 16]), LO, pair());
         a.park(Token([3; 16]), OTHER, pair()); // refused: the token is LO's
-        let err = a.claim(args(3, 1), OTHER, Duration::from_millis(10)).await.unwrap_err();
+        let err = a.claim(args(3, 1), OTHER, Duration::from_millis(10)).await.unwrap_err().to_string();
         assert!(err.contains("0 of 1"), "{err}");
         // The failed claim from elsewhere left LO's connection where it was.
         assert_eq!(a.claim(args(3, 1), LO, Duration::ZERO).await.unwrap().len(), 1);
@@ -218,10 +275,45 @@ mod tests {
         for _ in 0..3 {
             a.park(Token([4; 16]), LO, pair());
         }
-        assert!(a.claim(args(4, 2), LO, Duration::ZERO).await.unwrap_err().contains("3 data connections"));
+        assert!(a.claim(args(4, 2), LO, Duration::ZERO).await.unwrap_err().to_string().contains("3 data connections"));
         a.park(Token([5; 16]), LO, pair());
-        let err = a.claim(args(5, 2), LO, Duration::from_millis(20)).await.unwrap_err();
+        let err = a.claim(args(5, 2), LO, Duration::from_millis(20)).await.unwrap_err().to_string();
         assert!(err.contains("1 of 2"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_full_park_turns_a_token_away_and_its_claim_fails_at_once() {
+        let a = Ahead::default();
+        // One address fills its share; the next token from it is turned away.
+        for i in 0..MAX_PARKED_PER_IP {
+            a.park(Token([10 + (i / 64) as u8; 16]), LO, pair());
+        }
+        a.park(Token([20; 16]), LO, pair());
+        let t = Instant::now();
+        let err = a.claim(args(20, 2), LO, Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err, ClaimError::Busy);
+        assert!(t.elapsed() < Duration::from_secs(1), "told at once, not after the wait");
+        // Another address still has room, and the first one's tokens are intact.
+        a.park(Token([21; 16]), OTHER, pair());
+        assert_eq!(a.claim(args(21, 1), OTHER, Duration::ZERO).await.unwrap().len(), 1);
+        assert_eq!(a.claim(args(10, 64), LO, Duration::ZERO).await.unwrap().len(), 64);
+        // With room again, a new token parks; the busy one stays refused.
+        a.park(Token([22; 16]), LO, pair());
+        assert_eq!(a.claim(args(22, 1), LO, Duration::ZERO).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_token_half_parked_when_the_park_fills_loses_the_rest_too() {
+        let a = Ahead::default();
+        a.park(Token([30; 16]), LO, pair());
+        for i in 0..MAX_PARKED_PER_IP - 1 {
+            a.park(Token([31 + (i / 64) as u8; 16]), LO, pair());
+        }
+        a.park(Token([30; 16]), LO, pair()); // over the share: token 30 is turned away
+        assert_eq!(a.claim(args(30, 2), LO, Duration::from_secs(5)).await.unwrap_err(), ClaimError::Busy);
+        // Its first connection was closed too, making room for another.
+        a.park(Token([40; 16]), LO, pair());
+        assert_eq!(a.claim(args(40, 1), LO, Duration::ZERO).await.unwrap().len(), 1);
     }
 
     #[tokio::test]

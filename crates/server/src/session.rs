@@ -249,6 +249,8 @@ impl Session {
                 self.dc.adopt(conns);
                 Reply::new(200, format!("DCON: {} data connections adopted.", a.count))
             }
+            // Not 425: the client takes that for a port it cannot reach.
+            Err(why @ crate::ahead::ClaimError::Busy) => Reply::new(450, format!("DCON: {why}; use PORT or PASV.")),
             Err(why) => Reply::new(425, format!("DCON: {why}.")),
         };
         self.send(&reply).await
