@@ -120,6 +120,13 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
 
 /// Run the server until killed.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // Before the port listens: a client may connect as soon as it does.
+    let show = |n: Option<u64>| n.map_or("unlimited".to_string(), |n| n.to_string());
+    match lightpath_sys::privs::raise_open_files_limit() {
+        Ok((from, to)) if from != to => tracing::info!("open files limit raised from {} to {}", show(from), show(to)),
+        Ok((n, _)) => tracing::info!("open files limit {}", show(n)),
+        Err(e) => tracing::warn!("open files limit not raised: {e}"),
+    }
     let (l, ahead) = bind_and_drop(&args)?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
     let io = IoConfig { net_threads: args.net_threads, disk_threads };

@@ -80,3 +80,28 @@ fn twenty_sessions_share_the_fixed_io_threads() {
         samples.iter().map(|s| (s.0, s.1)).filter(|&s| s != (NET, DISK)).collect::<Vec<_>>()
     );
 }
+
+/// The soft limit on open files of process `pid` (from /proc).
+fn open_files_soft_limit(pid: u32) -> String {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("a Max open files line");
+    line.split_whitespace().nth(3).expect("soft limit").to_string()
+}
+
+#[test]
+fn the_server_raises_its_open_files_limit_to_the_hard_one() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let port = free_port();
+    let mut child = std::process::Command::new("prlimit")
+        .args(["--nofile=256:4096", LP, "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--root")
+        .arg(&root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("prlimit (util-linux)");
+    wait_port(&mut child, port);
+    let server = Proc(child);
+    assert_eq!(open_files_soft_limit(server.0.id()), "4096");
+}

@@ -38,3 +38,17 @@ pub fn drop_to(uid: u32, gid: u32) -> io::Result<()> {
 pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
+
+/// Raise the soft limit on open files to the hard limit (a server holds a
+/// descriptor per control connection, data connection and parked
+/// connection opened ahead; the usual soft limit is 1024). Returns the
+/// soft limit before and after; `None` stands for unlimited.
+pub fn raise_open_files_limit() -> io::Result<(Option<u64>, Option<u64>)> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let old = getrlimit(Resource::Nofile);
+    if old.current == old.maximum {
+        return Ok((old.current, old.current));
+    }
+    setrlimit(Resource::Nofile, Rlimit { current: old.maximum, maximum: old.maximum })?;
+    Ok((old.current, old.maximum))
+}
