@@ -1,9 +1,9 @@
 //! `cp --direct-io`: downloads written with O_DIRECT arrive byte-exact,
 //! including a tail that is not a multiple of the file system's block, and
-//! the choice is visible at -v; the server's direct uploads and reads too. `auto` keeps loopback (a short RTT)
-//! buffered unless a large file must reach the disk (`--fsync`); the
-//! long-path side of `auto` is unit-tested in `plan` and measured in the
-//! bench (`wan-clean-1g-file`).
+//! the choice is visible at -v; the server's direct uploads and reads too.
+//! `auto` keeps loopback (a short RTT) buffered unless a large file must
+//! reach the disk (`--fsync`); the long-path side of `auto` is unit-tested
+//! in `plan` and measured in the bench (`wan-clean-1g-file`).
 
 mod common;
 use common::*;

@@ -203,39 +203,43 @@ fn source_offers_its_file_for_sendfile_only_when_asked() {
     assert!(DirectFileSource::new(g, false).expect("source").file().is_none());
 }
 
-/// Pieces in pool buffers, `lens` long, holding the file's bytes from `off`.
-fn pool_pieces(pool: &BufferPool, off: u64, lens: &[usize]) -> Vec<lightpath_engine::pool::PoolBuf> {
+/// Write pieces `lens` long, holding the file's bytes from `off`, from
+/// pool buffers with one `write_vectored_at`.
+fn write_pieces(sink: &DirectFileSink, pool: &BufferPool, off: u64, lens: &[usize]) {
     let mut at = off;
-    let mut out = Vec::new();
+    let mut pieces = Vec::new();
     for &len in lens {
         let mut pb = pool.get();
         pb.set_len(len);
         pb.copy_from_slice(&expected(at, len));
-        out.push(pb);
+        pieces.push(pb);
         at += len as u64;
     }
-    out
+    let bufs: Vec<&[u8]> = pieces.iter().map(|b| &b[..]).collect();
+    sink.write_vectored_at(&bufs, off).expect("write");
+}
+
+/// A sink for a new file of `size` bytes in `dir`, the file to check it
+/// with, and a pool of 1 MiB buffers.
+fn vectored_setup(dir: &str, size: u64) -> (DirectFileSink, File, BufferPool) {
+    let f = tempfile::tempfile_in(dir).expect("temp");
+    let check = f.try_clone().expect("clone");
+    let sink = DirectFileSink::new(f, Some(size)).expect("sink");
+    let pool = BufferPool::new(&PoolOptions { count: 4, size: 1 << 20, ..Default::default() }).expect("pool");
+    (sink, check, pool)
 }
 
 #[test]
 fn vectored_writes_go_direct_as_one_run_and_the_rest_piece_by_piece() {
     let size = 5 << 20;
-    let f = tempfile::tempfile_in(DISK).expect("temp");
-    let check = f.try_clone().expect("clone");
-    let sink = DirectFileSink::new(f, Some(size)).expect("sink");
-    let pool = BufferPool::new(&PoolOptions { count: 8, size: 1 << 20, ..Default::default() }).expect("pool");
+    let (sink, check, pool) = vectored_setup(DISK, size);
     // Aligned run of three, then one that is not a whole number of pages.
-    let a = pool_pieces(&pool, 0, &[1 << 20, 1 << 20, 1 << 20, (1 << 20) - 100]);
-    let bufs: Vec<&[u8]> = a.iter().map(|b| &b[..]).collect();
-    sink.write_vectored_at(&bufs, 0).expect("write");
+    write_pieces(&sink, &pool, 0, &[1 << 20, 1 << 20, 1 << 20, (1 << 20) - 100]);
     let st = sink.stats();
     assert_eq!(st.direct, (3 << 20) + (1 << 20) - 4096, "{st:?}");
     assert_eq!(st.buffered, 4096 - 100, "{st:?}");
     // The rest from an unaligned offset: no direct run, each piece split.
-    let start = (4 << 20) - 100;
-    let b = pool_pieces(&pool, start, &[100, (1 << 20) - 8192, 8192]);
-    let bufs: Vec<&[u8]> = b.iter().map(|b| &b[..]).collect();
-    sink.write_vectored_at(&bufs, start).expect("write");
+    write_pieces(&sink, &pool, (4 << 20) - 100, &[100, (1 << 20) - 8192, 8192]);
     assert_eq!(sink.stats().copied, 0, "pool memory is aligned: {:?}", sink.stats());
     check_file(&check, size);
 }
@@ -243,13 +247,8 @@ fn vectored_writes_go_direct_as_one_run_and_the_rest_piece_by_piece() {
 #[test]
 fn vectored_writes_on_tmpfs_are_buffered_and_exact() {
     let size = 3 << 20;
-    let f = tempfile::tempfile_in(SHM).expect("temp");
-    let check = f.try_clone().expect("clone");
-    let sink = DirectFileSink::new(f, Some(size)).expect("sink");
-    let pool = BufferPool::new(&PoolOptions { count: 4, size: 1 << 20, ..Default::default() }).expect("pool");
-    let a = pool_pieces(&pool, 0, &[1 << 20, 1 << 20, 1 << 20]);
-    let bufs: Vec<&[u8]> = a.iter().map(|b| &b[..]).collect();
-    sink.write_vectored_at(&bufs, 0).expect("write");
+    let (sink, check, pool) = vectored_setup(SHM, size);
+    write_pieces(&sink, &pool, 0, &[1 << 20, 1 << 20, 1 << 20]);
     assert_eq!((sink.stats().direct, sink.stats().buffered), (0, size), "{:?}", sink.stats());
     check_file(&check, size);
 }
