@@ -165,7 +165,11 @@ pub const DIRECT_MIN_RTT_US: u64 = 10_000;
 /// other way, 5.76 s direct against 4.17 s, while the temporary file was
 /// kept at size 0: on ext4 a direct write that extends a file takes the
 /// inode lock exclusively and waits for itself, so one file's writes went
-/// one at a time; `sys::file::preallocate_sized` ended that.) Without
+/// one at a time; `sys::file::preallocate_sized` ended that.) Later runs
+/// disagree: with the server reading directly (`direct_read_for`), bench
+/// `2026-11-22-session12-loopback-file` gave 5.28 s direct against 4.28 s
+/// buffered, `2026-11-22-session12-loopback` 5.05 s against 5.18 s, and 4
+/// interleaved hand runs 3.25 s against 6.80 s; the rule stays. Without
 /// `--fsync`, loopback copies end with their last writes in the page cache,
 /// which direct I/O cannot beat.
 pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64, fsync: bool) -> bool {
@@ -176,10 +180,10 @@ pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64, fsync: bool) -> boo
     }
 }
 
-/// Whether a server reads a file of `size` bytes it sends, `cached` of them
-/// in the page cache (`None`: unknown), with direct I/O into its buffers
-/// instead of `sendfile` from the page cache; `loopback`: the client is on
-/// the same host.
+/// Whether a server reads a file of `size` bytes it sends with direct I/O
+/// into its buffers instead of `sendfile` from the page cache; `loopback`:
+/// the client is on the same host; `cached`: how many of its bytes are in
+/// the page cache (`None`: unknown), asked only when the answer decides.
 ///
 /// Over loopback the receiver copies every byte out of the pages the
 /// sender hands it, so `sendfile` saves nothing there, and copying pages
@@ -189,15 +193,14 @@ pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64, fsync: bool) -> boo
 /// (3.24-5.05) with direct reads against 7.61 s (7.44-8.26) with
 /// `sendfile`, the receiving client's CPU 0.90-1.17 s against 8.9-10.2 s;
 /// without (3 pairs) 3.94 s against 11.08 s, client CPU 1.4-1.9 s against
-/// 10.7-11.2 s. A file mostly in the page cache
-/// keeps `sendfile` (it is not read from the disk at all), and so does any
-/// other path: over the emulated 95 ms path, 1 GiB, 5 pairs, the wall time
+/// 10.7-11.2 s. A file mostly in the page cache keeps `sendfile` (it is
+/// not read from the disk at all), and so does any other path: over the emulated 95 ms path, 1 GiB, 5 pairs, the wall time
 /// was the same (9.01 s) and the server's CPU 0.93 s against 0.61 s.
-pub fn direct_read_for(mode: DirectIo, loopback: bool, size: u64, cached: Option<u64>) -> bool {
+pub fn direct_read_for(mode: DirectIo, loopback: bool, size: u64, cached: impl FnOnce() -> Option<u64>) -> bool {
     match mode {
         DirectIo::Always => true,
         DirectIo::Never => false,
-        DirectIo::Auto => loopback && size >= DIRECT_MIN_BYTES && cached.is_some_and(|c| c < size / 2),
+        DirectIo::Auto => loopback && size >= DIRECT_MIN_BYTES && cached().is_some_and(|c| c < size / 2),
     }
 }
 
@@ -275,14 +278,16 @@ mod tests {
     #[test]
     fn direct_reads_for_large_uncached_files_sent_over_loopback() {
         let gib = 1 << 30;
-        assert!(direct_read_for(DirectIo::Auto, true, gib, Some(0)));
-        assert!(direct_read_for(DirectIo::Auto, true, DIRECT_MIN_BYTES, Some(DIRECT_MIN_BYTES / 2 - 1)));
-        assert!(!direct_read_for(DirectIo::Auto, true, gib, Some(gib / 2)), "half cached: sendfile");
-        assert!(!direct_read_for(DirectIo::Auto, true, gib, None), "cache unknown: sendfile");
-        assert!(!direct_read_for(DirectIo::Auto, false, gib, Some(0)), "over a network: sendfile");
-        assert!(!direct_read_for(DirectIo::Auto, true, DIRECT_MIN_BYTES - 1, Some(0)), "small file");
-        assert!(direct_read_for(DirectIo::Always, false, 1, Some(1)));
-        assert!(!direct_read_for(DirectIo::Never, true, gib, Some(0)));
+        let half = DIRECT_MIN_BYTES / 2 - 1;
+        let unasked = || -> Option<u64> { panic!("the page cache was probed where it decides nothing") };
+        assert!(direct_read_for(DirectIo::Auto, true, gib, || Some(0)));
+        assert!(direct_read_for(DirectIo::Auto, true, DIRECT_MIN_BYTES, || Some(half)));
+        assert!(!direct_read_for(DirectIo::Auto, true, gib, || Some(gib / 2)), "half cached: sendfile");
+        assert!(!direct_read_for(DirectIo::Auto, true, gib, || None), "cache unknown: sendfile");
+        assert!(!direct_read_for(DirectIo::Auto, false, gib, unasked), "over a network: sendfile");
+        assert!(!direct_read_for(DirectIo::Auto, true, DIRECT_MIN_BYTES - 1, unasked), "small file");
+        assert!(direct_read_for(DirectIo::Always, false, 1, unasked));
+        assert!(!direct_read_for(DirectIo::Never, true, gib, unasked));
     }
 
     fn ranges() -> impl Strategy<Value = Vec<(u64, u64)>> {

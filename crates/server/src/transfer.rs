@@ -136,10 +136,12 @@ fn file_source(
         Opened::File(f) => f,
     };
     let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-    // Probe only where the answer matters (not for every small file).
-    let probe = loopback && size >= lightpath_plan::DIRECT_MIN_BYTES && mode == lightpath_plan::DirectIo::Auto;
-    let cached = probe.then(|| cached_estimate(&f, size)).flatten();
-    if lightpath_plan::direct_read_for(mode, loopback, size, cached) {
+    let mut cached = None;
+    let probe = || {
+        cached = cached_estimate(&f, size);
+        cached
+    };
+    if lightpath_plan::direct_read_for(mode, loopback, size, probe) {
         let src = DirectFileSource::new(f, false).map_err(|e| io_reply(&t.path, &e))?;
         tracing::info!(size, ?cached, mode = %src.mode(), "download read directly, not with sendfile");
         return Ok(Box::new(src));
