@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lightpath_sys::mem::{self, AlignedBuf};
+use lightpath_sys::mem::{self, AlignedBuf, Region};
 
 /// How to build a [`BufferPool`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,11 +101,8 @@ impl BufferPool {
         if opts.count == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer pool of zero buffers"));
         }
-        let mut free = Vec::with_capacity(opts.count);
         let mut notes = Vec::new();
-        for _ in 0..opts.count {
-            free.push(prepare(opts, &mut notes)?);
-        }
+        let free = prepare_all(opts, &mut notes)?;
         let inner = Inner {
             free: Mutex::new(free),
             cond: Condvar::new(),
@@ -196,6 +193,12 @@ impl BufferPool {
         }
     }
 
+    /// Bytes of the pool on transparent huge pages now (`None`: not known).
+    pub fn huge_page_bytes(&self) -> Option<u64> {
+        let free = self.inner.lock_free();
+        free.first().and_then(mem::huge_page_bytes)
+    }
+
     /// What was asked but could not be done ("mlock: Operation not
     /// permitted"...), one line per kind of failure, for `--verbose`.
     pub fn notes(&self) -> &[String] {
@@ -203,22 +206,27 @@ impl BufferPool {
     }
 }
 
-/// Allocate one buffer, place it, lock it, fault its pages in. Lock and
-/// placement failures are noted once each.
-fn prepare(opts: &PoolOptions, notes: &mut Vec<String>) -> io::Result<AlignedBuf> {
-    let mut b = AlignedBuf::new(opts.size, opts.align)?;
+/// Allocate every buffer in one region on transparent huge pages, place
+/// and lock the region, fault its pages in. What could not be done is
+/// noted once each.
+fn prepare_all(opts: &PoolOptions, notes: &mut Vec<String>) -> io::Result<Vec<AlignedBuf>> {
+    let region = Region::new(opts.count, opts.size, opts.align)?;
+    if let Err(e) = region.huge_pages() {
+        note_once(notes, format!("transparent huge pages: {e}"));
+    }
     if let Some(node) = opts.node {
-        if let Err(e) = mem::bind_to_node(&b, node) {
+        if let Err(e) = region.bind_to_node(node) {
             note_once(notes, format!("NUMA node {node}: {e}"));
         }
     }
     if opts.lock {
-        if let Err(e) = mem::lock(&b) {
+        if let Err(e) = region.lock() {
             note_once(notes, format!("mlock: {e}"));
         }
     }
-    b.prefault();
-    Ok(b)
+    let mut bufs = region.into_buffers();
+    bufs.iter_mut().for_each(AlignedBuf::prefault);
+    Ok(bufs)
 }
 
 fn note_once(notes: &mut Vec<String>, note: String) {

@@ -135,3 +135,20 @@ fn bad_options_are_errors() {
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     }
 }
+
+#[test]
+fn a_pool_of_several_mib_sits_on_huge_pages_where_the_kernel_has_them() {
+    let p = pool(16, 256 << 10, 4096);
+    let huge = p.huge_page_bytes().expect("smaps names the pool's region");
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if mode.contains("[never]") {
+        assert_eq!(huge, 0);
+    } else {
+        assert!(huge >= 2 << 20, "a 4 MiB pool with {huge} bytes on huge pages (THP: {mode:?})");
+        assert!(p.notes().is_empty(), "{:?}", p.notes());
+    }
+    let held: Vec<_> = (0..16).map(|_| p.get()).collect();
+    assert_eq!(p.huge_page_bytes(), None, "no free buffer to ask about");
+    drop(held);
+    assert!(p.huge_page_bytes().is_some());
+}

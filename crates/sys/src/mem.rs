@@ -1,20 +1,25 @@
 //! Aligned heap buffers for direct I/O and the engine's buffer pool, with
-//! optional locking in RAM (`mlock`) and NUMA placement (`mbind`).
+//! optional locking in RAM (`mlock`) and NUMA placement (`mbind`); a pool's
+//! buffers can share one region on transparent huge pages ([`Region`]).
 
 use std::alloc::{self, Layout};
 use std::io;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
-/// A zeroed heap buffer of fixed capacity whose start is aligned to a power
-/// of two (e.g. the direct-I/O memory alignment or the page size).
+/// A zeroed buffer of fixed capacity whose start is aligned to a power of
+/// two (e.g. the direct-I/O memory alignment or the page size).
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     layout: Layout,
+    /// The region the buffer is a piece of; `None`: its own heap allocation.
+    region: Option<Arc<Mapping>>,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively (like Box<[u8]>); the
-// raw pointer is never shared, so moving it to another thread is sound.
+// SAFETY: AlignedBuf owns its allocation (or its piece of a region)
+// exclusively, like Box<[u8]>; the raw pointer is never shared, and a
+// region's mapping is Send + Sync, so moving it to another thread is sound.
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared references only give `&[u8]` (Deref); mutation needs
 // `&mut AlignedBuf`, so the usual borrow rules keep access data-race free.
@@ -35,7 +40,7 @@ impl AlignedBuf {
         let ptr = NonNull::new(raw).ok_or_else(|| {
             io::Error::new(io::ErrorKind::OutOfMemory, format!("cannot allocate {capacity} aligned bytes"))
         })?;
-        Ok(AlignedBuf { ptr, layout })
+        Ok(AlignedBuf { ptr, layout, region: None })
     }
 
     /// Size in bytes.
@@ -75,8 +80,135 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.region.is_some() {
+            return; // the mapping goes with its last buffer
+        }
         // SAFETY: ptr was returned by alloc_zeroed with exactly this layout.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// Transparent huge page size on x86-64 (and arm64 with 4 KiB pages).
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// An anonymous mapping, unmapped when the last buffer cut from it goes.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is only unmapped in Drop, once no buffer refers to it;
+// access to its bytes goes through the AlignedBufs cut from it, each owning
+// a disjoint range.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; the Mapping itself exposes no bytes.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned, and no buffer of
+        // the mapping is alive any more (each holds an Arc to it).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Memory for `count` buffers of one size in a single anonymous mapping,
+/// aligned to [`HUGE_PAGE`] and advised to use transparent huge pages
+/// (`MADV_HUGEPAGE`): the pool's buffers then sit on a few 2 MiB pages
+/// instead of thousands of 4 KiB ones, so copies in and out of them miss
+/// the TLB less and a direct read or write pins them page by huge page.
+/// Bind and lock the region as a whole (a policy on part of it would split
+/// it), then cut it into buffers with [`Region::into_buffers`].
+pub struct Region {
+    map: Arc<Mapping>,
+    /// Offset of the first buffer in the mapping (aligned to a huge page).
+    base: usize,
+    stride: usize,
+    count: usize,
+    capacity: usize,
+    align: usize,
+    huge: io::Result<bool>,
+}
+
+impl Region {
+    /// Map room for `count` buffers of `capacity` bytes, each aligned to
+    /// `align` (a power of two). Zero sizes or a bad alignment are
+    /// `InvalidInput`; a failed mapping is the kernel's error.
+    pub fn new(count: usize, capacity: usize, align: usize) -> io::Result<Region> {
+        let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("buffer region: {m}"));
+        if count == 0 || capacity == 0 {
+            return Err(invalid("zero buffers or zero bytes"));
+        }
+        if !align.is_power_of_two() {
+            return Err(invalid("alignment is not a power of two"));
+        }
+        let stride = capacity.checked_next_multiple_of(align).ok_or_else(|| invalid("too large"))?;
+        let used = stride.checked_mul(count).ok_or_else(|| invalid("too large"))?;
+        let lead = align.max(HUGE_PAGE);
+        let len = used
+            .div_ceil(HUGE_PAGE)
+            .checked_mul(HUGE_PAGE)
+            .and_then(|n| n.checked_add(lead))
+            .ok_or_else(|| invalid("too large"))?;
+        // SAFETY: a fresh private anonymous mapping, no address hint; it
+        // overlaps nothing of ours and is zero-filled by the kernel.
+        let raw = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }?;
+        let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave a null mapping"))?;
+        let map = Arc::new(Mapping { ptr, len });
+        // Offset of the first aligned byte (pointers keep the mapping's provenance).
+        let base = (ptr.as_ptr() as usize).next_multiple_of(lead) - ptr.as_ptr() as usize;
+        let huge = if used >= HUGE_PAGE { advise_huge(ptr.as_ptr().wrapping_add(base), used) } else { Ok(false) };
+        Ok(Region { map, base, stride, count, capacity, align, huge })
+    }
+
+    /// Whether the region was advised to use huge pages: `Ok(false)` for
+    /// one smaller than a huge page (a whole one would be faulted in for
+    /// it), an error where the kernel has no transparent huge pages. With
+    /// them set to `never` the advice is taken but has no effect.
+    pub fn huge_pages(&self) -> &io::Result<bool> {
+        &self.huge
+    }
+
+    /// The bytes the buffers occupy, as one span.
+    fn span(&self) -> (*mut libc::c_void, usize) {
+        (self.at(0).cast(), self.stride * self.count)
+    }
+
+    /// The start of buffer `i`.
+    fn at(&self, i: usize) -> *mut u8 {
+        self.map.ptr.as_ptr().wrapping_add(self.base + i * self.stride)
+    }
+
+    /// [`lock`] for the whole region.
+    pub fn lock(&self) -> io::Result<()> {
+        let (ptr, len) = self.span();
+        // SAFETY: the span is inside our live mapping; mlock does not touch the bytes.
+        unsafe { rustix::mm::mlock(ptr, len) }.map_err(io::Error::from)
+    }
+
+    /// [`bind_to_node`] for the whole region.
+    pub fn bind_to_node(&self, node: usize) -> io::Result<()> {
+        let (ptr, len) = self.span();
+        mbind(ptr, len, node)
+    }
+
+    /// Cut the region into its buffers; it is unmapped when the last goes.
+    pub fn into_buffers(self) -> Vec<AlignedBuf> {
+        let layout = Layout::from_size_align(self.capacity, self.align).expect("checked in Region::new");
+        (0..self.count)
+            .map(|i| {
+                // Inside the mapping, which is never at address 0.
+                let ptr = NonNull::new(self.at(i)).expect("inside a live mapping");
+                AlignedBuf { ptr, layout, region: Some(self.map.clone()) }
+            })
+            .collect()
     }
 }
 
@@ -84,6 +216,37 @@ impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AlignedBuf").field("capacity", &self.capacity()).field("align", &self.align()).finish()
     }
+}
+
+/// `MADV_HUGEPAGE` for the whole huge pages covering `base..base+used`
+/// (`base` is huge-page aligned, inside a mapping of ours that reaches
+/// at least to the end of the last of those pages).
+fn advise_huge(base: *mut u8, used: usize) -> io::Result<bool> {
+    let span = used.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+    // SAFETY: the span lies inside our mapping (Region::new maps the used
+    // bytes rounded up to huge pages, plus the alignment slack before
+    // base); advice changes no contents.
+    unsafe { rustix::mm::madvise(base.cast(), span, rustix::mm::Advice::LinuxHugepage) }?;
+    Ok(true)
+}
+
+/// Bytes of the mapping holding `buf` that sit on transparent huge pages
+/// now (`AnonHugePages` in /proc/self/smaps); `None` where smaps does not
+/// say. For a region's buffer that is the whole region's count.
+pub fn huge_page_bytes(buf: &AlignedBuf) -> Option<u64> {
+    let addr = buf.ptr.as_ptr() as usize;
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+            let (lo, hi) = range.split_once('-')?;
+            let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+            inside = (lo..hi).contains(&addr);
+        } else if let Some(kb) = line.strip_prefix("AnonHugePages:").filter(|_| inside) {
+            return kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|k| k << 10);
+        }
+    }
+    None
 }
 
 /// The system page size.
@@ -117,6 +280,13 @@ pub fn lock(buf: &AlignedBuf) -> io::Result<()> {
 /// stays usable wherever it is. Rounded out to whole pages, so a buffer
 /// that is not page-aligned also binds the rest of its first/last page.
 pub fn bind_to_node(buf: &AlignedBuf, node: usize) -> io::Result<()> {
+    let (ptr, len) = page_span(buf);
+    mbind(ptr, len, node)
+}
+
+/// `mbind(MPOL_BIND, MPOL_MF_MOVE)` of the whole pages at `ptr..ptr+len`,
+/// which must lie in memory of ours.
+fn mbind(ptr: *mut libc::c_void, len: usize, node: usize) -> io::Result<()> {
     const MPOL_BIND: libc::c_long = 2;
     const MPOL_MF_MOVE: libc::c_ulong = 1 << 1;
     const BITS: usize = libc::c_ulong::BITS as usize;
@@ -126,7 +296,6 @@ pub fn bind_to_node(buf: &AlignedBuf, node: usize) -> io::Result<()> {
     let mut mask = [0 as libc::c_ulong; 4096 / BITS];
     mask[node / BITS] |= 1 << (node % BITS);
     let words = node / BITS + 1;
-    let (ptr, len) = page_span(buf);
     // SAFETY: mbind only changes the memory policy of pages in our own live
     // allocation (rounded to pages); the mask pointer is valid for `words`
     // longs, and maxnode (bits + 1, the kernel decrements it) matches.

@@ -314,7 +314,11 @@ fn make_pool() -> Result<BufferPool> {
         Some(n) if !refused("NUMA") => format!(", on NUMA node {n}"),
         _ => String::new(),
     };
-    tracing::info!("buffer pool: {} x {} KiB, {locked}{placed}", opts.count, opts.size >> 10);
+    let huge = match pool.huge_page_bytes() {
+        Some(b) => format!(", {} MiB on huge pages", b >> 20),
+        None => String::new(),
+    };
+    tracing::info!("buffer pool: {} x {} KiB, {locked}{placed}{huge}", opts.count, opts.size >> 10);
     pool.notes().iter().for_each(|n| tracing::info!("buffer pool: {n}"));
     Ok(pool)
 }
