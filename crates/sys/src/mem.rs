@@ -1,6 +1,6 @@
-//! Aligned heap buffers for direct I/O and the engine's buffer pool, with
-//! optional locking in RAM (`mlock`) and NUMA placement (`mbind`); a pool's
-//! buffers can share one region on transparent huge pages ([`Region`]).
+//! Aligned heap buffers for direct I/O, and the engine's buffer pool as one
+//! region on transparent huge pages ([`Region`]) with optional locking in
+//! RAM (`mlock`) and NUMA placement (`mbind`).
 
 use std::alloc::{self, Layout};
 use std::io;
@@ -186,14 +186,21 @@ impl Region {
         self.map.ptr.as_ptr().wrapping_add(self.base + i * self.stride)
     }
 
-    /// [`lock`] for the whole region.
+    /// Lock the region in RAM (`mlock`), which also faults its pages in.
+    /// Without `CAP_IPC_LOCK` the `RLIMIT_MEMLOCK` limit applies:
+    /// `EPERM`/`ENOMEM` come back as errors for the caller to note, not to
+    /// fail on. The lock ends when the region is unmapped.
     pub fn lock(&self) -> io::Result<()> {
         let (ptr, len) = self.span();
-        // SAFETY: the span is inside our live mapping; mlock does not touch the bytes.
+        // SAFETY: the span is inside our live mapping (huge-page aligned, so
+        // whole pages, as mlock requires); mlock does not touch the bytes.
         unsafe { rustix::mm::mlock(ptr, len) }.map_err(io::Error::from)
     }
 
-    /// [`bind_to_node`] for the whole region.
+    /// Bind the region's pages to NUMA node `node` (`mbind(MPOL_BIND)`,
+    /// moving pages already present). Errors (no such node, kernel without
+    /// NUMA: `ENOSYS`, `EINVAL`) are returned for the caller to note; the
+    /// buffers stay usable wherever they are.
     pub fn bind_to_node(&self, node: usize) -> io::Result<()> {
         let (ptr, len) = self.span();
         mbind(ptr, len, node)
@@ -254,38 +261,8 @@ pub fn page_size() -> usize {
     rustix::param::page_size()
 }
 
-/// The pages covering `buf`, rounded outwards to page boundaries.
-fn page_span(buf: &AlignedBuf) -> (*mut libc::c_void, usize) {
-    let page = page_size();
-    let start = buf.ptr.as_ptr() as usize;
-    let first = start & !(page - 1);
-    let end = (start + buf.capacity()).div_ceil(page) * page;
-    (first as *mut libc::c_void, end - first)
-}
-
-/// Lock `buf` in RAM (`mlock`), which also faults its pages in. Without
-/// `CAP_IPC_LOCK` the `RLIMIT_MEMLOCK` limit applies: `EPERM`/`ENOMEM` come
-/// back as errors for the caller to note, not to fail on. The lock ends
-/// when the buffer is freed.
-pub fn lock(buf: &AlignedBuf) -> io::Result<()> {
-    let (ptr, len) = page_span(buf);
-    // SAFETY: the range covers pages of our live allocation (rounded to page
-    // boundaries, which mlock requires anyway); mlock does not touch the bytes.
-    unsafe { rustix::mm::mlock(ptr, len) }.map_err(io::Error::from)
-}
-
-/// Bind the pages of `buf` to NUMA node `node` (`mbind(MPOL_BIND)`, moving
-/// pages already present). Errors (no such node, kernel without NUMA:
-/// `ENOSYS`, `EINVAL`) are returned for the caller to note; the buffer
-/// stays usable wherever it is. Rounded out to whole pages, so a buffer
-/// that is not page-aligned also binds the rest of its first/last page.
-pub fn bind_to_node(buf: &AlignedBuf, node: usize) -> io::Result<()> {
-    let (ptr, len) = page_span(buf);
-    mbind(ptr, len, node)
-}
-
 /// `mbind(MPOL_BIND, MPOL_MF_MOVE)` of the whole pages at `ptr..ptr+len`,
-/// which must lie in memory of ours.
+/// which must lie in memory of ours and start on a page boundary.
 fn mbind(ptr: *mut libc::c_void, len: usize, node: usize) -> io::Result<()> {
     const MPOL_BIND: libc::c_long = 2;
     const MPOL_MF_MOVE: libc::c_ulong = 1 << 1;
@@ -296,8 +273,8 @@ fn mbind(ptr: *mut libc::c_void, len: usize, node: usize) -> io::Result<()> {
     let mut mask = [0 as libc::c_ulong; 4096 / BITS];
     mask[node / BITS] |= 1 << (node % BITS);
     let words = node / BITS + 1;
-    // SAFETY: mbind only changes the memory policy of pages in our own live
-    // allocation (rounded to pages); the mask pointer is valid for `words`
+    // SAFETY: mbind only changes the memory policy of whole pages in our
+    // own live mapping (the caller's contract); the mask pointer is valid for `words`
     // longs, and maxnode (bits + 1, the kernel decrements it) matches.
     let rc = unsafe {
         libc::syscall(

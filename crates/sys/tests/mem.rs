@@ -1,8 +1,9 @@
-//! Aligned buffers, regions of them on huge pages, mlock and NUMA binding.
+//! Aligned buffers, and regions of them on huge pages with their mlock and
+//! NUMA binding.
 
 use std::path::Path;
 
-use lightpath_sys::mem::{bind_to_node, huge_page_bytes, lock, node_of, page_size, AlignedBuf, Region};
+use lightpath_sys::mem::{huge_page_bytes, node_of, page_size, AlignedBuf, Region};
 
 #[test]
 fn alignment_and_capacity_are_honoured() {
@@ -54,38 +55,39 @@ fn vm_locked_kib() -> u64 {
 #[test]
 fn lock_pins_pages_or_reports_why_not() {
     let _turn = VMLCK.lock().unwrap_or_else(|e| e.into_inner());
-    let b = AlignedBuf::new(4 << 20, page_size()).expect("alloc");
+    let region = Region::new(4, 1 << 20, page_size()).expect("region");
     let before = vm_locked_kib();
-    match lock(&b) {
+    match region.lock() {
         Ok(()) => assert!(vm_locked_kib() >= before + 4096, "VmLck did not grow by 4 MiB"),
         Err(e) => {
             assert!(lightpath_sys::privs::euid() != 0, "root (CAP_IPC_LOCK) must be able to mlock: {e}");
             assert!(matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOMEM)), "{e:?}");
         }
     }
-    drop(b);
+    drop(region);
 }
 
 #[test]
 fn bind_to_existing_node_places_pages_there() {
-    let mut b = AlignedBuf::new(1 << 20, page_size()).expect("alloc");
+    let region = Region::new(4, 1 << 20, page_size()).expect("region");
     if !Path::new("/sys/devices/system/node/node0").exists() {
-        let e = bind_to_node(&b, 0).expect_err("no NUMA support");
+        let e = region.bind_to_node(0).expect_err("no NUMA support");
         assert_eq!(e.raw_os_error(), Some(libc::ENOSYS));
         return;
     }
-    bind_to_node(&b, 0).expect("bind to node 0");
-    b.prefault();
-    assert_eq!(node_of(&b).expect("get_mempolicy"), 0);
+    region.bind_to_node(0).expect("bind to node 0");
+    let mut bufs = region.into_buffers();
+    bufs[3].prefault();
+    assert_eq!(node_of(&bufs[3]).expect("get_mempolicy"), 0);
 }
 
 #[test]
 fn bind_to_missing_node_is_an_error() {
-    let b = AlignedBuf::new(1 << 20, page_size()).expect("alloc");
+    let region = Region::new(1, 1 << 20, page_size()).expect("region");
     let online = std::fs::read_to_string("/sys/devices/system/node/online").unwrap_or_default();
     assert!(!online.contains("1000"), "test assumes node 1000 does not exist");
-    assert!(bind_to_node(&b, 1000).is_err());
-    assert!(bind_to_node(&b, 1 << 20).is_err());
+    assert!(region.bind_to_node(1000).is_err());
+    assert!(region.bind_to_node(1 << 20).is_err());
 }
 
 /// The kernel's transparent huge page mode: "always", "madvise" or "never".
@@ -149,23 +151,6 @@ fn a_large_region_sits_on_huge_pages_where_the_kernel_has_them() {
     }
     let small = Region::new(2, 4096, 4096).expect("small region");
     assert!(matches!(small.huge_pages(), Ok(false)), "a region under 2 MiB is not advised");
-}
-
-#[test]
-fn a_region_locks_and_binds_as_a_whole() {
-    let _turn = VMLCK.lock().unwrap_or_else(|e| e.into_inner());
-    let region = Region::new(4, 1 << 20, 4096).expect("region");
-    let before = vm_locked_kib();
-    match region.lock() {
-        Ok(()) => assert!(vm_locked_kib() >= before + 4096, "VmLck did not grow by 4 MiB"),
-        Err(e) => assert!(lightpath_sys::privs::euid() != 0, "root must be able to mlock: {e}"),
-    }
-    if Path::new("/sys/devices/system/node/node0").exists() {
-        region.bind_to_node(0).expect("bind to node 0");
-        let mut bufs = region.into_buffers();
-        bufs[3].prefault();
-        assert_eq!(node_of(&bufs[3]).expect("get_mempolicy"), 0);
-    }
 }
 
 #[test]
