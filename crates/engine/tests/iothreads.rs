@@ -217,3 +217,68 @@ fn a_serial_sink_gets_one_write_at_a_time() {
     assert_eq!(most_writes_at_once(true), 1);
     assert!(most_writes_at_once(false) > 1);
 }
+
+/// Write `bytes` in pieces of `step`, pausing between them.
+fn trickle(c: &mut std::net::TcpStream, bytes: &[u8], step: usize) {
+    use std::io::Write;
+    for piece in bytes.chunks(step) {
+        c.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(15));
+    }
+}
+
+/// Receivers wait on a socket until the rest of a header or of a piece is
+/// there (`SO_RCVLOWAT`): a sender that stops short of that, between and
+/// inside headers and payloads, must still be read to the end, and the
+/// kept connection must wake its next reader for a single byte again.
+/// `rcvbuf`: a fixed receive buffer for the receiving end.
+fn trickled_transfer(rcvbuf: Option<usize>) {
+    use lightpath_proto::BlockHeader;
+    setup();
+    let (mut s, mut r) = pair(1);
+    if let Some(b) = rcvbuf {
+        let opts = lightpath_sys::net::SockOpts { buffer: Some(b), ..Default::default() };
+        assert!(lightpath_sys::net::tune(&r[0], &opts).is_empty());
+    }
+    let bytes = data(600_000, 11);
+    let mut wire = Vec::new();
+    for (at, len) in [(0u64, 400_000u64), (400_000, 200_000)] {
+        wire.extend_from_slice(&BlockHeader::data(at, len).encode());
+        wire.extend_from_slice(&bytes[at as usize..(at + len) as usize]);
+    }
+    wire.extend_from_slice(&BlockHeader::eof_eod(1).encode());
+    let sink = MemorySink::new(1 << 30);
+    let t = Instant::now();
+    std::thread::scope(|sc| {
+        let s0 = &mut s[0];
+        sc.spawn(move || {
+            // Headers a few bytes at a time, payload in uneven slices, and a
+            // pause longer than a wake-up before the final header.
+            trickle(s0, &wire[..5], 2);
+            trickle(s0, &wire[5..300_000], 70_001);
+            trickle(s0, &wire[300_000..wire.len() - 17], 123_457);
+            std::thread::sleep(Duration::from_millis(200));
+            trickle(s0, &wire[wire.len() - 17..], 7);
+        });
+        modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap();
+    });
+    assert!(t.elapsed() < Duration::from_secs(10), "stalled: {:?}", t.elapsed());
+    assert!(sink.into_inner() == bytes);
+    assert_eq!(r.len(), 1, "connection kept");
+    use std::io::Write;
+    s[0].write_all(b"x").unwrap();
+    assert!(lightpath_sys::net::wait_readable(&r[0], Duration::from_secs(2)).unwrap(), "one byte wakes");
+}
+
+#[test]
+fn a_trickling_sender_is_read_to_the_end_and_the_kept_connection_wakes_for_a_byte() {
+    trickled_transfer(None);
+}
+
+/// A fixed receive buffer smaller than a piece: the socket can never queue
+/// what the mark asks for, so the kernel must wake the reader when the
+/// buffer fills (it does: `tcp_rmem_pressure`).
+#[test]
+fn a_receive_buffer_smaller_than_a_piece_does_not_stall() {
+    trickled_transfer(Some(32 << 10));
+}

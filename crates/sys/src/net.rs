@@ -225,7 +225,7 @@ fn set_int(sock: &impl AsFd, level: libc::c_int, name: libc::c_int, value: libc:
 /// Set `SO_RCVLOWAT`: the socket reports readable only once `bytes` are
 /// queued. On TCP, raising it also grows the socket's receive buffer to hold
 /// that many bytes, without locking the size as `SO_RCVBUF` does.
-fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
+pub fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
     set_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
 }

@@ -288,7 +288,7 @@ pub(crate) fn recv(
 fn add_conn(job: &Arc<Job>, reg: &Registration, c: &TcpStream, index: usize) -> Result<()> {
     let stream = dup_nonblocking(c).map_err(|e| EngineError::io("data connection", e))?;
     let phase = Phase::Header { raw: [0; HEADER_LEN], got: 0 };
-    reg.add(Box::new(RecvConn { job: job.clone(), index, stream, phase }));
+    reg.add(Box::new(RecvConn { job: job.clone(), index, stream, phase, lowat: 1 }));
     Ok(())
 }
 
@@ -461,7 +461,12 @@ struct RecvConn {
     index: usize,
     stream: mio::net::TcpStream,
     phase: Phase,
+    /// The socket's `SO_RCVLOWAT` ([`RecvConn::mark_need`]).
+    lowat: usize,
 }
+
+/// The most a connection waits to have queued before it is woken.
+const LOWAT_MAX: usize = crate::WRITE_CHUNK;
 
 /// What one read step did.
 enum Step {
@@ -569,6 +574,35 @@ impl RecvConn {
         Ok(())
     }
 
+    /// Bytes the connection needs before its next step can finish: the
+    /// rest of a header, or of the piece being filled (a new piece: the
+    /// block's rest, up to a piece).
+    fn need(&self) -> usize {
+        match &self.phase {
+            Phase::Header { got, .. } => HEADER_LEN - got,
+            Phase::Payload { piece: Some(f), .. } => f.want - f.got,
+            Phase::Payload { left, .. } => (*left).min(crate::WRITE_CHUNK as u64) as usize,
+            Phase::Ended { .. } | Phase::Dead => 1,
+        }
+    }
+
+    /// Before waiting for the socket, set its low-water mark to what the
+    /// next step needs (at most [`LOWAT_MAX`]), so that epoll wakes the
+    /// network thread once a piece can be read whole instead of for every
+    /// few segments: with 64 streams sharing 1 Gbit/s, each stream's
+    /// 256 KiB piece took about ten wake-ups and reads. The mark never
+    /// exceeds what must arrive (the rest of a header or a piece), so a
+    /// sender that pauses between blocks never strands bytes below it.
+    fn mark_need(&mut self) -> Result<()> {
+        let n = self.need().clamp(1, LOWAT_MAX);
+        if n != self.lowat {
+            lightpath_sys::net::set_recv_lowat(&self.stream, n)
+                .map_err(|e| EngineError::io("setting the data socket's low-water mark", e))?;
+            self.lowat = n;
+        }
+        Ok(())
+    }
+
     /// Whether an idle connection's peer closed it (then it is not reused).
     fn peer_closed(&mut self) -> bool {
         let mut b = [0u8; 1];
@@ -602,6 +636,14 @@ impl Conn for RecvConn {
             match self.step() {
                 Ok(Step::Moved(k)) => spent += k,
                 Ok(Step::Again) => {}
+                Ok(Step::Stop(Turn::Blocked)) => match self.mark_need() {
+                    Ok(()) => return Turn::Blocked,
+                    Err(e) => {
+                        self.phase = Phase::Dead;
+                        self.fail(e);
+                        return Turn::Done;
+                    }
+                },
                 Ok(Step::Stop(t)) => return t,
                 Err(e) => {
                     self.phase = Phase::Dead;
@@ -620,11 +662,16 @@ impl Conn for RecvConn {
     }
 
     fn end(&mut self) -> (usize, bool) {
-        let keep = match self.phase {
+        let mut keep = match self.phase {
             Phase::Ended { keep } => keep,
             Phase::Header { got: 0, .. } => !self.peer_closed(),
             _ => false,
         };
+        // A connection kept for the next transfer must wake its next reader
+        // for any byte again.
+        if keep && self.lowat != 1 {
+            keep = lightpath_sys::net::set_recv_lowat(&self.stream, 1).is_ok();
+        }
         (self.index, keep)
     }
 }
