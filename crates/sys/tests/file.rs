@@ -61,7 +61,18 @@ fn the_cache_probe_follows_writes_and_drops() {
     write_all_vectored_at(&f, &[&vec![7u8; 4 << 20]], 0).expect("write");
     assert_eq!(is_cached_at(&f, 3 << 20), Some(true), "just written");
     f.sync_all().expect("fsync");
-    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
-    assert_eq!(is_cached_at(&f, 3 << 20), Some(false), "dropped");
+    // DONTNEED is advice: a page the kernel holds at that moment (locked or
+    // still referenced) stays cached. One run in six here kept the probed
+    // page through a single call (cause not found). Ask again until the
+    // kernel lets go; the probe must then say so.
+    let dropped = (0..50).any(|_| {
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+        let gone = is_cached_at(&f, 3 << 20) == Some(false);
+        if !gone {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        gone
+    });
+    assert!(dropped, "dropped");
     assert_eq!(is_cached_at(&f, 8 << 20), Some(false), "past the end: nothing to read");
 }
