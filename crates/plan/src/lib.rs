@@ -85,18 +85,28 @@ pub fn auto_streams(rtt_us: u64, window: u64, target_bps: u64, min: u32, max: u3
 /// log2(n) round trips sooner; on a long path that is most of a short
 /// transfer. Measured on the emulated 1 Gbit/s, 95 ms path (5000 files,
 /// 480 MB as one virtual file): 4 streams 5.0-5.7 s, 8 streams 5.3 s, 16
-/// streams 4.8 s; once the receiver served its connections fairly, 32 beat
-/// 16 (1 GiB 8.98-9.07 s against 9.05-9.17 s). With 32 streams the first
-/// round trip of a 1 GiB download carried 2.1 MB (32 x 64 KiB) and the line
-/// was full after 3.3 round trips; with 64, 4.2 MB and 1.4 round trips.
-/// Interleaved hand runs, medians of 7: 64 streams 8.95 s, 48 streams
-/// 8.98 s, 32 streams 9.07 s; 5000 files 4.25 s against 4.29 s, 30 x 15 MB
-/// 4.04 s against 4.03 s (5 each). 96 and 128 streams were slower (9.25 s,
+/// streams 4.8 s. With 32 streams the first round trip of a 1 GiB download
+/// carried 2.1 MB (32 x 64 KiB) and the line was full after 3.3 round
+/// trips; with 64, 4.2 MB and 1.4 round trips. That once made 64 the
+/// choice (1 GiB: 8.95 s against 9.07 s with 32, medians of 7), but each
+/// freed buffer then gave all 64 connections a turn and every 256 KiB
+/// piece took about ten wake-ups. Since receivers turn only paused
+/// connections and sleep until a piece is queued, 32 streams are as fast
+/// and cheaper, and steadier: interleaved hand runs on that path, 1 GiB
+/// 8.92-8.96 s (median 8.94 s, 7 runs) against 8.90-9.09 s (8.98 s) with
+/// 64, with 0.94-1.12 s of client CPU against 1.04-1.22 s into a file;
+/// 5000 files 4.23 s against 4.26 s (medians of 6); 30 x 15 MB 3.93-3.99 s
+/// against 4.02-4.35 s (3 each). 16 streams took 9.01-9.07 s for 1 GiB.
+/// The BBR senders of either count overflow the path's one-BDP drop-tail
+/// queue all along: a copy of ~120 thousand segments retransmitted 15-21
+/// thousand with 32 streams, 14-26 thousand with 64 (12.9-13.6 thousand
+/// with 16). The drops happen before the line, so they cost CPU, not line
+/// time. 96 and 128 streams were slower (9.25 s,
 /// 9.34 s): past DCON's 64 connections (`lightpath_proto::ahead::MAX_COUNT`)
 /// the data connections are opened after login, a round trip later.
 pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
     match rtt_us {
-        50_000.. => MAX_AUTO_STREAMS,
+        50_000.. => 32,
         20_000.. => 8,
         _ => 4,
     }
@@ -344,7 +354,7 @@ mod tests {
     fn longer_paths_open_more_streams() {
         assert_eq!(min_streams_for_rtt(100), 4);
         assert_eq!(min_streams_for_rtt(25_000), 8);
-        assert_eq!(min_streams_for_rtt(95_000), 64);
+        assert_eq!(min_streams_for_rtt(95_000), 32);
         let mut last = 0;
         for rtt in (0..300_000).step_by(1000) {
             let n = min_streams_for_rtt(rtt);
