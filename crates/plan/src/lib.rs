@@ -101,9 +101,9 @@ pub fn auto_streams(rtt_us: u64, window: u64, target_bps: u64, min: u32, max: u3
 /// queue all along: a copy of ~120 thousand segments retransmitted 15-21
 /// thousand with 32 streams, 14-26 thousand with 64 (12.9-13.6 thousand
 /// with 16). The drops happen before the line, so they cost CPU, not line
-/// time. 96 and 128 streams were slower (9.25 s,
-/// 9.34 s): past DCON's 64 connections (`lightpath_proto::ahead::MAX_COUNT`)
-/// the data connections are opened after login, a round trip later.
+/// time. 96 and 128 streams were slower (9.25 s, 9.34 s): past DCON's 64
+/// connections (`lightpath_proto::ahead::MAX_COUNT`) the data connections
+/// are opened after login, a round trip later.
 pub fn min_streams_for_rtt(rtt_us: u64) -> u32 {
     match rtt_us {
         50_000.. => 32,
@@ -204,8 +204,9 @@ pub fn direct_io_for(mode: DirectIo, rtt_us: u64, size: u64, fsync: bool) -> boo
 /// `sendfile`, the receiving client's CPU 0.90-1.17 s against 8.9-10.2 s;
 /// without (3 pairs) 3.94 s against 11.08 s, client CPU 1.4-1.9 s against
 /// 10.7-11.2 s. A file mostly in the page cache keeps `sendfile` (it is
-/// not read from the disk at all), and so does any other path: over the emulated 95 ms path, 1 GiB, 5 pairs, the wall time
-/// was the same (9.01 s) and the server's CPU 0.93 s against 0.61 s.
+/// not read from the disk at all), and so does any other path: over the
+/// emulated 95 ms path, 1 GiB, 5 pairs, the wall time was the same
+/// (9.01 s) and the server's CPU 0.93 s against 0.61 s.
 pub fn direct_read_for(mode: DirectIo, loopback: bool, size: u64, cached: impl FnOnce() -> Option<u64>) -> bool {
     match mode {
         DirectIo::Always => true,

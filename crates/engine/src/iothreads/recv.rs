@@ -519,7 +519,7 @@ impl RecvConn {
     fn read_payload(&mut self) -> Result<Step> {
         let Phase::Payload { left, piece, .. } = &mut self.phase else { return Ok(Step::Again) };
         if piece.is_none() {
-            let want = (*left).min(crate::WRITE_CHUNK as u64) as usize;
+            let want = piece_len(*left);
             match self.job.slot(want) {
                 Some(data) => *piece = Some(Fill { data, got: 0, want }),
                 None => return Ok(Step::Stop(Turn::Paused)),
@@ -581,7 +581,7 @@ impl RecvConn {
         match &self.phase {
             Phase::Header { got, .. } => HEADER_LEN - got,
             Phase::Payload { piece: Some(f), .. } => f.want - f.got,
-            Phase::Payload { left, .. } => (*left).min(crate::WRITE_CHUNK as u64) as usize,
+            Phase::Payload { left, .. } => piece_len(*left),
             Phase::Ended { .. } | Phase::Dead => 1,
         }
     }
@@ -610,6 +610,11 @@ impl RecvConn {
     }
 }
 
+/// The next piece of a block with `left` payload bytes to read.
+fn piece_len(left: u64) -> usize {
+    left.min(crate::WRITE_CHUNK as u64) as usize
+}
+
 fn io_step(e: std::io::Error) -> Result<Step> {
     match e.kind() {
         ErrorKind::WouldBlock => Ok(Step::Stop(Turn::Blocked)),
@@ -633,17 +638,13 @@ impl Conn for RecvConn {
             if self.job.lock().stopped {
                 return Turn::Done;
             }
-            match self.step() {
+            let step = match self.step() {
+                Ok(Step::Stop(Turn::Blocked)) => self.mark_need().map(|()| Step::Stop(Turn::Blocked)),
+                r => r,
+            };
+            match step {
                 Ok(Step::Moved(k)) => spent += k,
                 Ok(Step::Again) => {}
-                Ok(Step::Stop(Turn::Blocked)) => match self.mark_need() {
-                    Ok(()) => return Turn::Blocked,
-                    Err(e) => {
-                        self.phase = Phase::Dead;
-                        self.fail(e);
-                        return Turn::Done;
-                    }
-                },
                 Ok(Step::Stop(t)) => return t,
                 Err(e) => {
                     self.phase = Phase::Dead;
