@@ -245,6 +245,43 @@ fn serve_reports_its_placement_and_refuses_bad_device_files() {
     assert!(text.contains("devices.toml"), "the error names the file: {text}");
 }
 
+/// `serve --congestion` is checked at start-up: one the kernel lacks stops
+/// the server with the reason and the kernel's list, instead of every data
+/// connection quietly keeping the default; one it has is taken and said.
+#[test]
+fn serve_refuses_a_congestion_control_it_cannot_set() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let serve = |cc: &str| {
+        std::process::Command::new(LP)
+            .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--congestion", cc, "--root"])
+            .arg(&root)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut bad = serve("no-such-cc");
+    let t = std::time::Instant::now();
+    while bad.try_wait().unwrap().is_none() && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = bad.kill();
+    let out = bad.wait_with_output().unwrap();
+    assert!(!out.status.success(), "an unknown congestion control stops the server");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("--congestion no-such-cc: no-such-cc is not available in this kernel"), "{text}");
+    assert!(text.contains("available: ") && text.contains("reno"), "the error gives the kernel's list: {text}");
+    let mut child = serve("reno");
+    let err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let seen: Vec<String> =
+        std::io::BufRead::lines(err).map(Result::unwrap).take_while(|l| !l.contains("serving")).collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    let all = seen.join("\n");
+    assert!(all.contains("data connections use congestion control reno"), "{all}");
+}
+
 /// Segments received on the client's end of the connection from local port
 /// `port`, as `ss` reports them.
 fn segs_in(port: u16) -> u32 {

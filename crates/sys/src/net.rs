@@ -257,6 +257,25 @@ pub fn fastopen_server_allowed() -> bool {
         .is_some_and(|v| v & 2 != 0)
 }
 
+/// Whether this process may give its TCP sockets the congestion control
+/// `name`: tried on a fresh, unconnected socket. `NotFound` when the kernel
+/// has no such algorithm, `PermissionDenied` when it is not in
+/// `net.ipv4.tcp_allowed_congestion_control` and the process lacks
+/// CAP_NET_ADMIN.
+pub fn congestion_usable(name: &str) -> io::Result<()> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    s.set_tcp_congestion(name.as_bytes())
+}
+
+/// The kernel's congestion-control lists, as `/proc` shows them (space
+/// separated): which are available, which unprivileged processes may use.
+pub fn congestion_lists() -> (String, String) {
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}")).map_or_else(|_| "?".into(), |s| s.trim().to_string())
+    };
+    (read("tcp_available_congestion_control"), read("tcp_allowed_congestion_control"))
+}
+
 /// Give a TCP socket (connected, about to connect, or listening: accepted
 /// sockets inherit it) room for a receive window of `bytes` from its first
 /// round trip, with autotuning kept. Autotuning alone grows the buffer once

@@ -1,7 +1,8 @@
 //! TCP socket options: `net::tcp_rtt` reads the kernel's RTT of a
 //! connected socket and refuses a socket that is not TCP; `net::tune` sets
 //! TCP_NOTSENT_LOWAT; `net::start_recv_window` grows a receive buffer
-//! without locking it.
+//! without locking it; `net::congestion_usable` tells which congestion
+//! controls a socket may take.
 
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
@@ -83,4 +84,16 @@ fn a_connection_that_sent_has_a_pacing_rate_and_takes_a_new_unsent_bound() {
     assert!(rate.is_some_and(|r| r > 1_000_000), "{rate:?} bytes/s after 1 MiB over loopback");
     lightpath_sys::net::set_notsent_lowat(&c, 390_625).unwrap();
     assert_eq!(socket2::SockRef::from(&c).tcp_notsent_lowat().unwrap(), 390_625);
+}
+
+#[test]
+fn reno_is_usable_and_an_unknown_congestion_control_is_not_found() {
+    // Reno is built into every kernel (allowed unless an admin removed it;
+    // the tests run as root, which may use any available one).
+    lightpath_sys::net::congestion_usable("reno").unwrap();
+    let e = lightpath_sys::net::congestion_usable("no-such-cc").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    let (available, allowed) = lightpath_sys::net::congestion_lists();
+    assert!(available.split(' ').any(|c| c == "reno"), "available: {available}");
+    assert_ne!(allowed, "?", "the allowed list is readable");
 }
