@@ -55,9 +55,20 @@ struct Job {
     st: Mutex<State>,
     notify: Waker,
     pool: BufferPool,
+    /// Most blocks ready or being fetched: two per connection.
+    slots: usize,
 }
 
 impl Job {
+    /// Whether a disk task could fetch a whole batch ([`FETCH_BATCH`],
+    /// fewer with few connections) into the free slots. The management
+    /// thread is woken to start one only then: waking it for every block
+    /// taken cost a wake-up per block, and another as each task ended.
+    fn room_for_batch(&self, st: &State) -> bool {
+        let batch = FETCH_BATCH.min(self.slots / 2).max(1);
+        !st.supplier_done && st.outstanding + st.ready.len() + batch <= self.slots
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -117,7 +128,7 @@ pub(crate) fn send_blocks(
         last_progress: Instant::now(),
         net_waiting: false,
     };
-    let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone() });
+    let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone(), slots: 2 * conns.len() });
     let reg = Registration::new(eng);
     let r = register(conns, &job, &reg).and_then(|()| {
         eng.disk(eng.disk_of(device)).in_place_scope(|s| drive(s, &job, &reg, supplier, ctl, idle, conns.len()))
@@ -178,9 +189,9 @@ fn drive<'s, 'e, 'b: 's>(
         if let Some(idle) = idle.filter(|&i| waiting && st.last_progress.elapsed() > i) {
             return Err(EngineError::Idle(idle));
         }
-        while !st.supplier_done && st.outstanding < DISK_TASKS_PER_JOB && st.outstanding + st.ready.len() < 2 * n {
+        while st.outstanding < DISK_TASKS_PER_JOB && job.room_for_batch(&st) {
             st.outstanding += 1;
-            s.spawn(move || fetch(job, reg, supplier, n));
+            s.spawn(move || fetch(job, reg, supplier));
         }
         drop(st);
         job.notify.park(Duration::from_millis(100)).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
@@ -192,7 +203,7 @@ const FETCH_BATCH: usize = 4;
 
 /// A disk task: take blocks from the supplier and make them ready, one
 /// after the other while the job has room (at most [`FETCH_BATCH`]).
-fn fetch(job: &Job, reg: &Registration, supplier: &Supplier, n: usize) {
+fn fetch(job: &Job, reg: &Registration, supplier: &Supplier) {
     for i in 0.. {
         let r = if job.lock().stopped {
             Ok(None)
@@ -203,11 +214,20 @@ fn fetch(job: &Job, reg: &Registration, supplier: &Supplier, n: usize) {
         };
         let mut st = job.lock();
         let go_on = fetched(&mut st, reg, r);
-        if !go_on || i + 1 >= FETCH_BATCH || st.supplier_done || st.stopped || st.outstanding + st.ready.len() >= 2 * n
+        if !go_on
+            || i + 1 >= FETCH_BATCH
+            || st.supplier_done
+            || st.stopped
+            || st.outstanding + st.ready.len() >= job.slots
         {
+            // The management thread starts the next task, if there is room
+            // for one; else a connection wakes it when there is.
+            let wake = st.stopped || job.room_for_batch(&st);
             drop(st);
-            // The management thread starts the next task.
-            return job.notify.wake();
+            if wake {
+                job.notify.wake();
+            }
+            return;
         }
         st.outstanding += 1;
     }
@@ -301,9 +321,9 @@ impl SendConn {
             return Next::Stop;
         }
         if let Some(b) = st.ready.pop_front() {
-            // Room for another block: the management thread may start a
-            // task (a running one wakes it when it ends).
-            if !st.supplier_done && st.outstanding == 0 {
+            // Room for a batch: the management thread may start a task (a
+            // running one wakes it as it ends).
+            if st.outstanding == 0 && self.job.room_for_batch(&st) {
                 drop(st);
                 self.job.notify.wake();
             }
