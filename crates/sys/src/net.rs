@@ -230,6 +230,11 @@ pub fn set_recv_lowat(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
     set_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v)
 }
 
+/// Bytes queued on a socket for reading (`FIONREAD`).
+pub fn recv_queued(sock: &impl AsFd) -> io::Result<usize> {
+    Ok(rustix::io::ioctl_fionread(sock)? as usize)
+}
+
 /// TCP Fast Open for a socket about to connect (`TCP_FASTOPEN_CONNECT`):
 /// `connect` returns at once and the first write goes out with the SYN.
 /// With a cookie from an earlier connection to the same server, the server
