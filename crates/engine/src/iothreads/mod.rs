@@ -8,7 +8,10 @@
 //!   `sendfile` for file ranges); a receiver connection parses the 17-byte
 //!   MODE E headers incrementally and reads payload pieces of at most
 //!   [`crate::WRITE_CHUNK`] bytes, queued to its job (spliced into pipes
-//!   when the sink is a file, else read into pool buffers).
+//!   when the sink is a file over loopback, else read into pool buffers).
+//!   It takes a piece's buffer or pipe only once the piece's bytes are
+//!   queued on its socket (`SO_RCVLOWAT` tells when), so buffers are held
+//!   for the copy and the write, not while the bytes cross the path.
 //! - **Disk threads** (`lp-disk-N`) form one pool per storage device
 //!   declared with [`set_devices`] (the server declares the disks under
 //!   its root, with the thread count their capacity calls for), or a single
@@ -22,7 +25,7 @@
 //!   page-aligned, pre-faulted and (where allowed) locked in RAM when the
 //!   threads start: [`POOL_BUFFERS`] of [`crate::WRITE_CHUNK`] bytes. Blocks
 //!   read for sending and pieces received for a sink that is not a file sit
-//!   in them; receives into files bypass them (`splice`). When every pool
+//!   in them; receives into files over loopback bypass them (`splice`). When every pool
 //!   buffer is out, a block takes heap memory rather than wait (counted).
 //! - **Management** stays on the thread that called `modee::send` or
 //!   `modee::recv`: it registers the connections, accepts new ones, keeps
@@ -38,7 +41,8 @@
 //!   moves at most [`TURN_BYTES`] before the next connection's turn.
 //! - The disk pools are FIFO across jobs (one queue per pool), and a job has
 //!   at most [`DISK_TASKS_PER_JOB`] disk tasks outstanding: a big transfer
-//!   cannot fill the queue ahead of a small one.
+//!   cannot fill the queue ahead of a small one. A task goes on with its
+//!   job's next blocks or pieces only for a few batches.
 //! - A sending job keeps at most two blocks per stream ready; a receiving
 //!   job stops reading its connections while [`RECV_BUFFERS_PER_JOB`]
 //!   pieces wait for the disk.
