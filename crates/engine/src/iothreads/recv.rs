@@ -405,17 +405,7 @@ fn write(job: &Job, reg: &Registration, sink: &dyn Sink, ctl: &Control, mut piec
     for round in 1..=WRITE_ROUNDS {
         let (r, written) = write_pieces(job, sink, ctl, &mut pieces);
         let mut st = job.lock();
-        st.buffers -= pieces.len();
-        st.last_activity = Instant::now();
-        for (i, p) in pieces.drain(..).enumerate() {
-            // Buffers go back to the pool on drop; a pipe still holding
-            // bytes (not written, or failed) is dropped too.
-            if let Data::Pipe(pipe) = p.data {
-                if i < written {
-                    st.pipes.push(pipe);
-                }
-            }
-        }
+        give_back(&mut st, &mut pieces, written);
         let poke = std::mem::take(&mut st.net_waiting);
         let more = r.is_ok() && round < WRITE_ROUNDS && !st.stopped && !st.queue.is_empty();
         if more {
@@ -441,6 +431,21 @@ fn write(job: &Job, reg: &Registration, sink: &dyn Sink, ctl: &Control, mut piec
         }
         if !more {
             return;
+        }
+    }
+}
+
+/// Account for a disk task's pieces once written (the first `written` of
+/// them) or given up. Buffers go back to the pool on drop; a pipe still
+/// holding bytes (not written, or failed) is dropped too.
+fn give_back(st: &mut State, pieces: &mut Vec<Piece>, written: usize) {
+    st.buffers -= pieces.len();
+    st.last_activity = Instant::now();
+    for (i, p) in pieces.drain(..).enumerate() {
+        if let Data::Pipe(pipe) = p.data {
+            if i < written {
+                st.pipes.push(pipe);
+            }
         }
     }
 }
