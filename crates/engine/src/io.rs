@@ -23,6 +23,11 @@ pub trait Source: Sync {
     fn device(&self) -> Option<u64> {
         None
     }
+    /// Whether every byte is zero (`/dev/zero`): the sender then sends
+    /// from one shared zeroed region instead of filling a buffer per block.
+    fn is_zeros(&self) -> bool {
+        false
+    }
 }
 
 /// Something the receiver writes blocks to.
@@ -110,6 +115,9 @@ impl Source for ZeroSource {
     fn read_exact_at(&self, buf: &mut [u8], _offset: u64) -> io::Result<()> {
         buf.fill(0);
         Ok(())
+    }
+    fn is_zeros(&self) -> bool {
+        true
     }
 }
 

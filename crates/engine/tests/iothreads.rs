@@ -282,3 +282,39 @@ fn a_trickling_sender_is_read_to_the_end_and_the_kept_connection_wakes_for_a_byt
 fn a_receive_buffer_smaller_than_a_piece_does_not_stall() {
     trickled_transfer(Some(32 << 10));
 }
+
+/// Counts what a receiver writes, and any byte that is not zero.
+#[derive(Default)]
+struct ZeroCheckSink {
+    written: std::sync::atomic::AtomicU64,
+    nonzero: std::sync::atomic::AtomicU64,
+}
+
+impl lightpath_engine::Sink for ZeroCheckSink {
+    fn write_all_at(&self, buf: &[u8], _offset: u64) -> std::io::Result<()> {
+        self.written.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        self.nonzero.fetch_add(buf.iter().filter(|&&b| b != 0).count() as u64, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A `/dev/zero` source is sent from one shared zeroed region (blocks up to
+/// its size) or read into buffers (larger blocks): either way every byte
+/// arrives, and arrives as zero.
+#[test]
+fn a_zero_source_delivers_zeros_with_small_and_large_blocks() {
+    setup();
+    for block in [300_001, 2 << 20] {
+        let len = 5 * block + 12_345;
+        let (mut s, mut r) = pair(3);
+        let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block };
+        let sink = ZeroCheckSink::default();
+        std::thread::scope(|sc| {
+            let h = sc.spawn(|| modee::send(&mut s, &ZeroSource(len), &plan, &Control::new()).unwrap());
+            modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap();
+            assert_eq!(h.join().unwrap(), len);
+        });
+        assert_eq!(sink.written.into_inner(), len, "block {block}");
+        assert_eq!(sink.nonzero.into_inner(), 0, "block {block}");
+    }
+}

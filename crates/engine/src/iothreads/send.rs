@@ -35,7 +35,16 @@ enum Body {
     Mem(BlockBuf),
     /// A file range, sent with `sendfile`.
     File(Arc<File>, u64),
+    /// The block's length in zeros from [`ZEROS`] ([`crate::Source::is_zeros`]).
+    Zeros,
 }
+
+/// Zeros for blocks of a source that is all zeros (`/dev/zero`), sent as
+/// iperf3 sends its one buffer over and over. Filling a pool buffer per
+/// block took 11 % of the samples of a 4 GiB copy over loopback. Never
+/// written, so it stays on the kernel's shared zero page.
+static ZEROS: [u8; ZEROS_LEN] = [0; ZEROS_LEN];
+const ZEROS_LEN: usize = 1 << 20;
 
 struct State {
     ready: VecDeque<Ready>,
@@ -93,6 +102,7 @@ impl Job {
                 Body::Mem(BlockBuf::Heap(v))
             }
             Payload::File(f, off) => Body::File(f, off),
+            Payload::Read(src, _) if src.is_zeros() && b.len <= ZEROS_LEN as u64 => Body::Zeros,
             Payload::Read(src, off) => {
                 let mut buf = self.pool.block(b.len as usize);
                 src.read_exact_at(&mut buf, off).map_err(|e| EngineError::io("reading source", e))?;
@@ -348,12 +358,8 @@ impl SendConn {
         let hl = HEADER_LEN as u64;
         let pos = cur.pos;
         let n = match &cur.ready.body {
-            Body::Mem(buf) => {
-                let body = &buf[(pos.saturating_sub(hl) as usize).min(buf.len())..];
-                let body = &body[..body.len().min(budget)];
-                let hdr = &cur.ready.hdr[(pos.min(hl) as usize)..];
-                self.stream.write_vectored(&[IoSlice::new(hdr), IoSlice::new(body)])?
-            }
+            Body::Mem(buf) => write_mem(&mut self.stream, &cur.ready.hdr, buf, pos, budget)?,
+            Body::Zeros => write_mem(&mut self.stream, &cur.ready.hdr, &ZEROS[..cur.ready.len as usize], pos, budget)?,
             Body::File(..) if pos < hl => self.stream.write(&cur.ready.hdr[pos as usize..])?,
             Body::File(f, off) => {
                 let left = (cur.ready.len - (pos - hl)).min(budget as u64) as usize;
@@ -384,6 +390,22 @@ impl SendConn {
         }
         trailer
     }
+}
+
+/// Write some of a block held in memory: the rest of its header (`pos`
+/// bytes of header + payload are out), then at most `budget` payload bytes.
+fn write_mem(
+    stream: &mut mio::net::TcpStream,
+    hdr: &[u8; HEADER_LEN],
+    buf: &[u8],
+    pos: u64,
+    budget: usize,
+) -> std::io::Result<usize> {
+    let hl = HEADER_LEN as u64;
+    let body = &buf[(pos.saturating_sub(hl) as usize).min(buf.len())..];
+    let body = &body[..body.len().min(budget)];
+    let hdr = &hdr[(pos.min(hl) as usize)..];
+    stream.write_vectored(&[IoSlice::new(hdr), IoSlice::new(body)])
 }
 
 impl Conn for SendConn {
