@@ -513,7 +513,9 @@ struct RecvConn {
     index: usize,
     stream: mio::net::TcpStream,
     phase: Phase,
-    /// The socket's `SO_RCVLOWAT` ([`RecvConn::mark_need`]).
+    /// The socket's `SO_RCVLOWAT` ([`RecvConn::mark_need`]); 0 until it is
+    /// set again at the next wait (which makes the kernel re-check
+    /// readiness: see `read_payload`).
     lowat: usize,
     /// It waited once for the next piece's bytes (see `read_payload`).
     armed: bool,
