@@ -63,6 +63,12 @@ pub trait Sink: Sync {
     fn serial_writes(&self) -> bool {
         false
     }
+    /// Whether it keeps nothing (`/dev/null`): the receiver then reads each
+    /// piece into one small buffer per network thread, reused while it is
+    /// still in cache, and writes nothing.
+    fn discards(&self) -> bool {
+        false
+    }
 }
 
 /// A regular file. The length is taken once; a file that shrinks while
@@ -166,6 +172,9 @@ pub struct NullSink;
 impl Sink for NullSink {
     fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
         Ok(())
+    }
+    fn discards(&self) -> bool {
+        true
     }
 }
 

@@ -78,3 +78,44 @@ fn hostile_streams_fail_cleanly() {
     let huge = recv_raw(&[(BlockHeader::data(u64::MAX - 2, 4), vec![])], false);
     assert!(huge.is_err());
 }
+
+/// A sink that keeps nothing still hears of every byte, as ranges for the
+/// restart markers, once the receive returns.
+#[test]
+fn a_discarding_sink_reports_every_range() {
+    let (mut s, mut r) = pair(4);
+    let len = 5_000_000u64 + 17;
+    let src = BytesSource(data(len as usize));
+    let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 100_000 };
+    let ctl = Control::new();
+    std::thread::scope(|sc| {
+        let h = sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
+        let claimed = modee::recv(&mut r, None, &lightpath_engine::NullSink, &opts(), &ctl).unwrap();
+        assert_eq!(h.join().unwrap(), len);
+        assert_eq!(claimed.ranges(), &[(0, len)]);
+    });
+    assert_eq!(ctl.bytes(), len);
+    assert_eq!(ctl.take_written().ranges(), &[(0, len)]);
+}
+
+/// Hostile streams fail the same way when nothing is kept.
+#[test]
+fn a_discarding_sink_still_refuses_hostile_streams() {
+    let run = |frames: &[(BlockHeader, &[u8])], close: bool| {
+        let (mut s, mut r) = pair(1);
+        for (h, p) in frames {
+            s[0].write_all(&h.encode()).unwrap();
+            s[0].write_all(p).unwrap();
+        }
+        if close {
+            s.clear();
+        }
+        modee::recv(&mut r, None, &lightpath_engine::NullSink, &opts(), &Control::new()).map_err(|e| e.to_string())
+    };
+    let overlap = run(&[(BlockHeader::data(0, 4), b"abcd"), (BlockHeader::data(2, 2), b"xx")], false);
+    assert!(overlap.unwrap_err().contains("overlapping"));
+    let early = run(&[(BlockHeader::data(0, 4), b"ab")], true);
+    assert!(early.unwrap_err().contains("closed"));
+    let ok = run(&[(BlockHeader::data(0, 4), b"abcd"), (BlockHeader::eof_eod(1), b"")], false);
+    assert_eq!(ok.unwrap().ranges(), &[(0, 4)]);
+}

@@ -51,6 +51,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod discard;
+
 /// Most pieces one disk task writes (fewer tasks when the queue builds
 /// up). Pieces back to back in the sink go down as one `pwritev`: up to
 /// 2 MiB per direct write instead of 256 KiB. 3 GiB over loopback with
@@ -138,6 +140,9 @@ struct State {
     last_activity: Instant,
     /// A connection found no free buffer: poke the network threads when one frees.
     net_waiting: bool,
+    /// Ranges read for a sink that keeps nothing, not yet reported to the
+    /// transfer's [`Control`] (see `discard`).
+    discarded: RangeSet,
 }
 
 impl State {
@@ -154,6 +159,8 @@ struct Job {
     max_offset: u64,
     /// Pieces go through pipes (the sink is a file).
     splice: bool,
+    /// The sink keeps nothing: payload is read into scratch (see `discard`).
+    discard: bool,
     pool: BufferPool,
 }
 
@@ -277,6 +284,7 @@ pub(crate) fn recv(
         stopped: false,
         last_activity: Instant::now(),
         net_waiting: false,
+        discarded: RangeSet::default(),
     };
     let splice =
         sink.file().is_some() && splice_forced().unwrap_or_else(|| splice_by_default(conns, listener.map(|(l, _)| l)));
@@ -287,6 +295,7 @@ pub(crate) fn recv(
         base: opts.base,
         max_offset: opts.max_offset,
         splice,
+        discard: sink.discards(),
         pool: eng.pool().clone(),
     });
     let reg = Registration::new(eng);
@@ -337,6 +346,8 @@ impl<'a> Driver<'a> {
     {
         loop {
             if let Some(r) = self.step(s)? {
+                // Every connection has ended: nothing is read after this.
+                self.report_discarded();
                 return Ok(r);
             }
             let waited = match l {
@@ -356,6 +367,7 @@ impl<'a> Driver<'a> {
     where
         'a: 's,
     {
+        self.report_discarded();
         let mut st = self.job.lock();
         if let Some(e) = st.error.take() {
             return Err(e);
@@ -377,6 +389,15 @@ impl<'a> Driver<'a> {
             s.spawn(move || write(job, reg, sink, ctl, pieces));
         }
         Ok(None)
+    }
+
+    /// Report what connections read and dropped for a sink that keeps
+    /// nothing since the last check (progress and range markers).
+    fn report_discarded(&self) {
+        let moved = std::mem::take(&mut self.job.lock().discarded);
+        for &(start, end) in moved.ranges() {
+            self.ctl.add_written(start, end);
+        }
     }
 
     fn accept(&mut self, l: &TcpListener, sock: &SockOpts, all: &mut Vec<TcpStream>) -> Result<()> {
@@ -573,6 +594,9 @@ impl RecvConn {
     }
 
     fn read_payload(&mut self) -> Result<Step> {
+        if self.job.discard {
+            return self.discard_payload();
+        }
         let Phase::Payload { left, piece, .. } = &mut self.phase else { return Ok(Step::Again) };
         if piece.is_none() {
             let want = piece_len(*left);
