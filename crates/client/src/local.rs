@@ -176,7 +176,7 @@ impl LocalSource {
     /// Open for reading.
     pub fn open(self) -> Result<Box<dyn Source>, ClientError> {
         match self {
-            LocalSource::Zero(n) => Ok(Box::new(ZeroSource(n))),
+            LocalSource::Zero(n) => Ok(Box::new(ZeroSource::new(n))),
             LocalSource::File(p) => {
                 let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", p.display()));
                 let f = File::open(&p).map_err(err)?;

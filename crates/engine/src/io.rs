@@ -110,17 +110,41 @@ impl Source for FileSource {
     }
 }
 
-/// Endless zeros (`/dev/zero` for memory-to-memory runs).
-#[derive(Debug, Clone, Copy)]
-pub struct ZeroSource(pub u64);
+/// `len` zero bytes (`/dev/zero` for memory-to-memory runs). [`ZeroSource::new`]
+/// sends them with `sendfile` from a sparse memfd (`lightpath_sys::file::zeros`):
+/// no copy, as for a file in the page cache. Without it (or
+/// [`ZeroSource::in_memory`]) blocks go out from one static zeroed region
+/// ([`Source::is_zeros`]).
+#[derive(Debug)]
+pub struct ZeroSource {
+    len: u64,
+    file: Option<File>,
+}
+
+impl ZeroSource {
+    /// Zeros sent from a sparse memfd where one can be made.
+    pub fn new(len: u64) -> Self {
+        let file = lightpath_sys::file::zeros(len)
+            .inspect_err(|e| tracing::debug!("no memfd for /dev/zero ({e}); sending from memory"))
+            .ok();
+        ZeroSource { len, file }
+    }
+    /// Zeros sent from memory (checksums, tests of that path).
+    pub fn in_memory(len: u64) -> Self {
+        ZeroSource { len, file: None }
+    }
+}
 
 impl Source for ZeroSource {
     fn len(&self) -> u64 {
-        self.0
+        self.len
     }
     fn read_exact_at(&self, buf: &mut [u8], _offset: u64) -> io::Result<()> {
         buf.fill(0);
         Ok(())
+    }
+    fn file(&self) -> Option<&File> {
+        self.file.as_ref()
     }
     fn is_zeros(&self) -> bool {
         true

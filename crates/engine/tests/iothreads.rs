@@ -6,7 +6,7 @@ mod common;
 use common::pair;
 use lightpath_engine::iothreads::{self, IoConfig};
 use lightpath_engine::{
-    modee, BytesSource, Control, EngineError, MemorySink, NullSink, RecvOpts, SendPlan, ZeroSource,
+    modee, BytesSource, Control, EngineError, MemorySink, NullSink, RecvOpts, SendPlan, Source, ZeroSource,
 };
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,7 +103,7 @@ fn a_small_transfer_is_not_starved_by_a_big_one() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             let plan = SendPlan { ranges: vec![(0, big_len)], wire_base: 0, block: 256 << 10 };
-            modee::send(&mut bs, &ZeroSource(big_len), &plan, &Control::new()).unwrap();
+            modee::send(&mut bs, &ZeroSource::new(big_len), &plan, &Control::new()).unwrap();
         });
         sc.spawn(|| {
             modee::recv(&mut br, None, &NullSink, &opts(), &big_rx).unwrap();
@@ -132,7 +132,7 @@ fn cancelled_receiver_stops_both_sides() {
     let sent = std::thread::scope(|sc| {
         let h = sc.spawn(|| {
             let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 256 << 10 };
-            modee::send(&mut s, &ZeroSource(len), &plan, &Control::new())
+            modee::send(&mut s, &ZeroSource::new(len), &plan, &Control::new())
         });
         sc.spawn(|| {
             while rx.bytes() < 4 << 20 {
@@ -298,19 +298,25 @@ impl lightpath_engine::Sink for ZeroCheckSink {
     }
 }
 
-/// A `/dev/zero` source is sent from one shared zeroed region (blocks up to
-/// its size) or read into buffers (larger blocks): either way every byte
-/// arrives, and arrives as zero.
+type MakeZeros = fn(u64) -> ZeroSource;
+
+/// A `/dev/zero` source is sent with `sendfile` from a sparse memfd, or
+/// from memory: one shared zeroed region (blocks up to its size) or read
+/// into buffers (larger blocks). Every way, every byte arrives, and
+/// arrives as zero.
 #[test]
 fn a_zero_source_delivers_zeros_with_small_and_large_blocks() {
     setup();
-    for block in [300_001, 2 << 20] {
+    assert!(ZeroSource::new(1).file().is_some(), "no memfd: the sendfile path goes untested");
+    assert!(ZeroSource::in_memory(1).file().is_none());
+    let (mem, fd): (MakeZeros, MakeZeros) = (ZeroSource::in_memory, ZeroSource::new);
+    for (block, zeros) in [(300_001, mem), (2 << 20, mem), (300_001, fd)] {
         let len = 5 * block + 12_345;
         let (mut s, mut r) = pair(3);
         let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block };
         let sink = ZeroCheckSink::default();
         std::thread::scope(|sc| {
-            let h = sc.spawn(|| modee::send(&mut s, &ZeroSource(len), &plan, &Control::new()).unwrap());
+            let h = sc.spawn(|| modee::send(&mut s, &zeros(len), &plan, &Control::new()).unwrap());
             modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap();
             assert_eq!(h.join().unwrap(), len);
         });

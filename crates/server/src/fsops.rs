@@ -96,7 +96,7 @@ fn stat(root: &Root, p: &VPath) -> Result<Reply, Reply> {
 fn cksm(root: &Root, memory: bool, alg: &str, offset: u64, len: Option<u64>, p: &VPath) -> Result<Reply, Reply> {
     let sum = if memory && p.as_bytes() == DEV_ZERO {
         let l = len.ok_or_else(|| Reply::new(501, "CKSM of /dev/zero needs a length"))?;
-        checksum(&ZeroSource(offset.saturating_add(l)), alg, offset, Some(l))
+        checksum(&ZeroSource::in_memory(offset.saturating_add(l)), alg, offset, Some(l))
     } else {
         let f = root.open_read(p.relative()).map_err(|e| io_reply(p, &e))?;
         let src = FileSource::new(f, false).map_err(|e| io_reply(p, &e))?;

@@ -116,7 +116,9 @@ fn open_source(root: &Root, memory: bool, t: &Transfer) -> Result<Opened, Reply>
     }
     if is_mem(memory, &t.path, DEV_ZERO) {
         return match t.kind {
-            TransferKind::Eret { offset, len } => Ok(Opened::Ready(Box::new(ZeroSource(offset.saturating_add(len))))),
+            TransferKind::Eret { offset, len } => {
+                Ok(Opened::Ready(Box::new(ZeroSource::new(offset.saturating_add(len)))))
+            }
             _ => Err(Reply::new(501, "/dev/zero needs ERET with a length")),
         };
     }

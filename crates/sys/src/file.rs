@@ -80,3 +80,14 @@ pub fn tcp_window_limits() -> (Option<u64>, Option<u64>) {
     };
     (max("/proc/sys/net/ipv4/tcp_rmem"), max("/proc/sys/net/ipv4/tcp_wmem"))
 }
+
+/// A file of `len` zero bytes that takes no memory: a sparse `memfd`.
+/// `sendfile` from it hands the kernel's shared zero page to the socket
+/// (shmem's splice of a hole), so `/dev/zero` transfers send without
+/// copying a byte, as a page-cached file does.
+pub fn zeros(len: u64) -> io::Result<File> {
+    use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+    let fd = memfd_create("lightpath-zeros", MemfdFlags::CLOEXEC)?;
+    ftruncate(&fd, len)?;
+    Ok(File::from(fd))
+}

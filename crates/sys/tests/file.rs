@@ -76,3 +76,24 @@ fn the_cache_probe_follows_writes_and_drops() {
     assert!(dropped, "dropped");
     assert_eq!(is_cached_at(&f, 8 << 20), Some(false), "past the end: nothing to read");
 }
+
+/// The zero file has its length, takes no blocks, and `sendfile` from it
+/// far past any page delivers zeros.
+#[test]
+fn the_zero_file_is_sparse_and_sends_zeros() {
+    use std::io::Read;
+    let len = 64u64 << 30;
+    let z = lightpath_sys::file::zeros(len).expect("memfd");
+    let m = z.metadata().expect("metadata");
+    assert_eq!(m.len(), len);
+    assert_eq!(m.blocks(), 0);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut rx, _) = l.accept().unwrap();
+    lightpath_sys::net::sendfile_all(&tx, &z, len - 300_000, 300_000).expect("sendfile");
+    drop(tx);
+    let mut got = Vec::new();
+    rx.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), 300_000);
+    assert!(got.iter().all(|&b| b == 0));
+}
