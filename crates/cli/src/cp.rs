@@ -61,6 +61,12 @@ pub struct CpArgs {
     /// net.ipv4.tcp_fastopen with bit 2).
     #[arg(long, env = "LIGHTPATH_NO_FASTOPEN")]
     pub no_fastopen: bool,
+    /// TCP congestion control for the data connections this client opens
+    /// or accepts (default bbr where the kernel allows it; `kernel` keeps
+    /// the system default). One that the kernel lacks or does not allow
+    /// this user stops the copy before it starts.
+    #[arg(long, env = "LIGHTPATH_CONGESTION")]
+    pub congestion: Option<String>,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -119,6 +125,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
         direct_io: a.direct_io.into(),
         connect_ahead: !a.no_connect_ahead,
         fastopen: !a.no_fastopen,
+        congestion: crate::congestion::check(a.congestion.as_deref())?,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -213,6 +220,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         direct_io: lightpath_plan::DirectIo::Never,
         connect_ahead: false,
         fastopen: false,
+        congestion: None,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

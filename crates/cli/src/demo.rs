@@ -85,6 +85,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         direct_io: lightpath_plan::DirectIo::Auto,
         connect_ahead: false,
         fastopen: false,
+        congestion: None,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

@@ -1,5 +1,6 @@
 //! `lightpath`: GridFTP server, client, demo, WAN lab and benchmarks in one binary.
 
+mod congestion;
 mod cp;
 mod demo;
 mod placement;

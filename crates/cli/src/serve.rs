@@ -119,40 +119,6 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
     Ok((l, ahead))
 }
 
-/// The congestion control the data connections ask for. An explicit one
-/// that this process may not set stops the server, saying why (otherwise
-/// every connection would quietly keep the kernel's default); BBR, the
-/// default, falls back to the kernel's default with a warning.
-fn congestion(asked: Option<&str>) -> anyhow::Result<Option<String>> {
-    let name = match asked {
-        Some("kernel") => return Ok(Some("kernel".into())),
-        Some(n) => n,
-        None => lightpath_engine::DEFAULT_CONGESTION,
-    };
-    let Err(e) = lightpath_sys::net::congestion_usable(name) else {
-        tracing::info!("data connections use congestion control {name}");
-        return Ok(asked.map(str::to_string));
-    };
-    let why = congestion_refused(name, &e, lightpath_sys::net::congestion_lists());
-    if asked.is_some() {
-        anyhow::bail!("--congestion {name}: {why}");
-    }
-    tracing::warn!("{why}: data connections keep the kernel's default congestion control");
-    Ok(Some("kernel".into()))
-}
-
-/// Why `name` cannot be set, from the error and the kernel's (available,
-/// allowed) lists.
-fn congestion_refused(name: &str, e: &std::io::Error, (available, allowed): (String, String)) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{name} is not available in this kernel (available: {available})"),
-        std::io::ErrorKind::PermissionDenied => format!(
-            "{name} is not in net.ipv4.tcp_allowed_congestion_control ({allowed}) and this process lacks CAP_NET_ADMIN"
-        ),
-        _ => format!("{name} cannot be set: {e}"),
-    }
-}
-
 /// Run the server until killed.
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     // Before the port listens: a client may connect as soon as it does.
@@ -164,7 +130,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     }
     let (l, ahead) = bind_and_drop(&args)?;
     // After the uid change: what this process may set is what counts.
-    args.congestion = congestion(args.congestion.as_deref())?;
+    args.congestion = crate::congestion::check(args.congestion.as_deref())?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
     let io = IoConfig { net_threads: args.net_threads, disk_threads };
     match crate::placement::plan(
@@ -203,22 +169,4 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::congestion_refused;
-    use std::io::{Error, ErrorKind};
-
-    #[test]
-    fn a_refused_congestion_control_is_explained_from_the_kernel_lists() {
-        let lists = || ("reno bbr cubic".to_string(), "reno bbr".to_string());
-        let denied = congestion_refused("cubic", &Error::from(ErrorKind::PermissionDenied), lists());
-        assert_eq!(
-            denied,
-            "cubic is not in net.ipv4.tcp_allowed_congestion_control (reno bbr) and this process lacks CAP_NET_ADMIN"
-        );
-        let missing = congestion_refused("vegas", &Error::from(ErrorKind::NotFound), lists());
-        assert_eq!(missing, "vegas is not available in this kernel (available: reno bbr cubic)");
-    }
 }

@@ -282,6 +282,32 @@ fn serve_refuses_a_congestion_control_it_cannot_set() {
     assert!(all.contains("data connections use congestion control reno"), "{all}");
 }
 
+/// `cp --congestion` is checked the same way before anything moves: one
+/// the kernel lacks stops the copy with the reason (and no file appears);
+/// one it has carries an upload and a download.
+#[test]
+fn cp_refuses_a_congestion_control_it_cannot_set() {
+    let (d, root, local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let src = local.join("src.bin");
+    write_random(&src, 3_000_000, 7);
+    let url = |name: &str| format!("ftp://127.0.0.1:{port}/{name}");
+    let out = std::process::Command::new(LP)
+        .args(["cp", "-q", "--congestion", "no-such-cc"])
+        .arg(&src)
+        .arg(url("up.bin"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown congestion control stops the copy");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("--congestion no-such-cc: no-such-cc is not available in this kernel"), "{text}");
+    assert!(!root.join("up.bin").exists(), "nothing was sent");
+    assert!(lp_cp(&["--congestion", "reno", src.to_str().unwrap(), &url("up.bin")]));
+    let back = d.path().join("back.bin");
+    assert!(lp_cp(&["--congestion", "reno", &url("up.bin"), back.to_str().unwrap()]));
+    assert_same_file(&src, &back);
+}
+
 /// Segments received on the client's end of the connection from local port
 /// `port`, as `ss` reports them.
 fn segs_in(port: u16) -> u32 {

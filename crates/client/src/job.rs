@@ -39,6 +39,9 @@ pub struct CopyOptions {
     pub connect_ahead: bool,
     /// TCP Fast Open to lightpath servers met before.
     pub fastopen: bool,
+    /// TCP congestion control of our data connections (`None`: BBR where
+    /// the kernel allows it; `kernel`: the system's).
+    pub congestion: Option<String>,
 }
 
 /// Outcome for one file.
@@ -85,6 +88,7 @@ pub async fn copy(
         direct_io: opts.direct_io,
         connect_ahead: opts.connect_ahead,
         fastopen: opts.fastopen,
+        congestion: opts.congestion.clone(),
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {

@@ -38,6 +38,9 @@ pub struct SessionOpts {
     /// peer book knows with TCP Fast Open: the login flight travels in the
     /// SYN ([`ControlConn::connect`]).
     pub fastopen: bool,
+    /// TCP congestion control of our data connections (`None`: BBR where
+    /// the kernel allows it; `kernel`: the system's).
+    pub congestion: Option<String>,
 }
 
 /// One entry of a remote listing.
@@ -155,7 +158,7 @@ impl Session {
             ctl,
             feat: Features::default(),
             remote: remote.clone(),
-            dc: Some(data_channel(recv_window)),
+            dc: Some(data_channel(recv_window, opts.congestion.as_deref())),
             mode_e: None,
             parallelism: 0,
             stats: Default::default(),
@@ -315,7 +318,8 @@ impl Session {
 
     fn dc(&mut self) -> &mut DataChannel {
         let window = self.recv_window;
-        self.dc.get_or_insert_with(|| data_channel(window))
+        let cc = self.opts.congestion.as_deref();
+        self.dc.get_or_insert_with(|| data_channel(window, cc))
     }
 
     /// PASV: the server listens; returns its address.
@@ -368,7 +372,7 @@ impl Session {
         let first = self.ctl.reply().await?;
         if first.is_error() {
             job.abort();
-            self.dc = Some(data_channel(self.recv_window));
+            self.dc = Some(data_channel(self.recv_window, self.opts.congestion.as_deref()));
             return Err(self.ctl.unexpected("MLSD", &first));
         }
         let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
@@ -701,9 +705,30 @@ fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientError>) -> Cli
     e
 }
 
-/// A data channel whose connections start with a receive window of `window`.
-fn data_channel(window: Option<usize>) -> DataChannel {
+/// A data channel whose connections start with a receive window of
+/// `window` and ask for congestion control `cc` (`None`: the default,
+/// BBR; `kernel`: the system's).
+fn data_channel(window: Option<usize>, cc: Option<&str>) -> DataChannel {
     let mut dc = DataChannel::new();
     dc.opts.recv_window = window;
+    match cc {
+        Some("kernel") => dc.opts.congestion = None,
+        Some(cc) => dc.opts.congestion = Some(cc.to_string()),
+        None => {}
+    }
     dc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::data_channel;
+
+    #[test]
+    fn data_channels_ask_for_the_congestion_control_chosen() {
+        let cc = |asked| data_channel(None, asked).opts.congestion;
+        assert_eq!(cc(None).as_deref(), Some(lightpath_engine::DEFAULT_CONGESTION));
+        assert_eq!(cc(Some("reno")).as_deref(), Some("reno"));
+        assert_eq!(cc(Some("kernel")), None);
+        assert_eq!(data_channel(Some(1 << 20), None).opts.recv_window, Some(1 << 20));
+    }
 }
