@@ -12,7 +12,9 @@
 //! [`super::set_recv_splice`] or `LIGHTPATH_RECV_SPLICE=1`/`0`), spliced
 //! from the socket into a pipe that the disk task splices into the file,
 //! so the payload never crosses user space. Which path a transfer takes is
-//! logged at info level (`-v`).
+//! logged at info level (`-v`). A sink that keeps nothing (`/dev/null`)
+//! takes neither: its payload is read into a scratch buffer and dropped
+//! (`discard`).
 //!
 //! Unless forced, the path follows the measurements. Over the emulated
 //! 95 ms path (1 GiB, 16 streams, MTU 9000) the receiving client used
