@@ -21,6 +21,7 @@
 //!
 //! [`Root`]: lightpath_sys::root::Root
 
+mod chunk;
 mod pack;
 mod reader;
 mod unpack;

@@ -1,6 +1,7 @@
 //! The receiver: manifest bytes and data blocks in any order, from any
 //! thread; the tree rebuilt beneath a [`Root`].
 
+use super::chunk::{Chunk, Spares};
 use super::writer::{self, FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
 use super::{split, split_ns, system_time, VfileError};
 use crate::io::Sink;
@@ -94,7 +95,7 @@ struct State {
     total: Option<u64>,
     claimed: RangeSet,
     /// Data ahead of its entries: virtual offset -> bytes.
-    parked: BTreeMap<u64, (Arc<[u8]>, Range<usize>)>,
+    parked: BTreeMap<u64, (Arc<Chunk>, Range<usize>)>,
     parked_bytes: u64,
     /// Directories in manifest order: path, mode, mtime.
     dirs: Vec<(Vec<u8>, u32, i64)>,
@@ -117,6 +118,8 @@ pub struct Unpacker {
     opts: UnpackOptions,
     st: Mutex<State>,
     pool: Pool,
+    /// Buffers for the copies of blocks that go to the writers.
+    spares: Arc<Spares>,
 }
 
 impl Unpacker {
@@ -125,7 +128,7 @@ impl Unpacker {
     pub fn new(root: Arc<Root>, opts: UnpackOptions) -> Result<Self, VfileError> {
         let pool = Pool::new(Arc::new(WorkCtx::new(root)), opts.workers, opts.queue)?;
         let st = State { decoder: Decoder::new(opts.limits), ..State::default() };
-        Ok(Unpacker { opts, st: Mutex::new(st), pool })
+        Ok(Unpacker { opts, st: Mutex::new(st), pool, spares: Arc::default() })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -241,7 +244,7 @@ impl Unpacker {
             Kind::File { size, offset } => {
                 let slot = Arc::new(FileSlot::new(e.path, offset, size, e.mode, e.mtime_ns));
                 if size == 0 {
-                    pieces.push(Piece { slot: slot.clone(), at: 0, data: Arc::from(&[][..]), range: 0..0 });
+                    pieces.push(Piece { slot: slot.clone(), at: 0, data: Arc::new(Chunk::empty()), range: 0..0 });
                 }
                 st.files.push(slot);
                 st.known_end = offset + size;
@@ -277,7 +280,7 @@ impl Unpacker {
             }
         }
         let mut pieces = Vec::new();
-        Self::place(st, offset, Arc::from(data), 0..data.len(), &mut pieces);
+        Self::place(st, offset, Arc::new(self.spares.copy(data)), 0..data.len(), &mut pieces);
         Ok(Placed::Queue(pieces))
     }
 
@@ -299,7 +302,7 @@ impl Unpacker {
 
     /// Turn `data[range]` (at virtual `start`) into pieces for the files
     /// known so far; park the rest.
-    fn place(st: &mut State, start: u64, data: Arc<[u8]>, range: Range<usize>, pieces: &mut Vec<Piece>) {
+    fn place(st: &mut State, start: u64, data: Arc<Chunk>, range: Range<usize>, pieces: &mut Vec<Piece>) {
         let end = start + range.len() as u64;
         let cut = end.min(st.known_end).max(start);
         for (slot, at, r) in Self::spans(st, start, cut) {

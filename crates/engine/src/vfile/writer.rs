@@ -93,7 +93,7 @@ impl FileSlot {
 pub(crate) struct Piece {
     pub slot: Arc<FileSlot>,
     pub at: u64,
-    pub data: Arc<[u8]>,
+    pub data: Arc<super::chunk::Chunk>,
     pub range: Range<usize>,
 }
 
