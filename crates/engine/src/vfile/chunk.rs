@@ -9,9 +9,12 @@
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-/// Buffers kept for reuse by one unpacker: at most this many (of a block,
-/// 256 KiB by default: 16 MiB).
+/// Buffers kept for reuse by one unpacker: at most this many, of at most
+/// [`KEEP_BYTES`] each (received pieces are at most 256 KiB: 16 MiB).
 const KEEP: usize = 64;
+
+/// Larger buffers (from a sink fed bigger writes) are freed, not kept.
+const KEEP_BYTES: usize = 1 << 20;
 
 /// The free buffers of one unpacker.
 #[derive(Debug, Default)]
@@ -63,7 +66,7 @@ impl Drop for Chunk {
     fn drop(&mut self) {
         let Some(home) = &self.home else { return };
         let mut free = home.lock();
-        if free.len() < KEEP && self.buf.capacity() > 0 {
+        if free.len() < KEEP && (1..=KEEP_BYTES).contains(&self.buf.capacity()) {
             free.push(std::mem::take(&mut self.buf));
         }
     }
@@ -87,6 +90,9 @@ mod tests {
         let many: Vec<Chunk> = (0..KEEP + 5).map(|_| spares.copy(&[1; 64])).collect();
         drop(many);
         assert_eq!(spares.len(), KEEP, "at most KEEP are kept");
+        let spares = Arc::new(Spares::default());
+        drop(spares.copy(&vec![0; KEEP_BYTES + 1]));
+        assert_eq!(spares.len(), 0, "a buffer over KEEP_BYTES is freed");
         assert!(Chunk::empty().is_empty());
     }
 }
