@@ -711,11 +711,7 @@ fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientError>) -> Cli
 fn data_channel(window: Option<usize>, cc: Option<&str>) -> DataChannel {
     let mut dc = DataChannel::new();
     dc.opts.recv_window = window;
-    match cc {
-        Some("kernel") => dc.opts.congestion = None,
-        Some(cc) => dc.opts.congestion = Some(cc.to_string()),
-        None => {}
-    }
+    dc.opts.congestion = lightpath_engine::congestion_choice(cc);
     dc
 }
 

@@ -67,6 +67,17 @@ impl Default for DataChannel {
 /// (see [`lightpath_sys::net::tune`]'s notes).
 pub const DEFAULT_CONGESTION: &str = "bbr";
 
+/// What data sockets ask for, from a `--congestion` choice: `None` is
+/// [`DEFAULT_CONGESTION`], `kernel` asks for nothing (the system's default
+/// stays), any other name is asked for as it is.
+pub fn congestion_choice(asked: Option<&str>) -> Option<String> {
+    match asked {
+        Some("kernel") => None,
+        Some(cc) => Some(cc.to_string()),
+        None => Some(DEFAULT_CONGESTION.into()),
+    }
+}
+
 /// Unsent bytes a data socket may hold until its pacing rate is known;
 /// a sending stream then holds [`lightpath_plan::notsent_bound`] of its
 /// own rate. `LIGHTPATH_NOTSENT_LOWAT` (bytes) fixes one bound for all

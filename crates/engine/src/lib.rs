@@ -17,7 +17,7 @@ pub mod stream;
 pub mod vfile;
 pub mod vfile_chan;
 
-pub use datachan::{DataChannel, Direction, DEFAULT_CONGESTION};
+pub use datachan::{congestion_choice, DataChannel, Direction, DEFAULT_CONGESTION};
 pub use error::{EngineError, Result};
 pub use io::{BytesSource, FileSink, FileSource, MemorySink, NullSink, Sink, Source, ZeroSource};
 pub use modee::{RecvOpts, SendPlan};

@@ -50,11 +50,7 @@ struct Session {
 /// ([`lightpath_plan::start_recv_window`] at the default target, over the
 /// streams a client opens at this RTT).
 fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
-    dc.opts.congestion = match congestion {
-        Some("kernel") => None,
-        Some(cc) => Some(cc.to_string()),
-        None => Some(lightpath_engine::DEFAULT_CONGESTION.into()),
-    };
+    dc.opts.congestion = lightpath_engine::congestion_choice(congestion);
     let rtt_us = rtt.as_micros() as u64;
     let streams = lightpath_plan::min_streams_for_rtt(rtt_us);
     dc.opts.recv_window = lightpath_plan::start_recv_window(rtt_us, lightpath_plan::DEFAULT_TARGET_BPS, streams);
