@@ -23,11 +23,6 @@ pub trait Source: Sync {
     fn device(&self) -> Option<u64> {
         None
     }
-    /// Whether every byte is zero (`/dev/zero`): the sender then sends
-    /// from one shared zeroed region instead of filling a buffer per block.
-    fn is_zeros(&self) -> bool {
-        false
-    }
 }
 
 /// Something the receiver writes blocks to.
@@ -113,8 +108,7 @@ impl Source for FileSource {
 /// `len` zero bytes (`/dev/zero` for memory-to-memory runs). [`ZeroSource::new`]
 /// sends them with `sendfile` from a sparse memfd (`lightpath_sys::file::zeros`):
 /// no copy, as for a file in the page cache. Without it (or
-/// [`ZeroSource::in_memory`]) blocks go out from one static zeroed region
-/// ([`Source::is_zeros`]).
+/// [`ZeroSource::in_memory`]) each block is zeroed in a pool buffer.
 #[derive(Debug)]
 pub struct ZeroSource {
     len: u64,
@@ -145,9 +139,6 @@ impl Source for ZeroSource {
     }
     fn file(&self) -> Option<&File> {
         self.file.as_ref()
-    }
-    fn is_zeros(&self) -> bool {
-        true
     }
 }
 

@@ -301,9 +301,8 @@ impl lightpath_engine::Sink for ZeroCheckSink {
 type MakeZeros = fn(u64) -> ZeroSource;
 
 /// A `/dev/zero` source is sent with `sendfile` from a sparse memfd, or
-/// from memory: one shared zeroed region (blocks up to its size) or read
-/// into buffers (larger blocks). Every way, every byte arrives, and
-/// arrives as zero.
+/// from memory (zeroed into pool buffers, with blocks smaller and larger
+/// than a buffer). Every way, every byte arrives, and arrives as zero.
 #[test]
 fn a_zero_source_delivers_zeros_with_small_and_large_blocks() {
     setup();

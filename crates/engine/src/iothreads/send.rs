@@ -35,16 +35,7 @@ enum Body {
     Mem(BlockBuf),
     /// A file range, sent with `sendfile`.
     File(Arc<File>, u64),
-    /// The block's length in zeros from [`ZEROS`] ([`crate::Source::is_zeros`]).
-    Zeros,
 }
-
-/// Zeros for blocks of a source that is all zeros (`/dev/zero`), sent as
-/// iperf3 sends its one buffer over and over. Filling a pool buffer per
-/// block took 11 % of the samples of a 4 GiB copy over loopback. Never
-/// written, so it stays on the kernel's shared zero page.
-static ZEROS: [u8; ZEROS_LEN] = [0; ZEROS_LEN];
-const ZEROS_LEN: usize = 1 << 20;
 
 struct State {
     ready: VecDeque<Ready>,
@@ -102,7 +93,6 @@ impl Job {
                 Body::Mem(BlockBuf::Heap(v))
             }
             Payload::File(f, off) => Body::File(f, off),
-            Payload::Read(src, _) if src.is_zeros() && b.len <= ZEROS_LEN as u64 => Body::Zeros,
             Payload::Read(src, off) => {
                 let mut buf = self.pool.block(b.len as usize);
                 src.read_exact_at(&mut buf, off).map_err(|e| EngineError::io("reading source", e))?;
@@ -359,7 +349,6 @@ impl SendConn {
         let pos = cur.pos;
         let n = match &cur.ready.body {
             Body::Mem(buf) => write_mem(&mut self.stream, &cur.ready.hdr, buf, pos, budget)?,
-            Body::Zeros => write_mem(&mut self.stream, &cur.ready.hdr, &ZEROS[..cur.ready.len as usize], pos, budget)?,
             Body::File(..) if pos < hl => self.stream.write(&cur.ready.hdr[pos as usize..])?,
             Body::File(f, off) => {
                 let left = (cur.ready.len - (pos - hl)).min(budget as u64) as usize;
