@@ -396,6 +396,9 @@ impl<'a> Driver<'a> {
     /// Report what connections read and dropped for a sink that keeps
     /// nothing since the last check (progress and range markers).
     fn report_discarded(&self) {
+        if !self.job.discard {
+            return;
+        }
         let moved = std::mem::take(&mut self.job.lock().discarded);
         for &(start, end) in moved.ranges() {
             self.ctl.add_written(start, end);
