@@ -155,6 +155,13 @@ fn hostile_mode_e_uploads_leave_no_file() {
     let mut dc = start_mode_e_upload(&mut c, "holes", Some(10));
     dc.write_all(&[block(BlockHeader::data(0, 3), b"abc"), block(BlockHeader::eof_eod(1), b"")].concat()).unwrap();
     assert_eq!(c.final_reply().0, 451);
+    // Without ALLO: a block skipped before EOF still leaves a hole of zeros.
+    let mut dc = start_mode_e_upload(&mut c, "gap", None);
+    let blocks = [block(BlockHeader::data(0, 3), b"abc"), block(BlockHeader::data(6, 3), b"ghi")];
+    dc.write_all(&[&blocks[..], &[block(BlockHeader::eof_eod(1), b"")]].concat().concat()).unwrap();
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 451, "{text}");
+    assert!(text.contains("holes"), "{text}");
     assert_eq!(only_entries(&root), vec!["ooo"], "no partial or temporary file left behind");
     assert_eq!(c.cmd("NOOP").0, 200, "session survives");
 }

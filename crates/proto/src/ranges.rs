@@ -82,6 +82,21 @@ impl RangeSet {
         idx < self.ranges.len() && self.ranges[idx].0 <= start
     }
 
+    /// One past the last covered byte (0 when empty).
+    pub fn end(&self) -> u64 {
+        self.ranges.last().map_or(0, |r| r.1)
+    }
+
+    /// Whether the set is one range starting at `start`, or empty: what a
+    /// complete file received from `start` on looks like (no holes).
+    pub fn is_contiguous_from(&self, start: u64) -> bool {
+        match self.ranges.as_slice() {
+            [] => true,
+            [(s, _)] => *s == start,
+            _ => false,
+        }
+    }
+
     /// The parts of `[0, total)` not in the set (what still has to be sent).
     pub fn missing(&self, total: u64) -> RangeSet {
         let mut out = RangeSet::new();
@@ -142,6 +157,21 @@ impl fmt::Display for RangeSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contiguity_and_end() {
+        let mut r = RangeSet::new();
+        assert!(r.is_contiguous_from(0));
+        assert_eq!(r.end(), 0);
+        r.insert(10, 20);
+        assert!(!r.is_contiguous_from(0), "a hole at the start");
+        assert!(r.is_contiguous_from(10));
+        r.insert(0, 10);
+        assert!(r.is_contiguous_from(0));
+        r.insert(30, 40);
+        assert!(!r.is_contiguous_from(0), "a hole in the middle");
+        assert_eq!(r.end(), 40);
+    }
 
     #[test]
     fn merge_and_missing() {

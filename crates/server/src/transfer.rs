@@ -260,15 +260,20 @@ fn receive(
     Ok(moved)
 }
 
-/// In MODE E the sender says when it is done; with ALLO we also know the
-/// size and refuse a file with holes.
+/// In MODE E the sender says when it is done. A new upload must be one
+/// range from 0 (blocks are placed by offset, so a sender that skipped one
+/// would leave a hole of zeros); with ALLO we also know its size.
 fn check_complete(t: &Transfer, got: &lightpath_proto::RangeSet) -> Result<(), Reply> {
-    match (t.allo, &t.kind, &t.restart) {
-        (Some(n), TransferKind::Stor, None) if n > 0 && !got.contains_range(0, n) => {
-            Err(Reply::new(451, format!("Transfer incomplete: ranges {got} of {n} bytes announced by ALLO.")))
-        }
-        _ => Ok(()),
+    if !matches!((&t.kind, &t.restart), (TransferKind::Stor, None)) {
+        return Ok(());
     }
+    if let Some(n) = t.allo.filter(|&n| n > 0 && !got.contains_range(0, n)) {
+        return Err(Reply::new(451, format!("Transfer incomplete: ranges {got} of {n} bytes announced by ALLO.")));
+    }
+    if !got.is_contiguous_from(0) {
+        return Err(Reply::new(451, format!("Transfer incomplete: the blocks received ({got}) leave holes.")));
+    }
+    Ok(())
 }
 
 /// Publish a complete upload; with `--fsync` its data reaches the disk first.
