@@ -125,6 +125,7 @@ impl ControlConn {
     /// Send one command line (or hold it back while corked).
     pub async fn send(&mut self, cmd: &[u8]) -> Result<(), ClientError> {
         tracing::debug!(server = %self.name, "> {}", redact(cmd));
+        check_line(cmd)?;
         let mut line = cmd.to_vec();
         line.extend_from_slice(b"\r\n");
         if let Some(out) = &mut self.corked {
@@ -311,6 +312,20 @@ impl ControlConn {
     pub fn unexpected(&self, what: &str, r: &Reply) -> ClientError {
         ClientError::Refused { server: self.name.clone(), cmd: what.into(), reply: r.full_text(), code: r.code }
     }
+}
+
+/// A command is one line: a name with a line break in it would end the
+/// command there and make the rest a second one (`STOR a<LF>DELE b`), and
+/// a NUL ends it for many servers. Such names cannot travel by FTP
+/// commands at all, so they are refused before anything is sent.
+pub(crate) fn check_line(cmd: &[u8]) -> Result<(), ClientError> {
+    if cmd.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+        let shown = redact(cmd).escape_debug().to_string();
+        return Err(ClientError::Usage(format!(
+            "cannot send {shown}: a name with a line break or NUL byte cannot travel in an FTP command"
+        )));
+    }
+    Ok(())
 }
 
 fn redact(cmd: &[u8]) -> String {

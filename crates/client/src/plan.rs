@@ -123,20 +123,50 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
             .collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
-            let name = e.file_name();
-            let dst = join(&t, name.as_bytes());
-            let Ok(md) = std::fs::metadata(e.path()) else { continue };
-            if md.is_dir() {
-                plan.dirs.push(dst.clone());
-                queue.push_back((e.path(), dst));
-            } else if md.is_file() {
-                plan.files.push(Item { src: Location::Local(e.path()), dst, size: md.len() });
-            } else {
-                tracing::warn!("skipping special file {}", e.path().display());
+            let (path, dst) = (e.path(), join(&t, e.file_name().as_bytes()));
+            match local_kind(&path) {
+                Some(LocalKind::Dir) => {
+                    plan.dirs.push(dst.clone());
+                    queue.push_back((path, dst));
+                }
+                Some(LocalKind::File(size)) => plan.files.push(Item { src: Location::Local(path), dst, size }),
+                None => {}
             }
         }
     }
     Ok(())
+}
+
+enum LocalKind {
+    Dir,
+    File(u64),
+}
+
+/// What a tree walked file by file copies of `path`: directories (not
+/// through a symlink, which could loop or lead out of the tree) and
+/// regular files (a symlink to one is copied as the file). Everything
+/// else is skipped with a warning.
+fn local_kind(path: &std::path::Path) -> Option<LocalKind> {
+    let skip = |why: String| {
+        tracing::warn!("skipping {}: {why}", path.display());
+        None
+    };
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_symlink() => match std::fs::metadata(path) {
+            Ok(t) if t.is_dir() => return skip("a symlink to a directory".into()),
+            Ok(t) => t,
+            Err(e) => return skip(format!("a symlink that cannot be followed ({e})")),
+        },
+        Ok(md) => md,
+        Err(e) => return skip(e.to_string()),
+    };
+    if md.is_dir() {
+        Some(LocalKind::Dir)
+    } else if md.is_file() {
+        Some(LocalKind::File(md.len()))
+    } else {
+        skip("a special file".into())
+    }
 }
 
 /// A remote tree's walk, shared by the sessions listing it.
@@ -251,6 +281,10 @@ async fn list_one(s: &mut Session, sh: &Shared) {
 
 fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::session::Entry>) {
     for e in entries {
+        if let Err(err) = listed_name_ok(dir, &e.name) {
+            w.error.get_or_insert(err);
+            return;
+        }
         let src = join(&Location::Remote(dir.clone()), &e.name);
         let dst = join(t, &e.name);
         let Location::Remote(sr) = src else { continue };
@@ -261,6 +295,21 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size });
         }
     }
+}
+
+/// A name from a server's listing is one component: with a `/` (or as `.`
+/// or `..`) it would place the copy outside the directory being copied
+/// into (`../../x`, `/etc/x`), so a listing with one is refused whole,
+/// before anything is written.
+fn listed_name_ok(dir: &Remote, name: &[u8]) -> Result<(), ClientError> {
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(ClientError::Local(format!(
+            "{}: the server listed the unsafe name {:?}; refusing to copy this tree",
+            dir.display(),
+            String::from_utf8_lossy(name)
+        )));
+    }
+    Ok(())
 }
 
 /// Streams for transfers at `rtt_us`: as asked, or enough for the target
@@ -275,4 +324,39 @@ pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
     let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, lightpath_plan::MAX_AUTO_STREAMS);
     tracing::debug!(rtt_us, window, n, "stream count");
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_local_walk_copies_file_symlinks_and_skips_directory_symlinks_and_dangling_ones() {
+        let d = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let root = d.path().join("t");
+        std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+        std::fs::write(root.join("sub/f"), b"12345").expect("write");
+        symlink("sub/f", root.join("link-to-file")).expect("symlink");
+        symlink("..", root.join("sub/loop")).expect("symlink");
+        symlink("/", root.join("out")).expect("symlink");
+        symlink("nowhere", root.join("dangling")).expect("symlink");
+        let mut plan = Plan::default();
+        walk_local(&root, &Location::Local("/dst".into()), &mut plan).expect("walk");
+        let dst = |l: &Location| describe(l);
+        assert_eq!(plan.dirs.iter().map(dst).collect::<Vec<_>>(), vec!["/dst/sub"]);
+        let files: Vec<(String, u64)> = plan.files.iter().map(|i| (dst(&i.dst), i.size)).collect();
+        assert_eq!(files, vec![("/dst/link-to-file".into(), 5), ("/dst/sub/f".into(), 5)]);
+    }
+
+    #[test]
+    fn listed_names_with_a_slash_or_dots_are_refused() {
+        let Ok(Location::Remote(dir)) = Location::parse("ftp://h/d/") else { panic!("url") };
+        for bad in [&b"../x"[..], b"/etc/x", b"a/b", b"..", b".", b"", b"a\0b"] {
+            assert!(listed_name_ok(&dir, bad).is_err(), "{bad:?}");
+        }
+        for good in [&b"a b"[..], b"..x", b"\xff\xfe", b"a\nb"] {
+            assert!(listed_name_ok(&dir, good).is_ok(), "{good:?}");
+        }
+    }
 }

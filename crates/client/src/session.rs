@@ -217,6 +217,9 @@ impl Session {
     }
 
     async fn speculate_retr(&mut self, path: &[u8]) -> Result<(), ClientError> {
+        if crate::control::check_line(path).is_err() {
+            return Ok(()); // reported as that file's failure by get_many
+        }
         self.prepare_get().await?;
         self.ctl.send(&retr_cmd(&FileOp { remote: path.to_vec(), part: None })).await?;
         self.spec_retr = Some(path.to_vec());
@@ -470,17 +473,25 @@ impl Session {
             Ok(()) => {}
             Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
         }
-        let cmds: Vec<Vec<u8>> = ops.iter().map(|(op, _)| retr_cmd(op)).collect();
+        // A name that cannot travel in a command fails alone, unsent.
+        let cmds: Vec<Result<Vec<u8>, ClientError>> =
+            ops.iter().map(|(op, _)| retr_cmd(op)).map(|c| crate::control::check_line(&c).map(|()| c)).collect();
         let mut sent = 0;
         let mut out = Vec::new();
         // The first batch leaves in one piece with the first reply read.
         self.ctl.cork();
         for (i, (op, target)) in ops.into_iter().enumerate() {
             while sent < cmds.len() && sent < i + self.opts.pipeline.max(1) {
-                if let Err(e) = self.ctl.send(&cmds[sent]).await {
-                    return fill_err(out, cmds.len(), e);
+                if let Ok(cmd) = &cmds[sent] {
+                    if let Err(e) = self.ctl.send(cmd).await {
+                        return fill_err(out, cmds.len(), e);
+                    }
                 }
                 sent += 1;
+            }
+            if let Err(e) = &cmds[i] {
+                out.push(Err(e.clone()));
+                continue;
             }
             let r = self.get_one_e(&op, target).await;
             if matches!(r, Err(ClientError::Control(..))) {
@@ -539,6 +550,7 @@ impl Session {
     /// Receive one file whose RETR was already sent.
     async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
         let target = self.choose_io(target);
+        let announced = target.size();
         self.settle().await?;
         let first = self.ctl.reply().await?;
         if !first.is_preliminary() {
@@ -571,6 +583,9 @@ impl Session {
             return Err(with_local_cause(self.ctl.unexpected("RETR", &fin), &data));
         }
         let (w, got) = data?;
+        if op.part.is_none() {
+            check_whole(op, got.is_contiguous_from(0), got.end(), announced)?;
+        }
         w.finish(op.part.is_none().then_some(got.covered()))?;
         Ok(got.covered())
     }
@@ -588,6 +603,7 @@ impl Session {
     /// Receive a MODE S file whose RETR was sent, on `dc`'s endpoint.
     async fn recv_stream(&mut self, mut dc: DataChannel, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
         let target = self.choose_io(target);
+        let announced = target.size();
         let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
         let c2 = ctl.clone();
         let base = op.part.map(|p| p.0).unwrap_or(0);
@@ -600,6 +616,9 @@ impl Session {
             (dc, r)
         });
         self.finish_stream_job(job, &ctl, "RETR").await.and_then(|(w, n)| {
+            if op.part.is_none() {
+                check_whole(op, true, n, announced)?;
+            }
             w.finish(op.part.is_none().then_some(n))?;
             Ok(n)
         })
@@ -648,6 +667,22 @@ fn fill_err(mut out: Vec<Result<u64, ClientError>>, n: usize, e: ClientError) ->
         out.push(Err(e.clone()));
     }
     out
+}
+
+/// A whole file is published only as one range from 0 that reaches the
+/// size the server announced (0: not known). A server that skipped a block
+/// would leave a hole of zeros, and one whose file shrank between its SIZE
+/// and the RETR a short file: either fails the copy instead.
+fn check_whole(op: &FileOp, contiguous: bool, end: u64, announced: u64) -> Result<(), ClientError> {
+    let name = String::from_utf8_lossy(&op.remote);
+    if !contiguous {
+        return Err(ClientError::Local(format!("{name}: the server's blocks left holes; not kept")));
+    }
+    if end < announced {
+        let why = "(did the file change on the server?); not kept";
+        return Err(ClientError::Local(format!("{name}: got {end} of the {announced} bytes announced {why}")));
+    }
+    Ok(())
 }
 
 fn retr_cmd(op: &FileOp) -> Vec<u8> {

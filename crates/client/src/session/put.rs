@@ -24,7 +24,11 @@ impl Session {
         }
         // A source that cannot be read is reported before its STOR is sent:
         // once the server says 150/125 it waits for that file's bytes.
-        let sizes: Vec<Result<u64, ClientError>> = ops.iter().map(|(s, _)| s.clone().open().map(|o| o.len())).collect();
+        // So is a name that cannot travel in a command.
+        let sizes: Vec<Result<u64, ClientError>> = ops
+            .iter()
+            .map(|(s, op)| crate::control::check_line(&stor_cmd(op)).and_then(|()| s.clone().open().map(|o| o.len())))
+            .collect();
         let mut sent = 0;
         let mut out = Vec::new();
         // The first batch of ALLO+STOR leaves in one piece with the first reply read.

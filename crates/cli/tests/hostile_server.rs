@@ -1,0 +1,178 @@
+//! `lightpath cp` against a plain FTP server that lies: a scripted
+//! server (no lightpath extensions, MODE S only) whose listing names a
+//! path outside the tree, and whose file is shorter than its SIZE said.
+//! Nothing may be written outside the destination, and no short file may
+//! appear under its final name. Also: a local name with a line break,
+//! which would split an FTP command in two, is refused before it is sent.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+
+/// What the scripted server says about its one directory `/d` and its one
+/// file `/d/f` (or `/f`).
+#[derive(Clone, Copy)]
+struct Script {
+    /// The names MLSD lists in `/d`.
+    listing: &'static [&'static str],
+    /// What SIZE and MLST say of a file.
+    size: u64,
+    /// The bytes RETR sends.
+    data: &'static [u8],
+}
+
+/// Start the scripted server; its port.
+fn fake_server(script: Script) -> u16 {
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || session(conn, script));
+        }
+    });
+    port
+}
+
+fn session(conn: TcpStream, script: Script) {
+    let mut out = conn.try_clone().unwrap();
+    let mut pasv: Option<TcpListener> = None;
+    let mut port: Option<std::net::SocketAddr> = None;
+    let _ = out.write_all(b"220 scripted\r\n");
+    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line).trim_end().to_string();
+        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
+        let reply = match verb.to_ascii_uppercase().as_str() {
+            "USER" => "331 password\r\n".to_string(),
+            "QUIT" => return,
+            "SIZE" if arg.ends_with("/d") || arg.ends_with("/d/") => "550 not a file\r\n".into(),
+            "SIZE" => format!("213 {}\r\n", script.size),
+            "MLST" if arg.trim_end_matches('/').ends_with("/d") => "250-\r\n type=dir; /d\r\n250 End\r\n".into(),
+            "MLST" => format!("250-\r\n type=file;size={}; {arg}\r\n250 End\r\n", script.size),
+            "PASV" | "EPSV" => {
+                let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = l.local_addr().unwrap().port();
+                pasv = Some(l);
+                if verb.eq_ignore_ascii_case("EPSV") {
+                    format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+                } else {
+                    format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
+                }
+            }
+            "PORT" => {
+                let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
+                "200 PORT OK\r\n".into()
+            }
+            "RETR" | "MLSD" | "LIST" => {
+                let body = if verb.eq_ignore_ascii_case("RETR") { script.data.to_vec() } else { listing(script) };
+                let _ = out.write_all(b"150 here it comes\r\n");
+                let mut dc = match (pasv.take(), port.take()) {
+                    (Some(l), _) => l.accept().unwrap().0,
+                    (None, Some(a)) => TcpStream::connect(a).unwrap(),
+                    (None, None) => return,
+                };
+                let _ = dc.write_all(&body);
+                drop(dc);
+                "226 Transfer complete.\r\n".into()
+            }
+            "FEAT" => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n211 End\r\n".into(),
+            "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
+            "TYPE" | "MODE" | "PASS" | "OPTS" | "CWD" => "200 OK\r\n".into(),
+            _ => "502 not implemented\r\n".into(),
+        };
+        if out.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn listing(script: Script) -> Vec<u8> {
+    let mut out = b"type=cdir; .\r\n".to_vec();
+    for n in script.listing {
+        out.extend_from_slice(format!("type=file;size={}; {n}\r\n", script.size).as_bytes());
+    }
+    out
+}
+
+fn cp(args: &[&str]) -> (i32, String) {
+    own_peer_book();
+    let out = Command::new(LP).args(["cp", "-q"]).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Every entry under `dir`, recursively, as paths relative to it.
+fn everything(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        out.push(p.strip_prefix(dir).unwrap().display().to_string());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(everything(&p).into_iter().map(|s| format!("{}/{s}", e.file_name().to_string_lossy())));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("a/b/dest"));
+    let evils: [&'static [&'static str]; 3] =
+        [&["fine", "../../escaped"], &["fine", "/tmp/lightpath-escaped-by-listing"], &["sub/../../../escaped"]];
+    for listing in evils {
+        let evil = listing.last().unwrap();
+        let port = fake_server(Script { listing, size: 5, data: b"hello" });
+        let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
+        assert_ne!(code, 0, "{evil}: {err}");
+        assert!(err.contains("unsafe name"), "{evil}: {err}");
+        assert_eq!(everything(d.path()), vec!["a", "a/b", "a/b/dest"], "{evil}: nothing written anywhere");
+        assert!(!Path::new("/tmp/lightpath-escaped-by-listing").exists());
+    }
+    // The same server with an honest listing is copied: the refusal was the name's.
+    let port = fake_server(Script { listing: &["fine", "also fine"], size: 5, data: b"hello" });
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(everything(&dest), vec!["also fine", "fine"]);
+    assert_eq!(std::fs::read(dest.join("also fine")).unwrap(), b"hello");
+}
+
+#[test]
+fn a_file_shorter_than_its_announced_size_is_not_kept() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let port = fake_server(Script { listing: &[], size: 1000, data: b"only 19 bytes here." });
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("got 19 of the 1000 bytes announced"), "{err}");
+    assert!(everything(&dest).is_empty(), "{:?}", everything(&dest));
+    // Told the truth, the same bytes are kept.
+    let port = fake_server(Script { listing: &[], size: 19, data: b"only 19 bytes here." });
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"only 19 bytes here.");
+}
+
+#[test]
+fn a_local_name_with_a_line_break_is_refused_before_it_is_sent() {
+    let (_d, root, local) = root_and_local();
+    std::fs::write(root.join("victim"), b"keep me").unwrap();
+    let evil = local.join("x\r\nDELE victim");
+    std::fs::write(&evil, b"data").unwrap();
+    std::fs::write(local.join("plain"), b"plain data").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let dst = format!("ftp://127.0.0.1:{port}/");
+    let (code, err) = cp(&[evil.to_str().unwrap(), local.join("plain").to_str().unwrap(), &dst]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("line break"), "{err}");
+    assert_eq!(std::fs::read(root.join("victim")).unwrap(), b"keep me", "no second command ran");
+    assert_eq!(std::fs::read(root.join("plain")).unwrap(), b"plain data", "the other file still arrives");
+    // A download of such a name is refused the same way.
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/a%0ADELE%20victim"), local.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("line break"), "{err}");
+    assert!(root.join("victim").exists());
+}
