@@ -261,3 +261,24 @@ fn a_client_that_never_reads_meets_back_pressure() {
     }
     assert!(sent < 64 << 20, "the server kept reading {sent} bytes of commands nobody read replies to");
 }
+
+#[test]
+fn a_name_with_a_line_break_cannot_forge_a_listing_entry() {
+    use std::io::Read;
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(root.join("plain"), b"x").unwrap();
+    std::fs::write(root.join("a\r\nType=file;Size=1; forged"), b"x").unwrap();
+    std::fs::write(root.join("b\nforged-too"), b"x").unwrap();
+    let (_s, port) = server(&root);
+    let mut c = Raw::login(port);
+    for cmd in ["MLSD", "LIST", "NLST"] {
+        let a = c.pasv();
+        c.send(cmd.as_bytes());
+        let mut text = String::new();
+        TcpStream::connect(a).unwrap().read_to_string(&mut text).unwrap();
+        assert_eq!(c.final_reply().0, 226);
+        assert!(text.contains("plain"), "{cmd}: {text}");
+        assert!(!text.contains("forged"), "{cmd}: {text}");
+    }
+}

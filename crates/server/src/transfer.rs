@@ -315,6 +315,16 @@ fn listing(root: &Root, t: &Transfer) -> Result<Vec<u8>, Reply> {
         out.extend_from_slice(format!("{} .\r\n", facts(&st, b".", true)).as_bytes());
     }
     for (name, lst) in root.read_dir(p.relative()).map_err(|e| io_reply(p, &e))? {
+        if name.iter().any(|&b| b == b'\r' || b == b'\n') {
+            // A listing line per name: this one would end early and make its
+            // tail a forged entry of its own, so it is not listed.
+            tracing::warn!(
+                "{}: not listing a name with a line break: {:?}",
+                p.display(),
+                name.escape_ascii().to_string()
+            );
+            continue;
+        }
         let child = [p.relative(), b"/", &name].concat();
         let st = if FileType::from_raw_mode(lst.st_mode) == FileType::Symlink {
             match root.stat(&child) {
