@@ -7,9 +7,9 @@
 use crate::plan::{base_name, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
-use lightpath_engine::vfile::{pack, PackOptions, UnpackOptions, Unpacker};
-use lightpath_engine::vfile_chan::{recv_opts, send_pack, VfileSink};
-use lightpath_engine::{Control, DataChannel};
+use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
+use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
+use lightpath_engine::{Control, DataChannel, EngineError};
 use lightpath_sys::root::Root;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,8 +124,21 @@ fn send_tree(
         return Err(ClientError::Local("server refused the tree".into()));
     }
     let sent = send_pack(dc, &pk, block, ctl);
-    let stats = pk.wait().map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
-    Ok((sent?, stats.files))
+    outcome(sent, pk.wait(), dir)
+}
+
+/// Bytes and files sent, or the cause of the failure ([`pack_outcome`]
+/// says which).
+fn outcome(
+    sent: Result<u64, EngineError>,
+    walk: Result<PackStats, VfileError>,
+    dir: &Path,
+) -> Result<(u64, u64), ClientError> {
+    match pack_outcome(sent, walk) {
+        Ok((bytes, stats)) => Ok((bytes, stats.files)),
+        Err(PackFailure::Send(e)) => Err(e.into()),
+        Err(PackFailure::Pack(e)) => Err(ClientError::Local(format!("{}: {e}", dir.display()))),
+    }
 }
 
 /// Third party: `d` rebuilds the tree that `s` sends, server to server.
@@ -154,4 +167,36 @@ pub async fn tpt_tree(
         files.store(n, Ordering::Relaxed);
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> String {
+        outcome(sent, walk, Path::new("/data/tree")).expect_err("the upload failed").to_string()
+    }
+
+    /// A file that shrank while being sent: the send failed reading it and
+    /// cancelled the walk; the message names the file, not "aborted".
+    #[test]
+    fn the_file_that_changed_is_named_not_the_walks_abort() {
+        let why = || VfileError::Changed("sub/f".into());
+        let sent = || Err(EngineError::io("reading source", io::Error::from(why())));
+        for walk in [Err(why()), Err(VfileError::Aborted)] {
+            let m = fail(sent(), walk);
+            assert!(m.contains("sub/f changed while being read"), "{m}");
+        }
+    }
+
+    /// The data connection broke: the walk stopped with `Aborted`, and the
+    /// message is the connection's error.
+    #[test]
+    fn a_broken_connection_is_reported_not_the_walks_abort() {
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        let m = fail(Err(EngineError::io("data connection 1", reset)), Err(VfileError::Aborted));
+        assert!(m.contains("data connection 1"), "{m}");
+        assert!(!m.contains("aborted"), "{m}");
+    }
 }

@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::io::Sink;
 use crate::modee::{OutBlock, Payload, RecvOpts};
 use crate::progress::Control;
-use crate::vfile::{Pack, PackItem, UnpackStats, Unpacker};
+use crate::vfile::{Pack, PackItem, PackStats, UnpackStats, Unpacker, VfileError};
 use crate::DataChannel;
 use std::collections::BTreeMap;
 use std::io;
@@ -43,6 +43,30 @@ pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, ctl: &Control) -
         pack.cancel();
     }
     r
+}
+
+/// Why a pack's transfer failed.
+#[derive(Debug)]
+pub enum PackFailure {
+    /// The data channel's error (the walk was at most stopped because of it).
+    Send(EngineError),
+    /// The pack's own: the walk's, or a file that changed or could not be
+    /// read while being sent (these name the file).
+    Pack(VfileError),
+}
+
+/// What [`send_pack`] and [`Pack::wait`] add up to. The pack's error wins
+/// unless it is only [`VfileError::Aborted`] (the walk stopped because the
+/// send failed); then the send's error says why.
+pub fn pack_outcome(
+    sent: Result<u64>,
+    walk: std::result::Result<PackStats, VfileError>,
+) -> std::result::Result<(u64, PackStats), PackFailure> {
+    match (sent, walk) {
+        (Ok(bytes), Ok(stats)) => Ok((bytes, stats)),
+        (Err(e), Ok(_) | Err(VfileError::Aborted)) => Err(PackFailure::Send(e)),
+        (_, Err(e)) => Err(PackFailure::Pack(e)),
+    }
 }
 
 /// Receives a virtual file: manifest bytes reassembled in order, data

@@ -4,9 +4,9 @@
 
 use crate::fsops::io_reply;
 use crate::transfer::{data_reply, fail_early, Ready};
-use lightpath_engine::vfile::{pack, PackOptions, UnpackOptions, Unpacker};
-use lightpath_engine::vfile_chan::{recv_opts, send_pack, VfileSink};
-use lightpath_engine::{Control, DataChannel, DEFAULT_BLOCK};
+use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
+use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
+use lightpath_engine::{Control, DataChannel, EngineError, DEFAULT_BLOCK};
 use lightpath_proto::{Mode, Reply, Transfer, VPath};
 use lightpath_sys::root::{FileType, Root};
 use std::sync::Arc;
@@ -48,12 +48,24 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
         Ok(reused) => drop(ready.send(Ok(reused))),
         Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
     }
-    let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl).map_err(data_reply);
-    let walk = pk.wait().map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())));
-    let stats = walk?;
+    let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl);
+    let (bytes, stats) = outcome(sent, pk.wait(), &t.path)?;
     ctl.set_files(stats.files);
     tracing::info!(files = stats.files, dirs = stats.dirs, skipped = stats.skipped, "VRET {}", t.path.display());
-    sent
+    Ok(bytes)
+}
+
+/// What a VRET sent and the walk found, or the reply naming the cause
+/// ([`pack_outcome`] says which).
+fn outcome(
+    sent: Result<u64, EngineError>,
+    walk: Result<PackStats, VfileError>,
+    path: &VPath,
+) -> Result<(u64, PackStats), Reply> {
+    pack_outcome(sent, walk).map_err(|f| match f {
+        PackFailure::Send(e) => data_reply(e),
+        PackFailure::Pack(e) => Reply::new(451, format!("{}: {e}", path.display())),
+    })
 }
 
 /// Create `p` and its parents inside the root.
@@ -89,4 +101,57 @@ pub fn receive(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, r
     ctl.set_files(stats.files);
     tracing::info!(?stats, "VSTO {}", t.path.display());
     Ok(got.covered())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn path() -> VPath {
+        VPath::root().join(b"tree").unwrap()
+    }
+
+    fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> Reply {
+        outcome(sent, walk, &path()).expect_err("the VRET failed")
+    }
+
+    /// A file that shrank while being sent: the send failed reading it and
+    /// cancelled the walk; the reply names the file, not "aborted".
+    #[test]
+    fn the_file_that_changed_is_named_not_the_walks_abort() {
+        let why = || VfileError::Changed("sub/f".into());
+        let sent = Err(EngineError::io("reading source", io::Error::from(why())));
+        let r = fail(sent, Err(why()));
+        assert_eq!(r.code, 451);
+        assert!(r.text().contains("sub/f changed while being read"), "{}", r.text());
+        // Had only the send known it, its error (which names the file) wins.
+        let sent = Err(EngineError::io("reading source", io::Error::from(why())));
+        let r = fail(sent, Err(VfileError::Aborted));
+        assert_eq!(r.code, 451);
+        assert!(r.text().contains("sub/f changed while being read"), "{}", r.text());
+    }
+
+    /// The data connection broke: the walk stopped with `Aborted`, and the
+    /// reply is the connection's error.
+    #[test]
+    fn a_broken_connection_is_reported_not_the_walks_abort() {
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        let r = fail(Err(EngineError::io("data connection 1", reset)), Err(VfileError::Aborted));
+        assert_eq!(r.code, 426);
+        assert!(r.text().contains("data connection 1"), "{}", r.text());
+        assert!(!r.text().contains("aborted"), "{}", r.text());
+    }
+
+    /// A walk error (a directory that cannot be listed) wins over the
+    /// send's error, which only repeats it.
+    #[test]
+    fn a_walk_error_names_the_tree() {
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        let walk = VfileError::Io { op: "listing", path: "d".into(), source: Arc::new(denied) };
+        let sent = Err(EngineError::io("reading source", io::Error::from(walk.clone())));
+        let r = fail(sent, Err(walk));
+        assert_eq!(r.code, 451);
+        assert!(r.text().starts_with("/tree: listing d"), "{}", r.text());
+    }
 }

@@ -125,6 +125,15 @@ impl State {
         self.released = end;
         Some((at, c))
     }
+
+    /// Record why the pack failed: the first error stays, except that a
+    /// specific one (a file that changed or could not be read) replaces
+    /// [`VfileError::Aborted`], which only says that the walk was stopped.
+    fn fail(&mut self, e: VfileError) {
+        if matches!(self.error, None | Some(VfileError::Aborted)) {
+            self.error = Some(e);
+        }
+    }
 }
 
 /// One thing for a sender to put on its stream.
@@ -162,6 +171,13 @@ impl Shared {
     }
     fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fail the pack with `e` (see [`State::fail`]) and stop the walk.
+    pub fn fail(&self, e: VfileError) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        self.lock().fail(e);
+        self.cv.notify_all();
     }
 }
 
@@ -202,7 +218,7 @@ pub fn pack(root: Arc<Root>, items: Vec<Vec<u8>>, opts: PackOptions) -> Result<P
             let mut st = w.lock();
             match r {
                 Ok(stats) => (st.done, st.stats) = (true, stats),
-                Err(e) => st.error = Some(e),
+                Err(e) => st.fail(e),
             }
             w.cv.notify_all();
         })
@@ -260,17 +276,19 @@ impl Pack {
         st.done.then_some(st.published)
     }
 
-    /// Stop the walk; waiting calls return [`VfileError::Aborted`].
+    /// Stop the walk; waiting calls return [`VfileError::Aborted`], or the
+    /// error that failed the pack before (a read of a file that changed).
     pub fn cancel(&self) {
         self.sh.cancelled.store(true, Ordering::Relaxed);
         let mut st = self.sh.lock();
-        if st.error.is_none() && !st.done {
-            st.error = Some(VfileError::Aborted);
+        if !st.done {
+            st.fail(VfileError::Aborted);
         }
         self.sh.cv.notify_all();
     }
 
-    /// Wait for the walk to end; what it found.
+    /// Wait for the walk to end; what it found, or why the pack failed
+    /// (the walk's error, or the first failed read of a [`PackReader`]).
     pub fn wait(mut self) -> Result<PackStats, VfileError> {
         if let Some(h) = self.walker.take() {
             let _ = h.join();

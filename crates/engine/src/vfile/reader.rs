@@ -66,6 +66,12 @@ impl ReadCache {
 
 /// The virtual file as a [`Source`]. Its length grows while the walk
 /// publishes data; reading past what is published is an error.
+///
+/// A failed read fails the whole pack: the walk stops, and
+/// [`Pack::next_item`](super::Pack::next_item) and
+/// [`Pack::wait`](super::Pack::wait) return the read's error (which names
+/// the file, e.g. [`VfileError::Changed`]) rather than
+/// [`VfileError::Aborted`] when the sender then cancels.
 #[derive(Clone)]
 pub struct PackReader {
     sh: Arc<Shared>,
@@ -82,8 +88,12 @@ impl PackReader {
         PackReader { sh }
     }
 
-    /// Fill `buf` from virtual offset `offset`.
+    /// Fill `buf` from virtual offset `offset`; an error also fails the pack.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), VfileError> {
+        self.try_read_at(buf, offset).inspect_err(|e| self.sh.fail(e.clone()))
+    }
+
+    fn try_read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), VfileError> {
         let Some(end) = offset.checked_add(buf.len() as u64) else {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "offset overflows");
             return Err(VfileError::io("reading", b"the virtual file", e));
