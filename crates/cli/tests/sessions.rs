@@ -1,7 +1,9 @@
 //! Many sessions, one fixed set of I/O threads: 20 concurrent `lightpath cp
-//! -p 4` clients (downloads and uploads) against one `lightpath serve`; every
-//! byte arrives and the server's lp-net-*/lp-disk-* threads stay exactly
-//! the configured set throughout.
+//! -p 4` clients (downloads and uploads) and 6 tree copies (`cp -r`, as
+//! virtual files) against one `lightpath serve`; every byte arrives, the
+//! server's lp-net-*/lp-disk-* threads stay exactly the configured set
+//! throughout, its tree writers (lp-unpack-*) one fixed set, and its thread
+//! total within a fixed set plus a few per session.
 
 mod common;
 use common::*;
@@ -11,18 +13,87 @@ use std::time::Duration;
 
 const NET: usize = 2;
 const DISK: usize = 3;
+/// The server's tree writer threads (`UnpackOptions::default().workers`).
+const UNPACK: usize = 8;
+const FILES: usize = 10;
+const TREES_UP: usize = 4;
+const TREES_DOWN: usize = 2;
+/// Client sessions at once.
+const SESSIONS: usize = 2 * FILES + TREES_UP + TREES_DOWN;
 
-/// `(lp-net-*, lp-disk-*, all)` threads of process `pid`.
-fn threads(pid: u32) -> (usize, usize, usize) {
-    let (mut net, mut disk, mut all) = (0, 0, 0);
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0, 0) };
+/// Threads of one process, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Threads {
+    net: usize,
+    disk: usize,
+    unpack: usize,
+    all: usize,
+}
+
+/// The threads of process `pid`.
+fn threads(pid: u32) -> Threads {
+    let mut n = Threads::default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return n };
     for t in tasks.flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        net += comm.starts_with("lp-net-") as usize;
-        disk += comm.starts_with("lp-disk-") as usize;
-        all += 1;
+        n.net += comm.starts_with("lp-net-") as usize;
+        n.disk += comm.starts_with("lp-disk-") as usize;
+        n.unpack += comm.starts_with("lp-unpack-") as usize;
+        n.all += 1;
     }
-    (net, disk, all)
+    n
+}
+
+/// Most threads the server may have: its fixed sets, the tokio workers
+/// and a few helpers, plus per session a blocking thread that manages its
+/// transfer, one for a file system command, and a tree walker.
+fn thread_bound() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    NET + DISK + UNPACK + cores + 8 + 3 * SESSIONS
+}
+
+fn make_files(root: &std::path::Path, local: &std::path::Path) {
+    for i in 0..FILES {
+        write_random(&root.join(format!("down{i}")), 3_000_000 + i * 77_777, 100 + i as u64);
+        write_random(&local.join(format!("up{i}")), 2_500_000 + i * 55_555, 200 + i as u64);
+    }
+    for i in 0..TREES_UP {
+        make_tree(&local.join(format!("tree{i}")), 80, 300 + i as u64);
+    }
+    for i in 0..TREES_DOWN {
+        make_tree(&root.join(format!("tree{i}")), 80, 400 + i as u64);
+    }
+}
+
+/// Every copy, each on its own thread: `cp` arguments.
+fn copies(local: &std::path::Path, port: u16) -> Vec<Vec<String>> {
+    let url = |name: String| format!("ftp://127.0.0.1:{port}/{name}");
+    let at = |name: String| local.join(name).display().to_string();
+    let mut out = Vec::new();
+    for i in 0..FILES {
+        out.push(vec!["-p".into(), "4".into(), url(format!("down{i}")), at(format!("got{i}"))]);
+        out.push(vec!["-p".into(), "4".into(), at(format!("up{i}")), url(format!("put{i}"))]);
+    }
+    for i in 0..TREES_UP {
+        out.push(vec!["-r".into(), format!("{}/", at(format!("tree{i}"))), url(format!("tput{i}/"))]);
+    }
+    for i in 0..TREES_DOWN {
+        out.push(vec!["-r".into(), url(format!("tree{i}/")), format!("{}/", at(format!("tgot{i}")))]);
+    }
+    out
+}
+
+fn assert_all_arrived(root: &std::path::Path, local: &std::path::Path) {
+    for i in 0..FILES {
+        assert_same_file(&root.join(format!("down{i}")), &local.join(format!("got{i}")));
+        assert_same_file(&local.join(format!("up{i}")), &root.join(format!("put{i}")));
+    }
+    for i in 0..TREES_UP {
+        assert_same_tree(&local.join(format!("tree{i}")), &root.join(format!("tput{i}")));
+    }
+    for i in 0..TREES_DOWN {
+        assert_same_tree(&root.join(format!("tree{i}")), &local.join(format!("tgot{i}")));
+    }
 }
 
 #[test]
@@ -30,14 +101,10 @@ fn twenty_sessions_share_the_fixed_io_threads() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     let local = open_dir(&d.path().join("local"));
-    for i in 0..10 {
-        write_random(&root.join(format!("down{i}")), 3_000_000 + i * 77_777, 100 + i as u64);
-        write_random(&local.join(format!("up{i}")), 2_500_000 + i * 55_555, 200 + i as u64);
-    }
+    make_files(&root, &local);
     let (srv, port) =
         lp_server(&root, &["--anonymous", "--net-threads", &NET.to_string(), "--disk-threads", &DISK.to_string()]);
     let pid = srv.0.id();
-    let url = |name: &str| format!("ftp://127.0.0.1:{port}/{name}");
     let done = AtomicBool::new(false);
     let samples = Mutex::new(Vec::new());
     let ok = std::thread::scope(|sc| {
@@ -47,38 +114,32 @@ fn twenty_sessions_share_the_fixed_io_threads() {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        let clients: Vec<_> = (0..10)
-            .flat_map(|i| {
-                let (local, url) = (&local, &url);
-                let down = sc.spawn(move || {
-                    let dst = local.join(format!("got{i}"));
-                    lp_cp(&["-p", "4", &url(&format!("down{i}")), dst.to_str().unwrap()])
-                });
-                let up = sc.spawn(move || {
-                    let src = local.join(format!("up{i}"));
-                    lp_cp(&["-p", "4", src.to_str().unwrap(), &url(&format!("put{i}"))])
-                });
-                [down, up]
-            })
+        let clients: Vec<_> = copies(&local, port)
+            .into_iter()
+            .map(|args| sc.spawn(move || lp_cp(&args.iter().map(String::as_str).collect::<Vec<_>>())))
             .collect();
         let ok: Vec<bool> = clients.into_iter().map(|c| c.join().unwrap()).collect();
         done.store(true, Ordering::Relaxed);
         ok
     });
     assert!(ok.iter().all(|&k| k), "clients failed: {ok:?}");
-    for i in 0..10 {
-        assert_same_file(&root.join(format!("down{i}")), &local.join(format!("got{i}")));
-        assert_same_file(&local.join(format!("up{i}")), &root.join(format!("put{i}")));
-    }
-    let samples = samples.into_inner().unwrap();
+    assert_all_arrived(&root, &local);
+    let mut samples = samples.into_inner().unwrap();
     assert!(samples.len() > 5, "too few samples: {}", samples.len());
-    let most = samples.iter().map(|s| s.2).max().unwrap_or(0);
-    eprintln!("server threads: {} samples, at most {most} threads in all", samples.len());
-    assert!(
-        samples.iter().all(|&(n, k, _)| (n, k) == (NET, DISK)),
-        "server I/O threads (net, disk) left ({NET}, {DISK}): {:?}",
-        samples.iter().map(|s| (s.0, s.1)).filter(|&s| s != (NET, DISK)).collect::<Vec<_>>()
-    );
+    samples.push(threads(pid));
+    check_threads(&samples);
+}
+
+fn check_threads(samples: &[Threads]) {
+    let most = samples.iter().map(|s| s.all).max().unwrap_or(0);
+    let bound = thread_bound();
+    eprintln!("server threads: {} samples, at most {most} threads in all (bound {bound})", samples.len());
+    let io: Vec<_> = samples.iter().map(|s| (s.net, s.disk)).filter(|&s| s != (NET, DISK)).collect();
+    assert!(io.is_empty(), "server I/O threads (net, disk) left ({NET}, {DISK}): {io:?}");
+    let unpack = samples.iter().map(|s| s.unpack).max().unwrap_or(0);
+    assert!(unpack <= UNPACK, "{unpack} tree writer threads, more than the fixed {UNPACK}");
+    assert_eq!(samples.last().map(|s| s.unpack), Some(UNPACK), "the tree writers started once and stay");
+    assert!(most <= bound, "{most} server threads for {SESSIONS} sessions, more than {bound}");
 }
 
 /// The soft limit on open files of process `pid` (from /proc).

@@ -36,19 +36,25 @@ enum Placed {
 /// How to unpack.
 #[derive(Debug, Clone)]
 pub struct UnpackOptions {
-    /// Writer threads (creates, writes, renames).
+    /// Writer threads (creates, writes, renames): one set per process
+    /// (`lp-unpack-N`), shared by every unpacker; the first unpacker of
+    /// the process fixes their number and later values are ignored.
     pub workers: usize,
-    /// Jobs queued for the writers before the network threads wait.
+    /// This unpacker's jobs queued or being written before the threads
+    /// feeding it wait (so one tree cannot fill the shared queue).
     pub queue: usize,
     /// Most pieces (parts of files) in one job.
     pub job_pieces: usize,
     /// Most data bytes in one job (a job may exceed it by one piece).
     pub job_bytes: usize,
     /// Most bytes held for ranges whose manifest entries have not arrived;
-    /// a block that would go over it fails the transfer at once. Writers
-    /// never wait for entries: they run on the engine's shared disk
-    /// threads, and a writer waiting for a manifest chunk could hold the
-    /// very thread (or the read of the very stream) that would deliver it.
+    /// a block that would go over it fails the transfer at once. Nothing
+    /// waits for entries: blocks arrive on the engine's shared disk
+    /// threads, which write large pieces themselves and queue small ones
+    /// for the writer threads (shared by every tree, see
+    /// [`UnpackOptions::workers`]). A thread waiting there for a manifest
+    /// chunk could hold the very thread (or the read of the very stream)
+    /// that would deliver it, and stall the other trees.
     pub park_limit: u64,
     /// Limits of the manifest decoder.
     pub limits: Limits,

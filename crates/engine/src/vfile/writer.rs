@@ -1,7 +1,9 @@
-//! The receiver's worker pool: files are created under temporary names
-//! with their final mode (in directories kept open, see [`WorkCtx::dir`]),
+//! The receiver's writers: files are created under temporary names with
+//! their final mode (in directories kept open, see [`WorkCtx::dir`]),
 //! written at their offsets, given their mtime, and renamed to their final
-//! names when their last byte is in.
+//! names when their last byte is in. The writer threads are one fixed set
+//! per process, shared by every unpacker ([`Pool`] is one tree's handle on
+//! them), so concurrent tree uploads add no threads.
 
 use super::{split, system_time, VfileError};
 use lightpath_sys::root::{Root, StrictDir, TempFile};
@@ -10,10 +12,9 @@ use std::fs::FileTimes;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Mode bits applied to received files and directories: setuid and setgid
 /// are dropped (ownership is not transferred).
@@ -167,31 +168,161 @@ impl WorkCtx {
     }
 }
 
-/// A fixed set of writer threads behind a bounded queue (the queue bound
-/// is the back pressure on the network threads).
+/// The writer threads of the process (`lp-unpack-N`), shared by every
+/// unpacker, and their one queue: the jobs of every tree, first in first
+/// out. The threads start with the first [`Pool`] and stay; the first pool
+/// fixes their number.
+#[derive(Debug)]
+struct Writers {
+    queue: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    /// Threads running.
+    started: Mutex<usize>,
+    /// Threads there are to be.
+    size: OnceLock<usize>,
+}
+
+static WRITERS: Writers = Writers {
+    queue: Mutex::new(VecDeque::new()),
+    ready: Condvar::new(),
+    started: Mutex::new(0),
+    size: OnceLock::new(),
+};
+
+impl Writers {
+    /// Start the threads not yet running (all of them, the first time);
+    /// `want` counts only if it is the first.
+    fn start(&self, want: usize) -> io::Result<()> {
+        let size = *self.size.get_or_init(|| want.max(1));
+        let mut started = lock(&self.started);
+        while *started < size {
+            let name = format!("lp-unpack-{}", *started);
+            std::thread::Builder::new().name(name).spawn(|| WRITERS.work())?;
+            *started += 1;
+        }
+        Ok(())
+    }
+
+    fn push(&self, job: Job) {
+        lock(&self.queue).push_back(job);
+        self.ready.notify_one();
+    }
+
+    fn work(&self) {
+        loop {
+            let mut q = lock(&self.queue);
+            let job = loop {
+                match q.pop_front() {
+                    Some(job) => break job,
+                    None => q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+                }
+            };
+            drop(q);
+            job.run();
+        }
+    }
+}
+
+/// A tree's jobs queued or being written, out of its `depth`.
+#[derive(Debug, Default)]
+struct Flight {
+    jobs: usize,
+    /// Joined: no more jobs.
+    closed: bool,
+}
+
+/// One tree's share of the writers.
+#[derive(Debug)]
+struct Tree {
+    ctx: Arc<WorkCtx>,
+    depth: usize,
+    flight: Mutex<Flight>,
+    /// A job of this tree ended, or the tree was closed.
+    changed: Condvar,
+}
+
+impl Tree {
+    fn wait<'a>(&self, g: MutexGuard<'a, Flight>) -> MutexGuard<'a, Flight> {
+        self.changed.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take a place for one job (waits while `depth` are out).
+    fn enter(&self) -> Result<(), VfileError> {
+        let mut f = lock(&self.flight);
+        while f.jobs >= self.depth && !f.closed {
+            f = self.wait(f);
+        }
+        if f.closed {
+            return Err(VfileError::Aborted);
+        }
+        f.jobs += 1;
+        Ok(())
+    }
+
+    fn leave(&self) {
+        lock(&self.flight).jobs -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Take no more jobs; wait until the last one ended.
+    fn close(&self) {
+        let mut f = lock(&self.flight);
+        f.closed = true;
+        self.changed.notify_all();
+        while f.jobs > 0 {
+            f = self.wait(f);
+        }
+    }
+}
+
+/// Pieces of one tree for a writer thread.
+#[derive(Debug)]
+struct Job {
+    tree: Arc<Tree>,
+    pieces: Vec<Piece>,
+}
+
+impl Job {
+    /// Write the pieces (none once the tree failed), then give the place
+    /// back: the pieces are gone before [`Pool::join`] can return.
+    fn run(self) {
+        let Job { tree, pieces } = self;
+        let ctx = &tree.ctx;
+        if !ctx.failed.load(Ordering::Acquire) {
+            let wrote = catch_unwind(AssertUnwindSafe(|| pieces.iter().try_for_each(|p| write_piece(ctx, p))));
+            match wrote {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => ctx.fail(e),
+                Err(_) => ctx.fail(VfileError::Aborted),
+            }
+        }
+        drop(pieces);
+        tree.leave();
+    }
+}
+
+/// One tree's handle on the process's writer threads: at most `depth` of
+/// its jobs are queued or being written at once. That bound is the back
+/// pressure on the threads feeding the tree, and keeps one tree from
+/// filling the shared queue for the others.
 #[derive(Debug)]
 pub(crate) struct Pool {
-    tx: Option<SyncSender<Vec<Piece>>>,
-    handles: Vec<JoinHandle<()>>,
+    tree: Arc<Tree>,
     pub ctx: Arc<WorkCtx>,
 }
 
 impl Pool {
+    /// A handle for `ctx`; starts the writer threads (`workers` of them)
+    /// if this is the first pool of the process.
     pub fn new(ctx: Arc<WorkCtx>, workers: usize, depth: usize) -> Result<Pool, VfileError> {
-        let (tx, rx) = sync_channel::<Vec<Piece>>(depth.max(1));
-        let rx = Arc::new(Mutex::new(rx));
-        let mut pool = Pool { tx: Some(tx), handles: Vec::new(), ctx };
-        for i in 0..workers.max(1) {
-            let (rx, ctx) = (rx.clone(), pool.ctx.clone());
-            let h = std::thread::Builder::new().name(format!("lp-unpack-{i}")).spawn(move || work(&rx, &ctx)).map_err(
-                |e| VfileError::io("starting writer for", pool.ctx.root.path().as_os_str().as_encoded_bytes(), e),
-            )?;
-            pool.handles.push(h);
-        }
-        Ok(pool)
+        let root = ctx.root.path().as_os_str().as_encoded_bytes();
+        WRITERS.start(workers).map_err(|e| VfileError::io("starting writer for", root, e))?;
+        let (flight, changed) = (Mutex::default(), Condvar::new());
+        let tree = Arc::new(Tree { ctx: ctx.clone(), depth: depth.max(1), flight, changed });
+        Ok(Pool { tree, ctx })
     }
 
-    /// Queue pieces (waits while the queue is full).
+    /// Queue pieces (waits while `depth` of this pool's jobs are out).
     pub fn submit(&self, job: Vec<Piece>) -> Result<(), VfileError> {
         if let Some(e) = self.ctx.error() {
             return Err(e);
@@ -199,18 +330,14 @@ impl Pool {
         if job.is_empty() {
             return Ok(());
         }
-        let tx = self.tx.as_ref().ok_or(VfileError::Aborted)?;
-        tx.send(job).map_err(|_| VfileError::Aborted)
+        self.tree.enter()?;
+        WRITERS.push(Job { tree: self.tree.clone(), pieces: job });
+        Ok(())
     }
 
-    /// Let the queue drain and the workers end; the first error.
+    /// Wait until every job of this pool has ended; the first error.
     pub fn join(&mut self) -> Result<(), VfileError> {
-        self.tx.take();
-        for h in self.handles.drain(..) {
-            if h.join().is_err() {
-                self.ctx.fail(VfileError::Aborted);
-            }
-        }
+        self.tree.close();
         self.ctx.error().map_or(Ok(()), Err)
     }
 }
@@ -222,18 +349,135 @@ impl Drop for Pool {
     }
 }
 
-fn work(rx: &Mutex<Receiver<Vec<Piece>>>, ctx: &WorkCtx) {
-    loop {
-        let job = lock(rx).recv();
-        let Ok(job) = job else { return };
-        if ctx.failed.load(Ordering::Acquire) {
-            continue;
+#[cfg(test)]
+mod tests {
+    use super::super::chunk::Spares;
+    use super::*;
+    use std::time::Duration;
+
+    /// Threads of this process named `lp-unpack-*`.
+    fn unpack_threads() -> usize {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        let comm = |t: std::fs::DirEntry| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        tasks.flatten().map(comm).filter(|c| c.starts_with("lp-unpack")).count()
+    }
+
+    fn ctx(dir: &std::path::Path) -> Arc<WorkCtx> {
+        Arc::new(WorkCtx::new(Arc::new(Root::open(dir).unwrap())))
+    }
+
+    /// A job writing file `name` (`len` bytes, in pieces of 4 KiB), and its slot.
+    fn job(spares: &Arc<Spares>, name: &str, len: usize) -> (Arc<FileSlot>, Vec<Piece>) {
+        let slot = Arc::new(FileSlot::new(name.as_bytes().to_vec(), 0, len as u64, 0o644, 0));
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + name.len()) as u8).collect();
+        let data = Arc::new(spares.copy(&bytes));
+        let piece =
+            |at: usize| Piece { slot: slot.clone(), at: at as u64, data: data.clone(), range: at..len.min(at + 4096) };
+        let pieces = if len == 0 { vec![piece(0)] } else { (0..len).step_by(4096).map(piece).collect() };
+        (slot, pieces)
+    }
+
+    /// Submit `n` jobs of `len` bytes to `pool`; their slots.
+    fn fill(pool: &Pool, tag: &str, n: usize, len: usize) -> Vec<Arc<FileSlot>> {
+        let spares = Arc::new(Spares::default());
+        let mut slots = Vec::new();
+        for i in 0..n {
+            let (slot, pieces) = job(&spares, &format!("{tag}{i}"), len);
+            pool.submit(pieces).unwrap();
+            slots.push(slot);
         }
-        for p in &job {
-            if let Err(e) = write_piece(ctx, p) {
-                ctx.fail(e);
-                break;
-            }
+        slots
+    }
+
+    #[test]
+    fn pools_share_one_fixed_set_of_threads() {
+        let d = tempfile::tempdir().unwrap();
+        let before = unpack_threads();
+        let pools: Vec<Pool> = (0..6).map(|i| Pool::new(ctx(d.path()), 3 + i * 4, 4).unwrap()).collect();
+        let size = *WRITERS.size.get().unwrap();
+        assert!(before <= size, "{before} writer threads before, of {size}");
+        assert_eq!(unpack_threads(), size, "six pools, one set of {size} writer threads");
+        let done = AtomicBool::new(false);
+        let most = std::thread::scope(|sc| {
+            let sampler = sc.spawn(|| {
+                let mut most = 0;
+                while !done.load(Ordering::Relaxed) {
+                    most = most.max(unpack_threads());
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                most
+            });
+            let feed = |(i, mut p): (usize, Pool)| {
+                sc.spawn(move || {
+                    let slots = fill(&p, &format!("p{i}-"), 40, 20_000);
+                    p.join().map(|()| slots)
+                })
+            };
+            let feeders: Vec<_> = pools.into_iter().enumerate().map(feed).collect();
+            let slots: Vec<_> = feeders.into_iter().flat_map(|f| f.join().unwrap().unwrap()).collect();
+            assert!(slots.iter().all(|s| s.is_done()), "every file written");
+            done.store(true, Ordering::Relaxed);
+            sampler.join().unwrap()
+        });
+        assert!(most <= size, "at most {most} writer threads, of {size}");
+        assert_eq!(unpack_threads(), size, "the writer threads stay");
+    }
+
+    #[test]
+    fn a_failed_tree_does_not_stop_another() {
+        let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (mut a, mut b) = (Pool::new(ctx(da.path()), 8, 4).unwrap(), Pool::new(ctx(db.path()), 8, 4).unwrap());
+        let spares = Arc::new(Spares::default());
+        let mut slots = Vec::new();
+        for i in 0..30 {
+            let (_, bad) = job(&spares, &format!("missing-dir/f{i}"), 1000);
+            let _ = a.submit(bad);
+            let (slot, good) = job(&spares, &format!("f{i}"), 30_000);
+            b.submit(good).unwrap();
+            slots.push(slot);
         }
+        assert!(matches!(a.join(), Err(VfileError::Io { op: "creating", .. })), "a fails with its own error");
+        b.join().unwrap();
+        assert!(slots.iter().all(|s| s.is_done()), "b's files are all written");
+        assert_eq!(std::fs::read(db.path().join("f29")).unwrap().len(), 30_000);
+    }
+
+    #[test]
+    fn jobs_of_a_failed_tree_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        let mut pool = Pool::new(ctx(d.path()), 8, 4).unwrap();
+        let (slot, pieces) = job(&Arc::new(Spares::default()), "late", 10);
+        pool.tree.enter().unwrap();
+        pool.ctx.fail(VfileError::Changed("x".into()));
+        WRITERS.push(Job { tree: pool.tree.clone(), pieces });
+        assert!(matches!(pool.join(), Err(VfileError::Changed(_))));
+        assert!(!slot.is_done());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "nothing was created");
+        assert!(pool.submit(job(&Arc::default(), "after", 1).1).is_err(), "no jobs after a failure");
+    }
+
+    #[test]
+    fn join_waits_for_every_job_in_flight() {
+        let (d, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let busy = Pool::new(ctx(other.path()), 8, 16).unwrap();
+        fill(&busy, "busy", 16, 200_000);
+        let mut pool = Pool::new(ctx(d.path()), 8, 8).unwrap();
+        let slots = fill(&pool, "f", 60, 100_000);
+        pool.join().unwrap();
+        assert_eq!(lock(&pool.tree.flight).jobs, 0);
+        let missing = slots.iter().filter(|s| !s.is_done()).count();
+        assert_eq!(missing, 0, "files not complete when join returned");
+        assert!(pool.submit(job(&Arc::default(), "after", 1).1).is_err(), "a joined pool takes no jobs");
+    }
+
+    #[test]
+    fn dropping_a_pool_fails_its_tree_and_waits() {
+        let d = tempfile::tempdir().unwrap();
+        let pool = Pool::new(ctx(d.path()), 8, 8).unwrap();
+        fill(&pool, "f", 20, 50_000);
+        let (tree, ctx) = (pool.tree.clone(), pool.ctx.clone());
+        drop(pool);
+        assert_eq!(lock(&tree.flight).jobs, 0, "no job left running");
+        assert!(matches!(ctx.error(), Some(VfileError::Aborted)));
     }
 }
