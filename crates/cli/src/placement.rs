@@ -21,6 +21,9 @@ pub struct Plan {
     pub nice: Option<i32>,
     /// NUMA node for the buffer pool: the NIC's, where known.
     pub buffer_node: Option<usize>,
+    /// CPUs for everything else (control sessions, transfer management):
+    /// those free of I/O threads where there are any.
+    pub management: Vec<u32>,
     /// One line per thread and note, for verbose output.
     pub lines: Vec<String>,
 }
@@ -55,7 +58,8 @@ pub fn plan(
     let pins = Pins { net: cycle(&p, Role::Net, None, net), disk: disk_pins(&p, &disks) };
     let nice = p.raise_priority.then_some(IO_NICE);
     let buffer_node = buffer_node(&p, &topo);
-    Ok(Plan { lines: lines(&p, net, &disks, nice, buffer_node), pins, disks, nice, buffer_node })
+    let lines = lines(&p, net, &disks, nice, buffer_node);
+    Ok(Plan { lines, pins, disks, nice, buffer_node, management: p.management_cpus })
 }
 
 /// Nice value of the I/O threads where CAP_SYS_NICE allows: ahead of the

@@ -133,6 +133,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     args.congestion = crate::congestion::check(args.congestion.as_deref())?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
     let io = IoConfig { net_threads: args.net_threads, disk_threads };
+    let mut management = Vec::new();
     match crate::placement::plan(
         args.listen.ip(),
         &args.root,
@@ -150,12 +151,13 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             if let Some(n) = p.buffer_node {
                 iothreads::set_buffer_node(n);
             }
+            management = p.management;
         }
         Err(e) if args.devices.is_some() => return Err(e),
         Err(e) => tracing::info!("placement: none ({e:#}); I/O threads unpinned"),
     }
     iothreads::configure(io).context("starting the I/O threads")?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = runtime(management)?;
     rt.block_on(async {
         let root = args.root.display().to_string();
         let server = Server::from_std(args.config(), l, ahead)?;
@@ -169,4 +171,46 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
+}
+
+/// The runtime of the control sessions and of the transfers' management.
+/// Its threads, workers and blocking ones alike, run on the management
+/// cpus (`cpus`; none: anywhere), away from the I/O threads' cpus where
+/// the placement found cpus free of them.
+fn runtime(cpus: Vec<u32>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    if !cpus.is_empty() {
+        b.on_thread_start(move || {
+            if let Err(e) = lightpath_sys::topo::pin_current_thread(&cpus) {
+                tracing::debug!("runtime thread not pinned to the management cpus: {e}");
+            }
+        });
+    }
+    b.build()
+}
+
+#[cfg(test)]
+mod tests {
+    /// This thread's `Cpus_allowed_list`.
+    fn allowed() -> String {
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).expect("line");
+        line.split_whitespace().nth(1).expect("value").to_string()
+    }
+
+    #[test]
+    fn runtime_threads_run_on_the_management_cpus() {
+        let rt = super::runtime(vec![0]).expect("runtime");
+        let (worker, blocking) = rt.block_on(async {
+            let w = tokio::spawn(async { allowed() }).await.expect("task");
+            let b = tokio::task::spawn_blocking(allowed).await.expect("blocking");
+            (w, b)
+        });
+        assert_eq!((worker.as_str(), blocking.as_str()), ("0", "0"));
+        // No management cpus: threads keep the process's mask.
+        let rt = super::runtime(Vec::new()).expect("runtime");
+        let free = rt.block_on(async { tokio::spawn(async { allowed() }).await.expect("task") });
+        assert_eq!(free, allowed());
+    }
 }
