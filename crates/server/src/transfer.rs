@@ -148,6 +148,7 @@ fn file_source(
         tracing::info!(size, ?cached, mode = %src.mode(), "download read directly, not with sendfile");
         return Ok(Box::new(src));
     }
+    tracing::info!(size, ?cached, "download sent with sendfile (zero copy from the page cache)");
     Ok(Box::new(FileSource::new(f, true).map_err(|e| io_reply(&t.path, &e))?))
 }
 
@@ -208,7 +209,7 @@ fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, rea
         let _ = ready.send(Ok(false));
         let conn = dc.open_stream().map_err(data_reply)?;
         let (s, e) = ranges.first().copied().unwrap_or((0, 0));
-        return dc.send_s(conn, src, s, e, ctl).map_err(data_reply);
+        return dc.send_s(conn, src, s, e, ctl).map_err(file_reply(&t.path));
     }
     let reused = match dc.prepare_send(t.settings.parallelism) {
         Ok(r) => r,
@@ -216,7 +217,7 @@ fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, rea
     };
     let _ = ready.send(Ok(reused));
     let plan = SendPlan { ranges, wire_base, block: DEFAULT_BLOCK };
-    dc.send_e(src, &plan, ctl).map_err(data_reply)
+    dc.send_e(src, &plan, ctl).map_err(file_reply(&t.path))
 }
 
 fn receive(
@@ -239,7 +240,8 @@ fn receive(
     let moved = if t.settings.mode == Mode::Stream {
         let _ = ready.send(Ok(false));
         let conn = dc.open_stream().map_err(data_reply)?;
-        dc.recv_s(conn, target.sink(direct).as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(data_reply)?
+        let sink = target.sink(direct);
+        dc.recv_s(conn, sink.as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(file_reply(&t.path))?
     } else {
         let reused = match dc.prepare_recv() {
             Ok(r) => r,
@@ -247,7 +249,7 @@ fn receive(
         };
         let _ = ready.send(Ok(reused));
         let opts = RecvOpts { base, max_offset: MAX_FILE, idle: dc.idle };
-        let got = dc.recv_e(target.sink(direct).as_ref(), &opts, ctl).map_err(data_reply)?;
+        let got = dc.recv_e(target.sink(direct).as_ref(), &opts, ctl).map_err(file_reply(&t.path))?;
         check_complete(t, &got)?;
         got.covered()
     };
@@ -290,13 +292,24 @@ fn finish(target: Target, p: &VPath, fsync: bool) -> Result<(), Reply> {
 }
 
 pub(crate) fn data_reply(e: EngineError) -> Reply {
+    data_reply_at(None, e)
+}
+
+/// [`data_reply`] for the transfer of one file: the engine does not know
+/// its name ("writing data: No space left on device"), the reply names it.
+fn file_reply(p: &VPath) -> impl Fn(EngineError) -> Reply + '_ {
+    move |e| data_reply_at(Some(p), e)
+}
+
+fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
+    let at = p.map(|p| format!("{}: ", p.display())).unwrap_or_default();
     match e {
         EngineError::Setup(_) => Reply::new(425, format!("Can't open data connection: {e}")),
         EngineError::Aborted => Reply::new(426, "Transfer aborted."),
         EngineError::Io { ref context, .. } if context.starts_with("writing") || context.starts_with("reading") => {
-            Reply::new(451, format!("Local error: {e}"))
+            Reply::new(451, format!("Local error: {at}{e}"))
         }
-        _ => Reply::new(426, format!("Data connection failed: {e}")),
+        _ => Reply::new(426, format!("Data connection failed: {at}{e}")),
     }
 }
 

@@ -1,0 +1,36 @@
+//! The zero-copy choice is visible: with `-v`, the server says which way it
+//! reads a download (`sendfile` from the page cache, or direct reads) and
+//! the client which way it receives (splice or read+pwrite).
+
+mod common;
+use common::*;
+use std::process::{Command, Stdio};
+
+#[test]
+fn verbose_output_names_the_data_paths_of_both_ends() {
+    own_peer_book();
+    let (d, root, local) = root_and_local();
+    write_random(&root.join("f"), 3_000_000, 7);
+    let log = d.path().join("serve.log");
+    let port = free_port();
+    let mut srv = Command::new(LP)
+        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .unwrap();
+    wait_port(&mut srv, port);
+    let srv = Proc(srv);
+    let out = Command::new(LP)
+        .args(["-v", "cp", "-q", &format!("ftp://127.0.0.1:{port}/f")])
+        .arg(local.join("f"))
+        .output()
+        .unwrap();
+    let client = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{client}");
+    assert_same_file(&root.join("f"), &local.join("f"));
+    assert!(client.contains("receive data path"), "the client names its receive path: {client}");
+    drop(srv);
+    let server = std::fs::read_to_string(&log).unwrap();
+    assert!(server.contains("download sent with sendfile"), "the server names its send path: {server}");
+}
