@@ -39,6 +39,17 @@ fn cp(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The cause in `cp`'s `lightpath: FAILED SRC -> DST: CAUSE` line. The
+/// prefix names both files whatever went wrong, so a check that the error
+/// names the file must look at the cause alone.
+fn cause(err: &str) -> &str {
+    let line =
+        err.lines().find(|l| l.starts_with("lightpath: FAILED ")).unwrap_or_else(|| panic!("no FAILED line: {err}"));
+    let (_, rest) = line.split_once(" -> ").unwrap_or_else(|| panic!("no ` -> ` in {line}"));
+    // DST is a path or URL of ours, without `: `.
+    rest.split_once(": ").unwrap_or_else(|| panic!("no cause in {line}")).1
+}
+
 /// Names in `dir` (temporary files included).
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> =
@@ -57,8 +68,8 @@ fn full_disk_on_the_server_fails_the_upload_cleanly() {
     for p in ["1", "4"] {
         let (code, err) = cp(&["-p", p, &src, &format!("ftp://127.0.0.1:{port}/big")]);
         assert_ne!(code, 0, "an upload larger than the disk cannot succeed");
-        assert!(err.contains("big"), "the error names the file: {err}");
-        assert!(err.to_lowercase().contains("space"), "the error says why: {err}");
+        assert!(cause(&err).contains("/big"), "the cause names the file: {err}");
+        assert!(cause(&err).contains("No space left"), "the cause says why: {err}");
         assert!(!names(&disk.0).iter().any(|n| n == "big"), "no file under the final name: {:?}", names(&disk.0));
     }
     assert!(names(&disk.0).is_empty(), "temporary files removed too: {:?}", names(&disk.0));
@@ -74,9 +85,10 @@ fn full_disk_on_the_client_fails_the_download_cleanly() {
     for p in ["1", "4"] {
         let (code, err) = cp(&["-p", p, &format!("ftp://127.0.0.1:{port}/big"), &format!("{}/", disk.0.display())]);
         assert_ne!(code, 0, "a download larger than the disk cannot succeed");
-        assert!(err.contains("big"), "the error names the file: {err}");
-        assert!(err.to_lowercase().contains("space"), "the error says why: {err}");
-        assert!(err.contains("reserving 25165824 bytes"), "the size is reserved before data moves: {err}");
+        let c = cause(&err);
+        assert!(c.contains(&format!("{}/big", disk.0.display())), "the cause names the file: {err}");
+        assert!(c.contains("No space left"), "the cause says why: {err}");
+        assert!(c.contains("reserving 25165824 bytes"), "the size is reserved before data moves: {err}");
     }
     assert!(names(&disk.0).is_empty(), "nothing left behind: {:?}", names(&disk.0));
 }
@@ -124,7 +136,9 @@ fn source_shrinking_during_a_download_fails_it() {
     let (code, err) = cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/shrinks"), &format!("{}/", local.display())]);
     assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
     assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
-    assert!(err.contains("shrinks"), "the error names the file: {err}");
+    // The server read it: its reply names the file (as the server sees it).
+    assert!(cause(&err).contains("/shrinks: "), "the cause names the file: {err}");
+    assert!(cause(&err).contains("shrank"), "the cause says what happened: {err}");
     assert!(names(&local).is_empty(), "no file under the final name or left over: {:?}", names(&local));
 }
 
@@ -140,7 +154,10 @@ fn source_shrinking_during_an_upload_fails_it() {
     let (code, err) = cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/shrinks")]);
     assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
     assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
-    assert!(err.contains("shrinks"), "the error names the file: {err}");
+    // The server's reply names the file it was writing; the cause seen
+    // here (the client read it) says what happened.
+    assert!(cause(&err).contains("/shrinks: "), "the cause names the file: {err}");
+    assert!(cause(&err).contains("shrank"), "the cause says what happened: {err}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(names(&root).is_empty(), "no file under the final name or left over: {:?}", names(&root));
 }
@@ -180,4 +197,92 @@ fn a_data_stream_dying_fails_the_download_and_the_session_survives() {
     assert_eq!(c.cmd("NOOP").0, 200, "session survives");
     drop(c);
     drain.into_iter().for_each(|t| t.join().unwrap());
+}
+
+/// Files under `dir`, recursively, as paths relative to it.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A server root on an 8 MiB disk already holding 5 MiB.
+fn nearly_full(d: &Path) -> SmallDisk {
+    let disk = SmallDisk::new(&d.join("root"), 8);
+    write_random(&disk.0.join("keep"), 5 << 20, 7);
+    disk
+}
+
+/// A plain STOR (stream mode, no ALLO, so nothing is reserved) runs out of
+/// space while it writes: a 451 naming the file and the cause, and no
+/// file, whole or partial, under any name.
+#[test]
+fn disk_filling_up_during_a_plain_stor_fails_it_cleanly() {
+    use std::io::Write;
+    let d = scratch();
+    let disk = nearly_full(d.path());
+    let (_s, port) = lp_server(&disk.0, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let data = TcpStream::connect(c.pasv()).unwrap();
+    c.send(b"STOR big");
+    let mut w = data.try_clone().unwrap();
+    // The server may stop reading (or reset) once its disk is full: write
+    // on a thread, read the reply here.
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..6 {
+            if w.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+        let _ = w.shutdown(std::net::Shutdown::Write);
+    });
+    let (code, text) = c.final_reply();
+    let _ = data.shutdown(std::net::Shutdown::Both);
+    writer.join().unwrap();
+    assert_eq!(code, 451, "the STOR fails: {text}");
+    assert!(text.contains("/big: "), "the reply names the file: {text}");
+    assert!(text.contains("No space left"), "the reply says why: {text}");
+    assert_eq!(names(&disk.0), ["keep"], "no file under the final name, no temporary left");
+    assert_eq!(c.cmd("NOOP").0, 200, "session survives");
+}
+
+/// A tree upload (`cp -r`, a virtual file over VSTO: files are written as
+/// their bytes arrive, with no reservation) runs out of space part way:
+/// the copy fails saying why, the file that did not fit is not published,
+/// no temporary file is left, and whatever was published is complete.
+#[test]
+fn disk_filling_up_during_a_tree_upload_fails_it_cleanly() {
+    let d = scratch();
+    let disk = nearly_full(d.path());
+    let tree = open_dir(&d.path().join("tree"));
+    for i in 0..4 {
+        write_random(&tree.join(format!("small{i}")), 16 << 10, 10 + i);
+    }
+    open_dir(&tree.join("sub"));
+    write_random(&tree.join("sub/big"), 6 << 20, 20);
+    let (_s, port) = lp_server(&disk.0, &["--anonymous"]);
+    let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &format!("ftp://127.0.0.1:{port}/dst/")]);
+    assert_ne!(code, 0, "a tree larger than the free space cannot be copied");
+    let c = cause(&err);
+    assert!(c.contains("No space left"), "the cause says why: {err}");
+    assert!(c.contains("sub/big"), "the cause names the file that did not fit: {err}");
+    assert_eq!(names(&disk.0), ["dst", "keep"]);
+    let got = files_under(&disk.0.join("dst"));
+    assert!(!got.iter().any(|f| f.ends_with(".part")), "temporary files removed: {got:?}");
+    assert!(!got.iter().any(|f| f == "sub/big"), "the file that did not fit is not published: {got:?}");
+    for f in &got {
+        assert_same_file(&tree.join(f), &disk.0.join("dst").join(f));
+    }
 }
