@@ -641,6 +641,16 @@ impl Session {
         ctl: &Control,
         what: &str,
     ) -> Result<T, ClientError> {
+        self.finish_job_with_reply(job, ctl, what).await.map(|(t, _)| t)
+    }
+
+    /// [`Session::finish_stream_job`], also giving the final (positive) reply.
+    pub(crate) async fn finish_job_with_reply<T: Send + 'static>(
+        &mut self,
+        job: tokio::task::JoinHandle<(DataChannel, Result<T, ClientError>)>,
+        ctl: &Control,
+        what: &str,
+    ) -> Result<(T, lightpath_proto::Reply), ClientError> {
         let fin = self.ctl.final_reply().await;
         if !matches!(&fin, Ok(r) if r.is_ok()) {
             ctl.cancel();
@@ -651,7 +661,7 @@ impl Session {
         if !fin.is_ok() {
             return Err(with_local_cause(self.ctl.unexpected(what, &fin), &data));
         }
-        data
+        data.map(|t| (t, fin))
     }
 
     /// Send QUIT and close without waiting for the reply (as

@@ -64,7 +64,17 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<At
         });
         (dc, r)
     });
-    s.finish_stream_job(job, &ctl, "VRET").await
+    let (bytes, fin) = s.finish_job_with_reply(job, &ctl, "VRET").await?;
+    warn_skipped(fin.special_files_skipped(), " on the server");
+    Ok(bytes)
+}
+
+/// Tell the user (whatever the log level) that `n` special files were not
+/// copied; `place` says where they were.
+fn warn_skipped(n: u64, place: &str) {
+    if n > 0 {
+        eprintln!("lightpath: warning: {n} special file(s) skipped{place} (FIFOs, devices, sockets are not copied)");
+    }
 }
 
 /// Upload the tree in `dir` to `rpath`.
@@ -128,14 +138,18 @@ fn send_tree(
 }
 
 /// Bytes and files sent, or the cause of the failure ([`pack_outcome`]
-/// says which).
+/// says which). Special files the walk left out are named one by one in
+/// the walk's warnings; this adds the count.
 fn outcome(
     sent: Result<u64, EngineError>,
     walk: Result<PackStats, VfileError>,
     dir: &Path,
 ) -> Result<(u64, u64), ClientError> {
     match pack_outcome(sent, walk) {
-        Ok((bytes, stats)) => Ok((bytes, stats.files)),
+        Ok((bytes, stats)) => {
+            warn_skipped(stats.skipped, &format!(" in {}", dir.display()));
+            Ok((bytes, stats.files))
+        }
         Err(PackFailure::Send(e)) => Err(e.into()),
         Err(PackFailure::Pack(e)) => Err(ClientError::Local(format!("{}: {e}", dir.display()))),
     }

@@ -13,6 +13,7 @@ pub struct Control {
     fresh: Mutex<RangeSet>,
     parent: Option<Arc<AtomicU64>>,
     files: AtomicU64,
+    skipped: AtomicU64,
 }
 
 impl Control {
@@ -56,6 +57,15 @@ impl Control {
     /// Regular files moved, as set by [`Control::set_files`] (0: not a tree).
     pub fn files(&self) -> u64 {
         self.files.load(Ordering::Relaxed)
+    }
+    /// Record how many special files (FIFOs, devices, sockets) a tree's
+    /// walk left out (the server says it in its 226 reply).
+    pub fn set_skipped(&self, n: u64) {
+        self.skipped.store(n, Ordering::Relaxed);
+    }
+    /// Special files left out, as set by [`Control::set_skipped`].
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
     }
     /// Ranges written since the last call (for `111 Range Marker`).
     pub fn take_written(&self) -> RangeSet {

@@ -43,6 +43,36 @@ impl Reply {
         n.parse().ok()
     }
 
+    /// `226` for a tree sent as a virtual file whose walk left out
+    /// `skipped` special files (FIFOs, devices, sockets). None skipped: the
+    /// single line of [`Reply::transfer_complete`]. Otherwise that line
+    /// stays first (older clients read the file count from it) and a
+    /// continuation line says how many were skipped, which
+    /// [`Reply::special_files_skipped`] reads back:
+    ///
+    /// ```text
+    /// 226-Transfer Complete: 5 files.
+    ///  2 special file(s) skipped (FIFOs, devices, sockets are not copied).
+    /// 226 End.
+    /// ```
+    pub fn tree_complete(files: u64, skipped: u64) -> Self {
+        let done = Reply::transfer_complete(files);
+        match skipped {
+            0 => done,
+            n => Reply::multi(226, done.text(), [format!("{n} {SKIPPED}")]),
+        }
+    }
+
+    /// The special files a [`Reply::tree_complete`] says were skipped (0:
+    /// none, or a server that does not say).
+    pub fn special_files_skipped(&self) -> u64 {
+        if self.code != 226 {
+            return 0;
+        }
+        let count = |l: &String| l.trim().strip_suffix(SKIPPED)?.trim_end().parse::<u64>().ok();
+        self.lines.iter().skip(1).find_map(count).unwrap_or(0)
+    }
+
     /// The first line of text.
     pub fn text(&self) -> &str {
         self.lines.first().map(String::as_str).unwrap_or("")
@@ -91,6 +121,9 @@ impl Reply {
         out.into_bytes()
     }
 }
+
+/// The continuation line of [`Reply::tree_complete`] after its count.
+const SKIPPED: &str = "special file(s) skipped (FIFOs, devices, sockets are not copied).";
 
 /// Remove CR, LF and other control bytes so one line cannot become two.
 fn clean(s: &str) -> String {
@@ -182,6 +215,28 @@ mod tests {
         assert_eq!(file.encode(), b"226 Transfer Complete.\r\n");
         assert_eq!(file.files_completed(), None);
         assert_eq!(Reply::new(226, "Transfer Complete: many files.").files_completed(), None);
+    }
+
+    /// A tree with special files left out: the count stays where older
+    /// clients read it, the skipped count survives the wire, and none
+    /// skipped is the plain reply.
+    #[test]
+    fn tree_complete_says_how_many_special_files_were_skipped() {
+        let r = Reply::tree_complete(5, 2);
+        let wire = String::from_utf8(r.encode()).unwrap();
+        assert_eq!(
+            wire,
+            "226-Transfer Complete: 5 files.\r\n 2 special file(s) skipped (FIFOs, devices, sockets are not copied).\r\n226 End.\r\n"
+        );
+        let mut p = ReplyParser::new();
+        let got = wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last();
+        let got = got.unwrap();
+        assert!(got.is_ok());
+        assert_eq!((got.files_completed(), got.special_files_skipped()), (Some(5), 2));
+        assert_eq!(Reply::tree_complete(5, 0), Reply::transfer_complete(5));
+        assert_eq!(Reply::tree_complete(5, 0).special_files_skipped(), 0);
+        assert_eq!(Reply::tree_complete(0, 1).special_files_skipped(), 1);
+        assert_eq!(Reply::new(550, "2 special file(s) skipped.").special_files_skipped(), 0);
     }
 
     #[test]

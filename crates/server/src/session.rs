@@ -332,8 +332,9 @@ impl Session {
                     self.markers(&ctl).await?;
                 }
                 // A virtual file's tree: the file count (lightpath clients
-                // show it for third-party trees, which only servers see).
-                self.send(&Reply::transfer_complete(ctl.files())).await
+                // show it for third-party trees, which only servers see),
+                // and the special files its walk left out.
+                self.send(&Reply::tree_complete(ctl.files(), ctl.skipped())).await
             }
             Err(r) => self.send(&r).await,
         }

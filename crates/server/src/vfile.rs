@@ -34,7 +34,8 @@ fn pack_root(root: &Root, p: &VPath, dir_only: bool) -> Result<(Root, Vec<Vec<u8
     Ok((sub, vec![p.file_name().to_vec()]))
 }
 
-/// VRET: walk, pack and send.
+/// VRET: walk, pack and send. The files sent and the special files the
+/// walk left out go to `ctl`, for the final reply ([`Reply::tree_complete`]).
 pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
     let prepared = need_mode_e(t).and_then(|_| pack_root(root, &t.path, t.dir_only)).and_then(|(sub, items)| {
         pack(Arc::new(sub), items, PackOptions::default())
@@ -51,6 +52,7 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl);
     let (bytes, stats) = outcome(sent, pk.wait(), &t.path)?;
     ctl.set_files(stats.files);
+    ctl.set_skipped(stats.skipped);
     tracing::info!(files = stats.files, dirs = stats.dirs, skipped = stats.skipped, "VRET {}", t.path.display());
     Ok(bytes)
 }

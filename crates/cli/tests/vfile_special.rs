@@ -1,0 +1,73 @@
+//! Special files (FIFOs, devices, sockets) in a tree sent as a virtual file
+//! (VRET/VSTO) are skipped, and the user running `cp -r` is told so in
+//! both directions: on a download the server's walk skipped them and its
+//! final reply says how many; on an upload the client's own walk did.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn mkfifo(p: &Path) {
+    let ok = Command::new("mkfifo").arg(p).status().map(|s| s.success());
+    assert!(matches!(ok, Ok(true)), "mkfifo {} failed", p.display());
+}
+
+/// Two regular files and two FIFOs, one of each in a subdirectory.
+fn tree_with_fifos(root: &Path) {
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    write_random(&root.join("a"), 70_000, 1);
+    write_random(&root.join("sub/b"), 3_000, 2);
+    mkfifo(&root.join("pipe"));
+    mkfifo(&root.join("sub/pipe2"));
+}
+
+fn cp_r(src: &str, dst: &str) -> String {
+    own_peer_book();
+    let out = Command::new(LP).args(["cp", "-q", "-r", src, dst]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "cp -r {src} {dst}: {err}");
+    err
+}
+
+/// The regular files arrived and no FIFO was made.
+fn assert_copied_without_fifos(dst: &Path) {
+    for f in ["a", "sub/b"] {
+        assert!(dst.join(f).is_file(), "{f} arrived");
+    }
+    for f in ["pipe", "sub/pipe2"] {
+        assert!(dst.join(f).symlink_metadata().is_err(), "{f}: no FIFO at the destination");
+    }
+}
+
+#[test]
+fn special_files_are_skipped_with_a_warning_both_ways() {
+    let (_d, root, local) = root_and_local();
+    tree_with_fifos(&root.join("tree"));
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let u = |p: &str| format!("ftp://127.0.0.1:{port}/{p}");
+
+    // Download: the server's walk skipped them; its 226 says how many.
+    let got = local.join("got");
+    let err = cp_r(&u("tree/"), &format!("{}/", got.display()));
+    assert_copied_without_fifos(&got);
+    assert_same_file(&root.join("tree/a"), &got.join("a"));
+    assert_same_file(&root.join("tree/sub/b"), &got.join("sub/b"));
+    let want = "lightpath: warning: 2 special file(s) skipped on the server (FIFOs, devices, sockets are not copied)";
+    assert!(err.contains(want), "download warns of the skipped FIFOs: {err}");
+    assert!(err.contains("2 file(s) copied"), "{err}");
+
+    // Upload: the client's own walk skipped them; it names each and counts.
+    let src = local.join("src");
+    tree_with_fifos(&src);
+    let err = cp_r(&format!("{}/", src.display()), &u("up/"));
+    let up = root.join("up");
+    assert_copied_without_fifos(&up);
+    assert_same_file(&src.join("a"), &up.join("a"));
+    assert_same_file(&src.join("sub/b"), &up.join("sub/b"));
+    let want = "special file(s) skipped in"; // "2 special file(s) skipped in <dir>"
+    assert!(err.contains(&format!("lightpath: warning: 2 {want}")), "upload warns of the skipped FIFOs: {err}");
+    for name in ["pipe", "sub/pipe2"] {
+        assert!(err.contains(name), "upload names {name} at the default log level: {err}");
+    }
+}
