@@ -161,28 +161,39 @@ pub fn wait_port(child: &mut Child, port: u16) {
 }
 
 /// `lightpath serve` on a free port, anonymous read-write.
+///
+/// A port found free can still be taken before the server binds it (CI
+/// once saw "Address already in use" there, with nothing of ours on that
+/// port), so a server that exits saying so is started again on the next
+/// free port, up to three times.
 pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
     own_peer_book();
-    let port = free_port();
-    let mut child = Command::new(LP)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-        .arg(root)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start lightpath serve");
-    wait_serving(&mut child, port);
-    (Proc(child), port)
+    for _ in 0..3 {
+        let port = free_port();
+        let mut child = Command::new(LP)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+            .arg(root)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lightpath serve");
+        match wait_serving(&mut child, port) {
+            Ok(()) => return (Proc(child), port),
+            Err(said) if said.iter().any(|l| l.contains("Address already in use")) => continue,
+            Err(said) => panic!("server for port {port} exited before serving; it said: {said:#?}"),
+        }
+    }
+    panic!("no free port for lightpath serve after three tries")
 }
 
 /// Waits until `lightpath serve` says it is serving, and keeps draining its
 /// stderr afterwards. A TCP connect is not enough: the socket listens (and
 /// the kernel completes handshakes) before the server has started its I/O
 /// engine, and a server that fails then resets the connections it had
-/// queued; CI once saw "connection reset" on a greeting. Panics with what
-/// the server said if it exits first.
-fn wait_serving(child: &mut Child, port: u16) {
+/// queued; CI once saw "connection reset" on a greeting. What the server
+/// said if it exits first.
+fn wait_serving(child: &mut Child, port: u16) -> Result<(), Vec<String>> {
     use std::sync::mpsc::RecvTimeoutError;
     let err = child.stderr.take().expect("stderr piped");
     let (tx, rx) = std::sync::mpsc::channel();
@@ -194,13 +205,17 @@ fn wait_serving(child: &mut Child, port: u16) {
     let (t, mut said) = (Instant::now(), Vec::new());
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(line) if line.starts_with("lightpath: serving") => return,
+            Ok(line) if line.starts_with("lightpath: serving") => return Ok(()),
             Ok(line) => said.push(line),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(50)),
         }
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("server for port {port} exited before serving: {st}; it said: {said:#?}");
+        if child.try_wait().unwrap().is_some() {
+            // Its last lines, until the pipe closes.
+            while let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) {
+                said.push(line);
+            }
+            return Err(said);
         }
         assert!(t.elapsed() < Duration::from_secs(10), "server on port {port} did not start; it said: {said:#?}");
     }
