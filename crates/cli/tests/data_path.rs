@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[test]
 fn verbose_output_names_the_data_paths_of_both_ends() {
@@ -12,15 +12,7 @@ fn verbose_output_names_the_data_paths_of_both_ends() {
     let (d, root, local) = root_and_local();
     write_random(&root.join("f"), 3_000_000, 7);
     let log = d.path().join("serve.log");
-    let port = free_port();
-    let mut srv = Command::new(LP)
-        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-        .arg(&root)
-        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
-        .spawn()
-        .unwrap();
-    wait_port(&mut srv, port);
-    let srv = Proc(srv);
+    let (srv, port) = logged_server(&root, &log, &[]);
     let out = Command::new(LP)
         .args(["-v", "cp", "-q", &format!("ftp://127.0.0.1:{port}/f")])
         .arg(local.join("f"))

@@ -63,22 +63,6 @@ fn direct_writes_arrive_exact_and_say_so() {
     assert!(log.contains("download written with direct I/O"), "{log}");
 }
 
-/// A server at -v with `extra` arguments, logging to `log`; its port.
-fn logged_server(root: &Path, log: &Path, extra: &[&str]) -> (Proc, u16) {
-    let port = free_port();
-    let mut child = Command::new(LP)
-        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}")])
-        .args(extra)
-        .arg("--root")
-        .arg(root)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_port(&mut child, port);
-    (Proc(child), port)
-}
-
 #[test]
 fn the_server_writes_uploads_directly_when_told() {
     let (d, root, local) = root_and_local();

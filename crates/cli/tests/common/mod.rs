@@ -187,6 +187,22 @@ pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
     panic!("no free port for lightpath serve after three tries")
 }
 
+/// A server at -v with `extra` arguments, logging to `log`; its port.
+pub fn logged_server(root: &Path, log: &Path, extra: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let mut child = Command::new(LP)
+        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
+        .arg("--root")
+        .arg(root)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_port(&mut child, port);
+    (Proc(child), port)
+}
+
 /// Waits until `lightpath serve` says it is serving, and keeps draining its
 /// stderr afterwards. A TCP connect is not enough: the socket listens (and
 /// the kernel completes handshakes) before the server has started its I/O
