@@ -697,13 +697,7 @@ fn a_file_shrinking_while_sent_fails_the_pack_naming_it() {
     let _dog = Watchdog::new();
     for (how, size) in [(Shrink::BeforeRead, 8_000), (Shrink::WhileRead, 100_000)] {
         let s = Scratch::new();
-        let mut rng = Rng(13);
-        fs::write(s.p("src/a"), rng.bytes(size)).unwrap();
-        fs::create_dir(s.p("src/rest")).unwrap();
-        make_tree(&s.p("src/rest"), &mut rng);
-        // One queued chunk stalls the walk (see `sending_starts_before_the_walk_ends`).
-        let opts = PackOptions { max_queued: 1, chunk_bytes: 1, ..small_pack_opts() };
-        let pack = vfile::pack(s.root("src"), vec![Vec::new()], opts).unwrap();
+        let pack = pack_file_a_and_a_tree(&s, 13, size);
         let (sent, e) = send_until_a_read_fails(&s, &pack, how);
         assert!(matches!(&e, VfileError::Changed(p) if p == "a"), "{how:?}: {e}");
         assert_eq!(pack.total(), None, "{how:?}: the walk is still running");
@@ -717,10 +711,27 @@ fn a_file_shrinking_while_sent_fails_the_pack_naming_it() {
         u.manifest_bytes(&sent.manifest).unwrap();
         sent.blocks.iter().for_each(|(o, d)| u.write_block(*o, d).unwrap());
         assert!(u.finish().is_err(), "{how:?}: an incomplete tree is an error");
-        let got = walk(&s.p("dst"));
-        assert!(!got.contains_key(&b"a"[..]), "{how:?}: a published");
-        assert!(!got.keys().any(|k| is_temp(k)), "{how:?}: temp files left");
+        assert_a_not_published(&s, &format!("{how:?}"));
     }
+}
+
+/// `src/a` (`size` random bytes) beside a tree, packed with one queued
+/// chunk at most, which stalls the walk (see
+/// `sending_starts_before_the_walk_ends`).
+fn pack_file_a_and_a_tree(s: &Scratch, seed: u64, size: usize) -> Pack {
+    let mut rng = Rng(seed);
+    fs::write(s.p("src/a"), rng.bytes(size)).unwrap();
+    fs::create_dir(s.p("src/rest")).unwrap();
+    make_tree(&s.p("src/rest"), &mut rng);
+    let opts = PackOptions { max_queued: 1, chunk_bytes: 1, ..small_pack_opts() };
+    vfile::pack(s.root("src"), vec![Vec::new()], opts).unwrap()
+}
+
+/// Nothing of `a` under `dst`: not under its name, no temporary file.
+fn assert_a_not_published(s: &Scratch, case: &str) {
+    let got = walk(&s.p("dst"));
+    assert!(!got.contains_key(&b"a"[..]), "{case}: a published");
+    assert!(!got.keys().any(|k| is_temp(k)), "{case}: temp files left");
 }
 
 /// The same through `send_pack` over real streams: the send's error and
@@ -729,12 +740,7 @@ fn a_file_shrinking_while_sent_fails_the_pack_naming_it() {
 fn send_pack_reports_the_file_that_shrank() {
     let _dog = Watchdog::new();
     let s = Scratch::new();
-    let mut rng = Rng(17);
-    fs::write(s.p("src/a"), rng.bytes(100_000)).unwrap();
-    fs::create_dir(s.p("src/rest")).unwrap();
-    make_tree(&s.p("src/rest"), &mut rng);
-    let opts = PackOptions { max_queued: 1, chunk_bytes: 1, ..small_pack_opts() };
-    let pack = vfile::pack(s.root("src"), vec![Vec::new()], opts).unwrap();
+    let pack = pack_file_a_and_a_tree(&s, 17, 100_000);
     while pack.reader().len() < 100_000 {
         std::thread::sleep(Duration::from_millis(1)); // until the walk listed `a`
     }
@@ -759,9 +765,7 @@ fn send_pack_reports_the_file_that_shrank() {
     assert!(matches!(&e, VfileError::Changed(p) if p == "a"), "{e}");
     assert!(got.is_err(), "the receiver saw no EOD: {got:?}");
     drop(sink);
-    let got = walk(&s.p("dst"));
-    assert!(!got.contains_key(&b"a"[..]), "a published");
-    assert!(!got.keys().any(|k| is_temp(k)), "temp files left");
+    assert_a_not_published(&s, "send_pack");
 }
 
 #[test]
