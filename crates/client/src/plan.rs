@@ -300,16 +300,23 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
 /// A name from a server's listing is one component: with a `/` (or as `.`
 /// or `..`) it would place the copy outside the directory being copied
 /// into (`../../x`, `/etc/x`), so a listing with one is refused whole,
-/// before anything is written.
+/// before anything is written. The rules are the virtual file's for a
+/// path ([`lightpath_proto::manifest::check_path`]), with one component.
 fn listed_name_ok(dir: &Remote, name: &[u8]) -> Result<(), ClientError> {
-    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
-        return Err(ClientError::Local(format!(
-            "{}: the server listed the unsafe name {:?}; refusing to copy this tree",
+    use lightpath_proto::manifest;
+    let why = if name.contains(&b'/') {
+        Some("it has a /".to_string())
+    } else {
+        manifest::check_path(name).err().map(|p| p.to_string())
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(ClientError::Local(format!(
+            "{}: the server listed the unsafe name \"{}\" ({why}); refusing to copy this tree",
             dir.display(),
-            String::from_utf8_lossy(name)
-        )));
+            manifest::show(name)
+        ))),
     }
-    Ok(())
 }
 
 /// Streams for transfers at `rtt_us`: as asked, or enough for the target

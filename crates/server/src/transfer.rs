@@ -331,11 +331,8 @@ fn listing(root: &Root, t: &Transfer) -> Result<Vec<u8>, Reply> {
         if name.iter().any(|&b| b == b'\r' || b == b'\n') {
             // A listing line per name: this one would end early and make its
             // tail a forged entry of its own, so it is not listed.
-            tracing::warn!(
-                "{}: not listing a name with a line break: {:?}",
-                p.display(),
-                name.escape_ascii().to_string()
-            );
+            let shown = lightpath_proto::manifest::show(&name);
+            tracing::warn!("{}: not listing a name with a line break: \"{shown}\"", p.display());
             continue;
         }
         let child = [p.relative(), b"/", &name].concat();
