@@ -9,7 +9,7 @@
 
 use rand::{Rng, RngCore, SeedableRng};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -70,11 +70,22 @@ pub fn free_port() -> u16 {
     loop {
         let port = (base + NEXT.fetch_add(2, Ordering::Relaxed) % 12_000) as u16;
         let port = if port >= 31_999 { port - 12_000 } else { port };
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 1) {
+        if bindable(port) && bindable(port + 1) {
             return port;
         }
     }
+}
+
+/// Whether a listener with SO_REUSEADDR (as std's and the server's are)
+/// can bind `port` on 127.0.0.1. The probe binds without listening: a
+/// probe that listened would stay a listener, holding the port, in any
+/// child that another test thread forks until that child execs, and the
+/// server's bind then failed with "Address already in use" (CI saw it). A
+/// bound socket with SO_REUSEADDR that does not listen blocks no one.
+fn bindable(port: u16) -> bool {
+    use socket2::{Domain, Socket, Type};
+    let Ok(s) = Socket::new(Domain::IPV4, Type::STREAM, None) else { return false };
+    s.set_reuse_address(true).is_ok() && s.bind(&SocketAddr::from(([127, 0, 0, 1], port)).into()).is_ok()
 }
 
 pub fn write_random(p: &Path, len: usize, seed: u64) {
@@ -161,30 +172,19 @@ pub fn wait_port(child: &mut Child, port: u16) {
 }
 
 /// `lightpath serve` on a free port, anonymous read-write.
-///
-/// A port found free can still be taken before the server binds it (CI
-/// once saw "Address already in use" there, with nothing of ours on that
-/// port), so a server that exits saying so is started again on the next
-/// free port, up to three times.
 pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
     own_peer_book();
-    for _ in 0..3 {
-        let port = free_port();
-        let mut child = Command::new(LP)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-            .arg(root)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start lightpath serve");
-        match wait_serving(&mut child, port) {
-            Ok(()) => return (Proc(child), port),
-            Err(said) if said.iter().any(|l| l.contains("Address already in use")) => continue,
-            Err(said) => panic!("server for port {port} exited before serving; it said: {said:#?}"),
-        }
-    }
-    panic!("no free port for lightpath serve after three tries")
+    let port = free_port();
+    let mut child = Command::new(LP)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(root)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start lightpath serve");
+    wait_serving(&mut child, port);
+    (Proc(child), port)
 }
 
 /// A server at -v with `extra` arguments, logging to `log`; its port.
@@ -207,9 +207,9 @@ pub fn logged_server(root: &Path, log: &Path, extra: &[&str]) -> (Proc, u16) {
 /// stderr afterwards. A TCP connect is not enough: the socket listens (and
 /// the kernel completes handshakes) before the server has started its I/O
 /// engine, and a server that fails then resets the connections it had
-/// queued; CI once saw "connection reset" on a greeting. What the server
-/// said if it exits first.
-fn wait_serving(child: &mut Child, port: u16) -> Result<(), Vec<String>> {
+/// queued; CI once saw "connection reset" on a greeting. Panics with what
+/// the server said if it exits first.
+fn wait_serving(child: &mut Child, port: u16) {
     use std::sync::mpsc::RecvTimeoutError;
     let err = child.stderr.take().expect("stderr piped");
     let (tx, rx) = std::sync::mpsc::channel();
@@ -221,17 +221,13 @@ fn wait_serving(child: &mut Child, port: u16) -> Result<(), Vec<String>> {
     let (t, mut said) = (Instant::now(), Vec::new());
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(line) if line.starts_with("lightpath: serving") => return Ok(()),
+            Ok(line) if line.starts_with("lightpath: serving") => return,
             Ok(line) => said.push(line),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(50)),
         }
-        if child.try_wait().unwrap().is_some() {
-            // Its last lines, until the pipe closes.
-            while let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) {
-                said.push(line);
-            }
-            return Err(said);
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("server for port {port} exited before serving: {st}; it said: {said:#?}");
         }
         assert!(t.elapsed() < Duration::from_secs(10), "server on port {port} did not start; it said: {said:#?}");
     }
