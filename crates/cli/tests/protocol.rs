@@ -176,6 +176,56 @@ fn mode_e_reuse_ranges_markers_and_abort() {
     assert_eq!(c.cmd("NOOP").0, 200);
 }
 
+/// The replies after a transfer's 150/125, up to and with its final one.
+fn replies_to_the_end(c: &mut Raw) -> Vec<(u16, String)> {
+    let mut all = vec![c.reply()];
+    while all.last().is_some_and(|(code, _)| *code < 200) {
+        all.push(c.reply());
+    }
+    all
+}
+
+/// The `Data Path:` fact of the last 112 in `replies`.
+fn last_data_path(replies: &[(u16, String)]) -> Option<String> {
+    let text = &replies.iter().rfind(|(code, _)| *code == 112)?.1;
+    text.lines().find_map(|l| l.trim().strip_prefix("Data Path:")).map(|p| p.trim().to_string())
+}
+
+#[test]
+fn perf_markers_name_the_data_path_and_come_on_retr_only_when_asked() {
+    let (_d, root, _p, port, data) = setup();
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
+    assert_eq!(c.cmd(&format!("PORT {hp}")).0, 200);
+    c.send(b"RETR f");
+    let mut conns = vec![l.accept().unwrap().0];
+    assert_eq!(read_mode_e(&mut conns).into_iter().flat_map(|b| b.1).collect::<Vec<_>>(), data);
+    let replies = replies_to_the_end(&mut c);
+    assert!(!replies.iter().any(|(code, _)| *code == 112), "no RETR markers unasked: {replies:?}");
+    // GCT's `markers=N;`: a 112 at the start and one at the end, the last
+    // naming how the file was sent (a fresh file is in the page cache).
+    assert_eq!(c.cmd("OPTS RETR markers=1;").0, 200);
+    c.send(b"RETR f");
+    read_mode_e(&mut conns);
+    let replies = replies_to_the_end(&mut c);
+    assert!(replies.iter().filter(|(code, _)| *code == 112).count() >= 2, "{replies:?}");
+    assert_eq!(last_data_path(&replies).as_deref(), Some("sendfile"), "{replies:?}");
+    assert_eq!(replies.last().unwrap().0, 226);
+    // An upload's markers name the receive path.
+    let addr = c.pasv();
+    c.send(b"STOR up");
+    let mut d = TcpStream::connect(addr).unwrap();
+    d.write_all(&[&BlockHeader::data(0, 5).encode()[..], b"hello", &BlockHeader::eof_eod(1).encode()].concat())
+        .unwrap();
+    let replies = replies_to_the_end(&mut c);
+    let path = last_data_path(&replies).unwrap_or_default();
+    assert!(["splice", "page cache", "direct I/O"].contains(&path.as_str()), "{replies:?}");
+    assert_eq!(replies.last().unwrap().0, 226);
+    assert_eq!(std::fs::read(root.join("up")).unwrap(), b"hello");
+}
+
 #[test]
 fn server_drops_root_with_run_as() {
     assert_eq!(lightpath_sys::privs::euid(), 0, "this test starts the server as root (CI runs as root)");

@@ -2,7 +2,7 @@
 //! `lightpath-proto`), log in, learn FEAT.
 
 use crate::ClientError;
-use lightpath_proto::{Features, Line, LineBuffer, Reply, ReplyParser};
+use lightpath_proto::{Features, Line, LineBuffer, PerfMarker, Reply, ReplyParser};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,6 +63,8 @@ pub struct ControlConn {
     rtt_from_book: bool,
     /// Server name for messages.
     pub name: String,
+    /// The data path the server's last perf marker named (logged on change).
+    server_path: Option<String>,
 }
 
 impl ControlConn {
@@ -90,6 +92,7 @@ impl ControlConn {
             rtt: fastopen.unwrap_or_else(|| started.elapsed()),
             rtt_from_book: fastopen.is_some(),
             name,
+            server_path: None,
         };
         Ok(c)
     }
@@ -164,6 +167,7 @@ impl ControlConn {
                     .map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))?;
                 if let Some(r) = parsed {
                     tracing::debug!(server = %self.name, "< {} {}", r.code, r.full_text());
+                    self.note_data_path(&r);
                     return Ok(r);
                 }
             }
@@ -175,6 +179,16 @@ impl ControlConn {
                 return Err(ClientError::Control(self.name.clone(), "server closed the control connection".into()));
             }
             self.lines.handle_bytes(&buf[..n]);
+        }
+    }
+
+    /// Say in verbose output how the server moves the bytes, as its perf
+    /// markers tell (`Data Path:`), each time that changes.
+    fn note_data_path(&mut self, r: &Reply) {
+        let Some(path) = PerfMarker::from_reply(r).and_then(|m| m.data_path) else { return };
+        if self.server_path.as_deref() != Some(path.as_str()) {
+            tracing::info!(server = %self.name, path = %path, "server data path");
+            self.server_path = Some(path);
         }
     }
 

@@ -310,10 +310,13 @@ impl Session {
         Ok(())
     }
 
-    /// Ask the server for `n` streams on RETR. Queued.
+    /// Ask the server for `n` streams on RETR. Queued. With verbose output
+    /// on, it also asks for perf markers on RETR (GCT's `markers=N;`),
+    /// whose `Data Path:` says how the server sends ([`ControlConn`] logs it).
     pub async fn set_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
         if self.parallelism != n {
-            self.ctl.queue(&format!("OPTS RETR Parallelism={n},{n},{n};")).await?;
+            let markers = if tracing::enabled!(tracing::Level::INFO) { "markers=5;" } else { "" };
+            self.ctl.queue(&format!("OPTS RETR Parallelism={n},{n},{n};{markers}")).await?;
             self.parallelism = n;
         }
         Ok(())

@@ -209,6 +209,7 @@ impl DataChannel {
 
     /// Send in MODE E on the prepared connections.
     pub fn send_e(&mut self, src: &dyn Source, plan: &SendPlan, ctl: &Control) -> Result<u64> {
+        ctl.set_data_path(src.data_path());
         let r = modee::send(&mut self.cached, src, plan, ctl);
         self.keep_if_ok(&r, Direction::Send);
         r
@@ -216,6 +217,7 @@ impl DataChannel {
 
     /// Send blocks from `supplier` in MODE E on the prepared connections.
     pub fn send_blocks_e(&mut self, supplier: &modee::Supplier, ctl: &Control) -> Result<u64> {
+        ctl.set_data_path(crate::DataPath::Tree);
         let r = modee::send_blocks(&mut self.cached, supplier, ctl);
         self.keep_if_ok(&r, Direction::Send);
         r
@@ -261,11 +263,13 @@ impl DataChannel {
 
     /// MODE S send of `[start, end)`.
     pub fn send_s(&mut self, conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
+        ctl.set_data_path(src.data_path());
         stream::send(conn, src, start, end, ctl)
     }
 
     /// MODE S receive from `base` on, at most `max` bytes.
     pub fn recv_s(&mut self, conn: TcpStream, sink: &dyn Sink, base: u64, max: u64, ctl: &Control) -> Result<u64> {
+        ctl.set_data_path(sink.data_path());
         stream::recv(conn, sink, base, max, self.idle, ctl)
     }
 

@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use lightpath_sys::dio::{self, DioAlign};
 
-use crate::io::{FileSink, Sink, Source};
+use crate::io::{DataPath, FileSink, Sink, Source};
 use crate::pool::{BufferPool, PoolOptions};
 
 /// Which I/O path a direct source or sink uses.
@@ -28,6 +28,16 @@ pub enum IoMode {
     Direct(DioAlign),
     /// Everything through the page cache, and why.
     Buffered(String),
+}
+
+impl IoMode {
+    /// The [`DataPath`] this mode gives a copying source or sink.
+    pub fn data_path(&self) -> DataPath {
+        match self {
+            IoMode::Direct(_) => DataPath::Direct,
+            IoMode::Buffered(_) => DataPath::Buffered,
+        }
+    }
 }
 
 impl fmt::Display for IoMode {
@@ -438,6 +448,9 @@ impl Sink for DirectFileSink {
     fn serial_writes(&self) -> bool {
         matches!(self.mode(), IoMode::Buffered(_))
     }
+    fn data_path(&self) -> DataPath {
+        self.mode().data_path()
+    }
 }
 
 /// Reads blocks from a file with direct I/O where it can, buffered where it
@@ -497,5 +510,12 @@ impl Source for DirectFileSource {
     }
     fn file(&self) -> Option<&File> {
         self.zero_copy.then_some(&self.io.file)
+    }
+    fn data_path(&self) -> DataPath {
+        if self.zero_copy {
+            DataPath::Sendfile
+        } else {
+            self.mode().data_path()
+        }
     }
 }

@@ -5,6 +5,48 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Mutex;
 
+/// How a transfer's bytes move between its file and the sockets. Shown in
+/// verbose output and, as the `Data Path:` fact, in 112 perf markers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataPath {
+    /// `sendfile` from the page cache (zero copy).
+    Sendfile,
+    /// `splice` socket -> pipe -> file (zero copy).
+    Splice,
+    /// Copied through the engine's buffers, with `O_DIRECT` on the file.
+    Direct,
+    /// Copied through the engine's buffers and the page cache.
+    Buffered,
+    /// Copied from or into memory (listings, packed trees, `/dev/zero`).
+    Memory,
+    /// Read from the socket and dropped (`/dev/null`).
+    Discard,
+    /// A tree packed into a virtual file, or rebuilt from one.
+    Tree,
+}
+
+impl DataPath {
+    /// The marker's value: short, and without `:` (GCT's and jglobus's
+    /// marker parsers split facts at it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataPath::Sendfile => "sendfile",
+            DataPath::Splice => "splice",
+            DataPath::Direct => "direct I/O",
+            DataPath::Buffered => "page cache",
+            DataPath::Memory => "memory",
+            DataPath::Discard => "discard",
+            DataPath::Tree => "virtual file",
+        }
+    }
+}
+
+impl std::fmt::Display for DataPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Something the sender reads blocks from.
 pub trait Source: Sync {
     /// Total length (for REST/missing-range computation).
@@ -22,6 +64,14 @@ pub trait Source: Sync {
     /// The device (`st_dev`) it is read from, which picks the disk threads.
     fn device(&self) -> Option<u64> {
         None
+    }
+    /// How the sender moves its bytes: `sendfile` when it has a file.
+    fn data_path(&self) -> DataPath {
+        if self.file().is_some() {
+            DataPath::Sendfile
+        } else {
+            DataPath::Memory
+        }
     }
 }
 
@@ -64,6 +114,14 @@ pub trait Sink: Sync {
     fn discards(&self) -> bool {
         false
     }
+    /// How written bytes reach it when the receiver does not splice.
+    fn data_path(&self) -> DataPath {
+        if self.discards() {
+            DataPath::Discard
+        } else {
+            DataPath::Memory
+        }
+    }
 }
 
 /// A regular file. The length is taken once; a file that shrinks while
@@ -102,6 +160,13 @@ impl Source for FileSource {
     }
     fn device(&self) -> Option<u64> {
         Some(self.dev)
+    }
+    fn data_path(&self) -> DataPath {
+        if self.zero_copy {
+            DataPath::Sendfile
+        } else {
+            DataPath::Buffered
+        }
     }
 }
 
@@ -177,6 +242,9 @@ impl Sink for FileSink<'_> {
     }
     fn serial_writes(&self) -> bool {
         true
+    }
+    fn data_path(&self) -> DataPath {
+        DataPath::Buffered
     }
 }
 

@@ -19,7 +19,7 @@ pub mod vfile_chan;
 
 pub use datachan::{congestion_choice, DataChannel, Direction, DEFAULT_CONGESTION};
 pub use error::{EngineError, Result};
-pub use io::{BytesSource, FileSink, FileSource, MemorySink, NullSink, Sink, Source, ZeroSource};
+pub use io::{BytesSource, DataPath, FileSink, FileSource, MemorySink, NullSink, Sink, Source, ZeroSource};
 pub use modee::{RecvOpts, SendPlan};
 pub use progress::Control;
 

@@ -1,6 +1,7 @@
 //! Progress and cancellation shared between the data mover and its driver
 //! (perf markers, restart markers, progress bars, ABOR).
 
+use crate::io::DataPath;
 use lightpath_proto::RangeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ pub struct Control {
     parent: Option<Arc<AtomicU64>>,
     files: AtomicU64,
     skipped: AtomicU64,
+    data_path: Mutex<Option<DataPath>>,
 }
 
 impl Control {
@@ -66,6 +68,15 @@ impl Control {
     /// Special files left out, as set by [`Control::set_skipped`].
     pub fn skipped(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
+    }
+    /// Record how the bytes move (`sendfile`, `splice`, direct I/O...),
+    /// once the engine has chosen; the last choice stands.
+    pub fn set_data_path(&self, p: DataPath) {
+        *self.data_path.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    }
+    /// The choice recorded by [`Control::set_data_path`], if made yet.
+    pub fn data_path(&self) -> Option<DataPath> {
+        *self.data_path.lock().unwrap_or_else(|e| e.into_inner())
     }
     /// Ranges written since the last call (for `111 Range Marker`).
     pub fn take_written(&self) -> RangeSet {

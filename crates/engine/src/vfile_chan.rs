@@ -131,6 +131,9 @@ impl Sink for VfileSink {
             self.unpacker.write_block(offset, buf).map_err(io::Error::from)
         }
     }
+    fn data_path(&self) -> crate::DataPath {
+        crate::DataPath::Tree
+    }
 }
 
 /// Receive options for a virtual file (its offsets go up to the manifest space).

@@ -271,15 +271,16 @@ proptest! {
         stripe_index in any::<u32>(),
         bytes in any::<u64>(),
         total_stripes in any::<u32>(),
+        data_path in prop::option::of("[a-z]{1,8}( [a-zA-Z/]{1,4})?"),
     ) {
         // Timestamps go out with one decimal: any value with one decimal
         // comes back exactly.
-        let m = PerfMarker { timestamp: tenths as f64 / 10.0, stripe_index, bytes, total_stripes };
+        let m = PerfMarker { timestamp: tenths as f64 / 10.0, stripe_index, bytes, total_stripes, data_path };
         let r = m.to_reply();
         prop_assert_eq!(r.code, 112);
         prop_assert_eq!(PerfMarker::from_reply(&r), Some(m.clone()));
         let (got, lines) = parse_wire(&r.encode());
-        prop_assert_eq!(lines, 6);
+        prop_assert_eq!(lines, 6 + usize::from(m.data_path.is_some()));
         prop_assert_eq!(got.len(), 1);
         prop_assert_eq!(PerfMarker::from_reply(&got[0]), Some(m));
         prop_assert_eq!(RestartMarker::from_reply(&got[0]), None);
@@ -287,7 +288,7 @@ proptest! {
 
     #[test]
     fn perf_marker_timestamp_rounding(t in -1e15f64..1e15) {
-        let m = PerfMarker { timestamp: t, stripe_index: 0, bytes: 0, total_stripes: 1 };
+        let m = PerfMarker { timestamp: t, stripe_index: 0, bytes: 0, total_stripes: 1, data_path: None };
         let (got, _) = parse_wire(&m.to_reply().encode());
         let back = PerfMarker::from_reply(&got[0]).unwrap();
         prop_assert!((back.timestamp - t).abs() <= 0.05 + t.abs() * 1e-15, "{} -> {}", t, back.timestamp);

@@ -8,7 +8,7 @@ use crate::transfer;
 use crate::ServerCtx;
 use lightpath_engine::{Control, DataChannel};
 use lightpath_proto::{
-    Action, Line, LineBuffer, Output, PassiveKind, PerfMarker, Reply, RestartMarker, ServerPi, Transfer,
+    Action, Line, LineBuffer, Output, PassiveKind, PerfMarker, Reply, RestartMarker, ServerPi, Transfer, TransferKind,
 };
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
@@ -282,8 +282,8 @@ impl Session {
     }
 
     async fn run_transfer(&mut self, t: Transfer, ctl: Arc<Control>) -> std::io::Result<()> {
-        let markers = t.kind.is_upload() && t.settings.mode == lightpath_proto::Mode::Extended;
-        let (perf_s, restart_s) = (t.settings.perf_interval.max(1), t.settings.restart_interval.max(1));
+        let every = marker_interval(&t);
+        let markers = every.is_some();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let mut dc = std::mem::take(&mut self.dc);
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
@@ -311,9 +311,9 @@ impl Session {
             }
         };
         if started && markers {
-            self.send(&perf(0)).await?;
+            self.send(&perf(0, &ctl)).await?;
         }
-        let mut tick = tokio::time::interval(Duration::from_secs(u64::from(perf_s.min(restart_s))));
+        let mut tick = tokio::time::interval(Duration::from_secs(u64::from(every.unwrap_or(5))));
         tick.tick().await;
         let (dc, result) = loop {
             tokio::select! {
@@ -341,7 +341,7 @@ impl Session {
     }
 
     async fn markers(&mut self, ctl: &Control) -> std::io::Result<()> {
-        self.send(&perf(ctl.bytes())).await?;
+        self.send(&perf(ctl.bytes(), ctl)).await?;
         let fresh = ctl.take_written();
         if !fresh.is_empty() {
             self.send(&RestartMarker(fresh).to_reply()).await?;
@@ -350,9 +350,28 @@ impl Session {
     }
 }
 
-fn perf(bytes: u64) -> Reply {
+/// Seconds between markers, if `t` sends them (MODE E only, as GCT): a
+/// receiving server always (111 and 112, GFD.20); a sending one only the
+/// 112s, and only after `OPTS RETR markers=N;`.
+fn marker_interval(t: &Transfer) -> Option<u32> {
+    use TransferKind as K;
+    let s = &t.settings;
+    if s.mode != lightpath_proto::Mode::Extended {
+        return None;
+    }
+    match t.kind {
+        _ if t.kind.is_upload() => Some(s.perf_interval.min(s.restart_interval).max(1)),
+        K::Retr | K::Eret { .. } | K::VfileRetr => s.retr_markers.filter(|&n| n > 0),
+        _ => None,
+    }
+}
+
+/// A 112 marker: bytes moved so far, and how they move once the engine
+/// has chosen (`Data Path:`, our own fact).
+fn perf(bytes: u64, ctl: &Control) -> Reply {
     let ts = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    PerfMarker { timestamp: ts, stripe_index: 0, bytes, total_stripes: 1 }.to_reply()
+    let data_path = ctl.data_path().map(|p| p.to_string());
+    PerfMarker { timestamp: ts, stripe_index: 0, bytes, total_stripes: 1, data_path }.to_reply()
 }
 
 #[cfg(test)]

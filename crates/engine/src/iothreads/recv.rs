@@ -291,6 +291,7 @@ pub(crate) fn recv(
     let splice =
         sink.file().is_some() && splice_forced().unwrap_or_else(|| splice_by_default(conns, listener.map(|(l, _)| l)));
     tracing::info!(path = if splice { "splice socket->pipe->file" } else { "read+pwrite" }, "receive data path");
+    ctl.set_data_path(if splice { crate::DataPath::Splice } else { sink.data_path() });
     let job = Arc::new(Job {
         st: Mutex::new(st),
         notify,
