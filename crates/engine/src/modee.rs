@@ -49,8 +49,32 @@ pub struct OutBlock<'a> {
     pub payload: Payload<'a>,
 }
 
-/// Where the sender threads get their blocks: `None` ends the transfer.
-pub type Supplier<'a> = dyn Fn() -> std::io::Result<Option<OutBlock<'a>>> + Sync + 'a;
+/// Where the sender threads get their blocks.
+///
+/// The disk threads that call [`Supply::next`] are shared by every session
+/// of the process, so a supply must not sit waiting on its source there: one
+/// that has nothing *yet* (a tree whose walk is behind) returns an error of
+/// kind [`std::io::ErrorKind::WouldBlock`], and the job's own management
+/// thread waits in [`Supply::wait`] before asking again.
+pub trait Supply<'a>: Sync {
+    /// The next block; `None` ends the transfer.
+    fn next(&self) -> std::io::Result<Option<OutBlock<'a>>>;
+    /// Wait, at most `timeout`, until [`Supply::next`] may have a block
+    /// after a `WouldBlock`.
+    fn wait(&self, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
+}
+
+/// A closure is a supply that never says `WouldBlock`.
+impl<'a, F: Fn() -> std::io::Result<Option<OutBlock<'a>>> + Sync> Supply<'a> for F {
+    fn next(&self) -> std::io::Result<Option<OutBlock<'a>>> {
+        self()
+    }
+}
+
+/// What the sender threads take blocks from.
+pub type Supplier<'a> = dyn Supply<'a> + 'a;
 
 /// Send `plan` from `src` over `conns`. Returns bytes sent.
 pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Control) -> Result<u64> {

@@ -9,13 +9,15 @@
 
 use crate::error::{EngineError, Result};
 use crate::io::Sink;
-use crate::modee::{OutBlock, Payload, RecvOpts};
+use crate::modee::{OutBlock, Payload, RecvOpts, Supply};
 use crate::progress::Control;
-use crate::vfile::{Pack, PackItem, PackStats, UnpackStats, Unpacker, VfileError};
+use crate::vfile::{Pack, PackItem, PackReader, PackStats, UnpackStats, Unpacker, VfileError};
 use crate::DataChannel;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Mutex;
+use std::task::Poll;
+use std::time::Duration;
 
 /// Wire offset of the first manifest byte (2^62: far above any data offset).
 pub const MANIFEST_BASE: u64 = 1 << 62;
@@ -27,22 +29,40 @@ pub const MANIFEST_BASE: u64 = 1 << 62;
 /// data it covers is taken, and never behind such data on its own stream.
 pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, ctl: &Control) -> Result<u64> {
     let reader = pack.reader();
-    let supplier = || -> io::Result<Option<OutBlock>> {
-        let item = pack.next_item(block).map_err(io::Error::from)?;
+    let r = dc.send_blocks_e(&PackSupply { pack, reader: &reader, block }, ctl);
+    if r.is_err() {
+        pack.cancel();
+    }
+    r
+}
+
+/// A pack's items as MODE E blocks. While the walk is behind it says
+/// `WouldBlock` rather than wait on a shared disk thread: a tree on a slow
+/// disk would otherwise hold every thread of its pool, and stall every
+/// other session on that pool, until its walk caught up.
+struct PackSupply<'a> {
+    pack: &'a Pack,
+    reader: &'a PackReader,
+    block: u64,
+}
+
+impl<'a> Supply<'a> for PackSupply<'a> {
+    fn next(&self) -> io::Result<Option<OutBlock<'a>>> {
+        let Poll::Ready(item) = self.pack.try_next_item(self.block)? else {
+            return Err(io::ErrorKind::WouldBlock.into());
+        };
         Ok(item.map(|item| match item {
             PackItem::Manifest { at, bytes } => {
                 OutBlock { wire_offset: MANIFEST_BASE + at, len: bytes.len() as u64, payload: Payload::Bytes(bytes) }
             }
             PackItem::Data { offset, len } => {
-                OutBlock { wire_offset: offset, len, payload: Payload::Read(&reader, offset) }
+                OutBlock { wire_offset: offset, len, payload: Payload::Read(self.reader, offset) }
             }
         }))
-    };
-    let r = dc.send_blocks_e(&supplier, ctl);
-    if r.is_err() {
-        pack.cancel();
     }
-    r
+    fn wait(&self, timeout: Duration) {
+        self.pack.wait_ready(timeout);
+    }
 }
 
 /// Why a pack's transfer failed.

@@ -50,8 +50,12 @@
 //! A supplier or sink that blocks holds a disk thread while it waits. A
 //! sink must never wait for something only more network reading brings
 //! (the virtual file's unpacker parks early data instead of waiting for
-//! its manifest entries); a supplier may wait for its source (the virtual
-//! file's walk), at most [`DISK_TASKS_PER_JOB`] threads at a time.
+//! its manifest entries). A supplier whose source has nothing yet (the
+//! virtual file's walk) says `WouldBlock` instead of waiting: the job then
+//! starts no disk task until its management thread, waiting in
+//! [`crate::modee::Supply::wait`], hears that there is more. (When the
+//! walk's wait ran on the disk threads, one tree on a slow disk held all
+//! four of its pool's threads and stalled every other session on them.)
 
 mod net;
 mod recv;

@@ -48,6 +48,8 @@ struct State {
     last_progress: Instant,
     /// A connection found no block: poke the network threads on the next.
     net_waiting: bool,
+    /// The supplier said `WouldBlock`: no disk task until it may have more.
+    supplier_pending: bool,
 }
 
 /// What the network threads and disk tasks share about one send.
@@ -127,6 +129,7 @@ pub(crate) fn send_blocks(
         stopped: false,
         last_progress: Instant::now(),
         net_waiting: false,
+        supplier_pending: false,
     };
     let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone(), slots: 2 * conns.len() });
     let reg = Registration::new(eng);
@@ -189,14 +192,24 @@ fn drive<'s, 'e, 'b: 's>(
         if let Some(idle) = idle.filter(|&i| waiting && st.last_progress.elapsed() > i) {
             return Err(EngineError::Idle(idle));
         }
-        while st.outstanding < DISK_TASKS_PER_JOB && job.room_for_batch(&st) {
+        while st.outstanding < DISK_TASKS_PER_JOB && job.room_for_batch(&st) && !st.supplier_pending {
             st.outstanding += 1;
             s.spawn(move || fetch(job, reg, supplier));
         }
+        let pending = st.supplier_pending && job.room_for_batch(&st);
         drop(st);
-        job.notify.park(Duration::from_millis(100)).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
+        if pending {
+            // This thread waits for the source, not a shared disk thread.
+            supplier.wait(PARK);
+            job.lock().supplier_pending = false;
+            continue;
+        }
+        job.notify.park(PARK).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
     }
 }
+
+/// Longest wait of the management loop between looks at its job.
+const PARK: Duration = Duration::from_millis(100);
 
 /// Most blocks one disk task fetches in a row while there is room.
 const FETCH_BATCH: usize = 4;
@@ -205,13 +218,16 @@ const FETCH_BATCH: usize = 4;
 /// after the other while the job has room (at most [`FETCH_BATCH`]).
 fn fetch(job: &Job, reg: &Registration, supplier: &Supplier) {
     for i in 0.. {
-        let r = if job.lock().stopped {
-            Ok(None)
-        } else {
-            supplier()
-                .map_err(|e| EngineError::io("reading source", e))
-                .and_then(|b| b.map(|b| job.make_ready(b)).transpose())
-        };
+        let r = if job.lock().stopped { Ok(None) } else { supplier.next() };
+        if matches!(&r, Err(e) if e.kind() == ErrorKind::WouldBlock) {
+            let mut st = job.lock();
+            (st.outstanding, st.supplier_pending) = (st.outstanding - 1, true);
+            drop(st);
+            job.notify.wake();
+            return;
+        }
+        let r =
+            r.map_err(|e| EngineError::io("reading source", e)).and_then(|b| b.map(|b| job.make_ready(b)).transpose());
         let mut st = job.lock();
         let go_on = fetched(&mut st, reg, r);
         if !go_on

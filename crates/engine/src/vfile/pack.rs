@@ -8,7 +8,9 @@ use lightpath_sys::root::{FileType, Root, Stat};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Poll;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// How to pack.
 #[derive(Debug, Clone)]
@@ -236,22 +238,51 @@ impl Pack {
     /// that needs it on the same stream, and receivers that wait for
     /// missing entries cannot wait on each other (see `vfile_chan`).
     pub fn next_item(&self, max: u64) -> Result<Option<PackItem>, VfileError> {
-        let mut st = self.sh.lock();
         loop {
-            self.check(&st)?;
-            if let Some((at, bytes)) = st.pop_chunk() {
-                self.sh.cv.notify_all();
-                return Ok(Some(PackItem::Manifest { at, bytes }));
+            if let Poll::Ready(item) = self.try_next_item(max)? {
+                return Ok(item);
             }
-            if st.cursor < st.released {
-                let (offset, len) = st.cut(max, self.sh.opts.small_file);
-                return Ok(Some(PackItem::Data { offset, len }));
-            }
-            if st.done {
-                return Ok(None);
-            }
-            self.sh.hungry.store(true, Ordering::Relaxed);
-            st = self.sh.wait(st);
+            self.wait_ready(Duration::from_secs(1));
+        }
+    }
+
+    /// [`Pack::next_item`] without the wait: `Pending` while the walk has
+    /// published nothing more (it is told to publish what it has at once).
+    /// The engine's shared disk threads call this: none of them may sit
+    /// waiting on one tree's walk while other sessions' work queues.
+    pub fn try_next_item(&self, max: u64) -> Result<Poll<Option<PackItem>>, VfileError> {
+        let mut st = self.sh.lock();
+        self.check(&st)?;
+        if let Some((at, bytes)) = st.pop_chunk() {
+            self.sh.cv.notify_all();
+            return Ok(Poll::Ready(Some(PackItem::Manifest { at, bytes })));
+        }
+        if st.cursor < st.released {
+            let (offset, len) = st.cut(max, self.sh.opts.small_file);
+            return Ok(Poll::Ready(Some(PackItem::Data { offset, len })));
+        }
+        if st.done {
+            return Ok(Poll::Ready(None));
+        }
+        self.sh.hungry.store(true, Ordering::Relaxed);
+        Ok(Poll::Pending)
+    }
+
+    /// Wait, at most `timeout`, until [`Pack::try_next_item`] may have
+    /// something: a chunk or data published, the end, or a failure.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let sh = &self.sh;
+        let waiting = |st: &mut State| {
+            st.error.is_none()
+                && !sh.cancelled.load(Ordering::Relaxed)
+                && st.chunks.is_empty()
+                && st.cursor >= st.released
+                && !st.done
+        };
+        let mut g = sh.lock();
+        if waiting(&mut g) {
+            sh.hungry.store(true, Ordering::Relaxed);
+            let _ = sh.cv.wait_timeout_while(g, timeout, waiting).unwrap_or_else(|e| e.into_inner());
         }
     }
 
