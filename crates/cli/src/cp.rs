@@ -4,7 +4,7 @@ use crate::units::{parse_rate, parse_size};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use lightpath_client::{copy, CopyOptions, Location, Progress, Session, SessionOpts};
+use lightpath_client::{copy, ClientError, CopyOptions, Location, Progress, Session, SessionOpts};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -97,10 +97,19 @@ impl From<DirectIoArg> for lightpath_plan::DirectIo {
 }
 
 /// Run a copy; exit code 0 only when every file arrived complete.
+/// How a copy ended.
+enum Outcome {
+    Done,
+    Failed,
+    Interrupted,
+}
+
 pub fn run(a: CpArgs) -> ExitCode {
     match run_inner(a) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::from(1),
+        // 128 + SIGINT, as shells report an interrupted command.
+        Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
             eprintln!("lightpath: {e:#}");
             ExitCode::from(2)
@@ -108,7 +117,7 @@ pub fn run(a: CpArgs) -> ExitCode {
     }
 }
 
-fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
+fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     let dst = Location::parse(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
     let part = a.len.map(|l| (a.off.unwrap_or(0), l));
@@ -136,12 +145,18 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
     let bar = (!a.quiet).then(|| start_bar(progress.clone()));
     let started = Instant::now();
     let rt = tokio::runtime::Runtime::new()?;
-    let results = rt.block_on(copy(srcs, dst, opts, progress.clone()));
+    let results = rt.block_on(until_interrupted(copy(srcs, dst, opts, progress.clone()), &progress.cancel));
     if let Some((pb, stop)) = bar {
         stop.store(true, Ordering::Relaxed);
         pb.finish_and_clear();
     }
-    let results = results?;
+    // Transfers still running after the grace period (a server that does
+    // not answer) are left behind; the process is about to end.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let Some(results) = results? else {
+        eprintln!("lightpath: interrupted: transfers stopped; unfinished files removed, finished ones kept");
+        return Ok(Outcome::Interrupted);
+    };
     let failed: Vec<_> = results.iter().filter(|r| r.result.is_err()).collect();
     for f in &failed {
         eprintln!(
@@ -158,7 +173,38 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<bool> {
     let what =
         if trees > 0 { format!("{files} file(s) and {trees} third-party tree(s)") } else { format!("{files} file(s)") };
     summary(&what, failed.len(), bytes, started.elapsed());
-    Ok(failed.is_empty())
+    Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed })
+}
+
+/// How long an interrupted copy has to stop its transfers and remove
+/// their temporary files before the process ends anyway.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// Run `job` until it ends or a signal comes. On Ctrl-C or SIGTERM, set
+/// `cancel`: every transfer fails, which removes what it wrote under a
+/// temporary name (`.part` files, a tree's unfinished files), and no file
+/// is started; a second signal, or [`GRACE`], ends the wait. `None`: interrupted.
+async fn until_interrupted<T>(
+    job: impl std::future::Future<Output = Result<T, ClientError>>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Option<T>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+    tokio::pin!(job);
+    tokio::select! {
+        r = &mut job => return Ok(Some(r?)),
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    cancel.store(true, Ordering::Relaxed);
+    eprintln!("\nlightpath: interrupted: stopping the transfers (Ctrl-C again to quit at once)");
+    tokio::select! {
+        _ = &mut job => {}
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+        _ = tokio::time::sleep(GRACE) => {}
+    }
+    Ok(None)
 }
 
 fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBool>) {
@@ -217,6 +263,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         block: lightpath_engine::DEFAULT_BLOCK,
         pipeline: 1,
         total: Arc::default(),
+        cancel: Arc::default(),
         direct_io: lightpath_plan::DirectIo::Never,
         connect_ahead: false,
         fastopen: false,

@@ -8,7 +8,7 @@ use crate::session::{FileOp, Session, SessionOpts, Speculation};
 use crate::{ClientError, Location, Remote};
 use lightpath_engine::checksum::checksum;
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 /// What the user asked for.
@@ -68,6 +68,9 @@ pub struct Progress {
     pub planned: AtomicU64,
     /// Files planned.
     pub files: AtomicU64,
+    /// Set to stop the job (Ctrl-C): running transfers fail and clean up,
+    /// and no further file is started.
+    pub cancel: Arc<AtomicBool>,
 }
 
 type Queue = Arc<Mutex<VecDeque<Item>>>;
@@ -85,6 +88,7 @@ pub async fn copy(
         block: opts.block,
         pipeline: opts.pipeline,
         total: progress.bytes.clone(),
+        cancel: progress.cancel.clone(),
         direct_io: opts.direct_io,
         connect_ahead: opts.connect_ahead,
         fastopen: opts.fastopen,
@@ -251,7 +255,7 @@ async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pai
     let mut linked = false;
     loop {
         let batch = take_batch(&q, opts.pipeline.max(1));
-        if batch.is_empty() {
+        if batch.is_empty() || sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
         if sessions.is_none() {

@@ -12,7 +12,7 @@ use crate::{ClientError, Remote};
 use lightpath_engine::{Control, DataChannel, MemorySink, RecvOpts};
 use lightpath_proto::{hostport, Features};
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,9 @@ pub struct SessionOpts {
     pub pipeline: usize,
     /// Job-wide byte counter for progress.
     pub total: Arc<AtomicU64>,
+    /// Set to stop every transfer of the job (Ctrl-C): they fail, and
+    /// remove what they had written under temporary names.
+    pub cancel: Arc<AtomicBool>,
     /// When downloads bypass the page cache.
     pub direct_io: lightpath_plan::DirectIo,
     /// Open data connections ahead to servers the peer book knows
@@ -41,6 +44,13 @@ pub struct SessionOpts {
     /// TCP congestion control of our data connections (`None`: BBR where
     /// the kernel allows it; `kernel`: the system's).
     pub congestion: Option<String>,
+}
+
+impl SessionOpts {
+    /// The control block of one transfer of the job.
+    pub fn control(&self) -> Arc<Control> {
+        Arc::new(Control::for_job(self.total.clone(), self.cancel.clone()))
+    }
 }
 
 /// One entry of a remote listing.
@@ -560,7 +570,7 @@ impl Session {
             return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
         }
         let base = op.part.map(|p| p.0).unwrap_or(0);
-        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let ctl = self.opts.control();
         let mut dc = self.dc.take().unwrap_or_default();
         let c2 = ctl.clone();
         let job = tokio::task::spawn_blocking(move || {
@@ -575,7 +585,7 @@ impl Session {
             };
             (dc, r)
         });
-        let fin = self.ctl.final_reply().await;
+        let fin = self.transfer_reply(&ctl).await;
         if !matches!(&fin, Ok(r) if r.is_ok()) {
             ctl.cancel();
         }
@@ -607,7 +617,7 @@ impl Session {
     async fn recv_stream(&mut self, mut dc: DataChannel, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
         let target = self.choose_io(target);
         let announced = target.size();
-        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let ctl = self.opts.control();
         let c2 = ctl.clone();
         let base = op.part.map(|p| p.0).unwrap_or(0);
         let job = tokio::task::spawn_blocking(move || {
@@ -654,7 +664,7 @@ impl Session {
         ctl: &Control,
         what: &str,
     ) -> Result<(T, lightpath_proto::Reply), ClientError> {
-        let fin = self.ctl.final_reply().await;
+        let fin = self.transfer_reply(ctl).await;
         if !matches!(&fin, Ok(r) if r.is_ok()) {
             ctl.cancel();
         }
@@ -667,10 +677,43 @@ impl Session {
         data.map(|t| (t, fin))
     }
 
+    /// The final reply of the running transfer that `ctl` drives. If the
+    /// job is stopped first (Ctrl-C), the transfer is aborted with ABOR:
+    /// the server stops sending or drops what it received.
+    pub(crate) async fn transfer_reply(&mut self, ctl: &Control) -> Result<lightpath_proto::Reply, ClientError> {
+        tokio::select! {
+            r = self.ctl.final_reply() => return r,
+            _ = cancelled(ctl) => {}
+        }
+        self.abort().await;
+        Err(ClientError::Local("interrupted".into()))
+    }
+
+    /// ABOR the running transfer, reading its reply and ABOR's (426 and
+    /// 226) for at most [`ABORT_WAIT`].
+    pub(crate) async fn abort(&mut self) {
+        let _ = tokio::time::timeout(ABORT_WAIT, async {
+            self.ctl.send(b"ABOR").await?;
+            self.ctl.final_reply().await?;
+            self.ctl.final_reply().await
+        })
+        .await;
+    }
+
     /// Send QUIT and close without waiting for the reply (as
     /// globus-url-copy does): nothing is pending once a copy has ended.
     pub async fn quit(mut self) {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.ctl.send(b"QUIT")).await;
+    }
+}
+
+/// How long an interrupted client waits for a server to answer its ABOR.
+const ABORT_WAIT: Duration = Duration::from_secs(2);
+
+/// Resolves once `ctl` is cancelled (checked every 50 ms).
+pub(crate) async fn cancelled(ctl: &Control) {
+    while !ctl.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

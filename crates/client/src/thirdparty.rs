@@ -3,7 +3,7 @@
 //! server to server. The MODE E channel stays linked between files.
 
 use crate::job::CopyOptions;
-use crate::session::Session;
+use crate::session::{cancelled, Session};
 use crate::{ClientError, Remote};
 use lightpath_proto::{hostport, PerfMarker, Reply};
 use std::sync::atomic::Ordering;
@@ -60,8 +60,19 @@ pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Repl
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let mut seen = 0u64;
     let total = s.opts.total.clone();
+    let job = s.opts.control();
     while s_fin.is_none() || d_fin.is_none() {
         tokio::select! {
+            _ = cancelled(&job) => {
+                // Ctrl-C: both servers stop (the destination drops its temporary file).
+                if s_fin.is_none() {
+                    s.abort().await;
+                }
+                if d_fin.is_none() {
+                    d.abort().await;
+                }
+                return Err(ClientError::Local("interrupted".into()));
+            }
             r = s.ctl.reply(), if s_fin.is_none() => {
                 let r = r?;
                 if !r.is_preliminary() {

@@ -46,7 +46,7 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<At
     if !first.is_preliminary() {
         return Err(s.ctl.unexpected("VRET", &first));
     }
-    let ctl = Arc::new(Control::with_total(s.opts.total.clone()));
+    let ctl = s.opts.control();
     let mut dc = s.take_dc();
     let c2 = ctl.clone();
     let job = tokio::task::spawn_blocking(move || {
@@ -90,7 +90,7 @@ pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<At
         dc.connect_to(vec![addr]);
     }
     let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
-    let ctl = Arc::new(Control::with_total(s.opts.total.clone()));
+    let ctl = s.opts.control();
     let c2 = ctl.clone();
     let job = tokio::task::spawn_blocking(move || {
         let r = send_tree(&mut dc, &dir, streams, block, &c2, go_rx);

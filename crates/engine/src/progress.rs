@@ -13,6 +13,7 @@ pub struct Control {
     cancel: AtomicBool,
     fresh: Mutex<RangeSet>,
     parent: Option<Arc<AtomicU64>>,
+    job_cancel: Option<Arc<AtomicBool>>,
     files: AtomicU64,
     skipped: AtomicU64,
     data_path: Mutex<Option<DataPath>>,
@@ -31,13 +32,19 @@ impl Control {
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
+    /// A control block of a job: every byte is added to `total`, and
+    /// setting `cancel` stops this transfer as [`Control::cancel`] would
+    /// (a client's Ctrl-C stops every transfer of its job).
+    pub fn for_job(total: Arc<AtomicU64>, cancel: Arc<AtomicBool>) -> Self {
+        Control { parent: Some(total), job_cancel: Some(cancel), ..Self::default() }
+    }
     /// Ask the transfer to stop.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
     }
     /// Whether cancel was asked.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
+        self.cancel.load(Ordering::Relaxed) || self.job_cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
     }
     /// Record `len` bytes moved (sender side).
     pub fn add(&self, len: u64) {

@@ -4,8 +4,7 @@
 use super::{fill_err, FileOp, Session};
 use crate::local::LocalSource;
 use crate::ClientError;
-use lightpath_engine::{Control, SendPlan};
-use std::sync::Arc;
+use lightpath_engine::SendPlan;
 
 impl Session {
     /// Upload files. In MODE E, ALLO+STOR for up to `pipeline` files are
@@ -100,7 +99,7 @@ impl Session {
         let streams = self.streams();
         let mut dc = self.dc.take().unwrap_or_default();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
-        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let ctl = self.opts.control();
         let c2 = ctl.clone();
         let job = tokio::task::spawn_blocking(move || {
             let r = dc.prepare_send(streams).map_err(ClientError::from).and_then(|_| {
@@ -136,7 +135,7 @@ impl Session {
         self.ctl.send(&stor_cmd(op)).await?;
         let mut dc = self.dc.take().unwrap_or_default();
         dc.connect_to(vec![addr]);
-        let ctl = Arc::new(Control::with_total(self.opts.total.clone()));
+        let ctl = self.opts.control();
         let c2 = ctl.clone();
         let part = op.part;
         let job = tokio::task::spawn_blocking(move || {

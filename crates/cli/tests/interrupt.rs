@@ -1,0 +1,123 @@
+//! Ctrl-C on `cp`: the transfers stop, nothing half-written stays behind
+//! on either end (no `.part` file, no temporary file on the server), and
+//! the exit status is 130: downloads (one file, a tree), uploads and
+//! third-party copies.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Start `lightpath cp -q args...` with its stderr kept.
+fn start_cp(args: &[&str]) -> Child {
+    Command::new(LP).arg("cp").arg("-q").args(args).stderr(Stdio::piped()).spawn().expect("start cp")
+}
+
+/// Bytes in the regular files directly in `dir`.
+fn bytes_in(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()
+}
+
+/// Wait until `cond` holds (at most 30 s).
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(30), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGINT `cp`, then its exit code and stderr.
+fn interrupt(mut cp: Child) -> (Option<i32>, String) {
+    assert!(cp.try_wait().unwrap().is_none(), "cp ended before it was interrupted");
+    let st = Command::new("kill").args(["-INT", &cp.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let out = cp.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A sparse 64 GiB file at `p`.
+fn sparse(p: &Path) {
+    std::fs::File::create(p).unwrap().set_len(64 << 30).unwrap();
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+#[test]
+fn ctrl_c_during_a_download_removes_the_partial_file() {
+    let (_d, root, local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    // 64 GiB (sparse): far more than moves before the signal.
+    sparse(&root.join("big"));
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let cp = start_cp(&[&url, local.join("big").to_str().unwrap()]);
+    wait_for("the download never started writing", || bytes_in(&local) > 64 << 20);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(names(&local).is_empty(), "left behind: {:?}; {err}", names(&local));
+}
+
+#[test]
+fn ctrl_c_during_an_upload_leaves_nothing_on_the_server() {
+    let (_d, root, _local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let src = scratch();
+    sparse(&src.path().join("big"));
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
+    wait_for("the upload never reached the server", || bytes_in(&root) > 64 << 20);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    // The server notices the closed connections and removes its temporary file.
+    wait_for("the server kept a partial upload", || names(&root).is_empty());
+}
+
+/// Regular files under `dir`, recursively: (path, size).
+fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let (p, t) = (e.path(), e.file_type().unwrap());
+        if t.is_dir() {
+            out.extend(files_under(&p));
+        } else if t.is_file() {
+            out.push((p.clone(), e.metadata().unwrap().len()));
+        }
+    }
+    out
+}
+
+#[test]
+fn ctrl_c_during_a_tree_download_keeps_only_finished_files() {
+    let (_d, root, local) = root_and_local();
+    let tree = open_dir(&root.join("tree"));
+    std::fs::write(tree.join("small"), b"a small file, sent first").unwrap();
+    sparse(&tree.join("big"));
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let url = format!("ftp://127.0.0.1:{port}/tree");
+    let cp = start_cp(&["-r", &url, local.join("tree").to_str().unwrap()]);
+    let received = || files_under(&local).iter().map(|f| f.1).sum::<u64>() > 64 << 20;
+    wait_for("the tree download never started writing", received);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    for (p, _) in files_under(&local) {
+        assert_eq!(p.file_name().unwrap(), "small", "unfinished file left: {}", p.display());
+        assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(tree.join("small")).unwrap());
+    }
+}
+
+#[test]
+fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
+    let (a, b) = (scratch(), scratch());
+    sparse(&a.path().join("big"));
+    let (_sa, pa) = lp_server(a.path(), &["--anonymous"]);
+    let (_sb, pb) = lp_server(b.path(), &["--anonymous"]);
+    let cp = start_cp(&[&format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big")]);
+    wait_for("the copy never reached the destination", || bytes_in(b.path()) > 64 << 20);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    wait_for("the destination kept a partial file", || names(b.path()).is_empty());
+}
