@@ -96,7 +96,6 @@ impl From<DirectIoArg> for lightpath_plan::DirectIo {
     }
 }
 
-/// Run a copy; exit code 0 only when every file arrived complete.
 /// How a copy ended.
 enum Outcome {
     Done,
@@ -104,6 +103,8 @@ enum Outcome {
     Interrupted,
 }
 
+/// Run a copy; exit code 0 only when every file arrived complete, 1 when
+/// some failed, 130 when interrupted, 2 when the copy could not start.
 pub fn run(a: CpArgs) -> ExitCode {
     match run_inner(a) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
