@@ -6,7 +6,6 @@
 
 mod common;
 use common::*;
-use std::process::Command;
 
 #[test]
 fn verbose_output_names_the_data_paths_of_both_ends() {
@@ -15,26 +14,15 @@ fn verbose_output_names_the_data_paths_of_both_ends() {
     write_random(&root.join("f"), 3_000_000, 7);
     let log = d.path().join("serve.log");
     let (srv, port) = logged_server(&root, &log, &[]);
-    let out = Command::new(LP)
-        .args(["-v", "cp", "-q", &format!("ftp://127.0.0.1:{port}/f")])
-        .arg(local.join("f"))
-        .output()
-        .unwrap();
-    let client = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{client}");
+    let (ok, client) = verbose_cp(&[&format!("ftp://127.0.0.1:{port}/f"), local.join("f").to_str().unwrap()]);
+    assert!(ok, "{client}");
     assert_same_file(&root.join("f"), &local.join("f"));
     assert!(client.contains("receive data path"), "the client names its receive path: {client}");
     let server_path = |log: &str| log.lines().find(|l| l.contains("server data path")).map(str::to_string);
     let line = server_path(&client).unwrap_or_default();
     assert!(line.contains("path=sendfile"), "the server's markers name its send path: {client}");
-    let out = Command::new(LP)
-        .args(["-v", "cp", "-q"])
-        .arg(local.join("f"))
-        .arg(format!("ftp://127.0.0.1:{port}/back"))
-        .output()
-        .unwrap();
-    let client = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{client}");
+    let (ok, client) = verbose_cp(&[local.join("f").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/back")]);
+    assert!(ok, "{client}");
     assert_same_file(&root.join("f"), &root.join("back"));
     let line = server_path(&client).unwrap_or_default();
     assert!(["splice", "page cache", "direct I/O"].iter().any(|p| line.contains(p)), "upload path: {client}");

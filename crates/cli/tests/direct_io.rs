@@ -11,9 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 fn cp_v(mode: &str, src: &str, dst: &Path) -> (bool, String) {
-    let dst = dst.display().to_string();
-    let out = Command::new(LP).args(["-v", "cp", "-q", "-p", "4", "--direct-io", mode, src, &dst]).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    verbose_cp(&["-p", "4", "--direct-io", mode, src, &dst.display().to_string()])
 }
 
 #[test]
@@ -24,9 +22,8 @@ fn a_large_flushed_download_over_loopback_is_written_directly() {
     let (_s, port) = lp_server(&root, &["--anonymous"]);
     let url = format!("ftp://127.0.0.1:{port}/big");
     let dst = local.join("big").display().to_string();
-    let out = Command::new(LP).args(["-v", "cp", "-q", "--fsync", &url, &dst]).output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let (ok, log) = verbose_cp(&["--fsync", &url, &dst]);
+    assert!(ok, "{log}");
     assert_same_file(&root.join("big"), &local.join("big"));
     assert!(log.contains("download written with direct I/O"), "{log}");
 }

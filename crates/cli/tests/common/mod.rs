@@ -275,6 +275,13 @@ pub fn guc(args: &[&str]) -> bool {
     run_timeout(Command::new("globus-url-copy").args(args), 120)
 }
 
+/// Run `lightpath -v cp -q ...`: whether it succeeded, and its verbose
+/// output (stderr).
+pub fn verbose_cp(args: &[&str]) -> (bool, String) {
+    let out = Command::new(LP).args(["-v", "cp", "-q"]).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// Run `lightpath cp -q ...`; returns success.
 pub fn lp_cp(args: &[&str]) -> bool {
     own_peer_book();
