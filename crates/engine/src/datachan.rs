@@ -217,7 +217,6 @@ impl DataChannel {
 
     /// Send blocks from `supplier` in MODE E on the prepared connections.
     pub fn send_blocks_e(&mut self, supplier: &modee::Supplier, ctl: &Control) -> Result<u64> {
-        ctl.set_data_path(crate::DataPath::Tree);
         let r = modee::send_blocks(&mut self.cached, supplier, ctl);
         self.keep_if_ok(&r, Direction::Send);
         r

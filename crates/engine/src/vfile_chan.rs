@@ -29,6 +29,7 @@ pub const MANIFEST_BASE: u64 = 1 << 62;
 /// data it covers is taken, and never behind such data on its own stream.
 pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, ctl: &Control) -> Result<u64> {
     let reader = pack.reader();
+    ctl.set_data_path(crate::DataPath::Tree);
     let r = dc.send_blocks_e(&PackSupply { pack, reader: &reader, block }, ctl);
     if r.is_err() {
         pack.cancel();

@@ -192,7 +192,4 @@ impl Source for PackReader {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         Ok(self.read_at(buf, offset)?)
     }
-    fn data_path(&self) -> crate::DataPath {
-        crate::DataPath::Tree
-    }
 }

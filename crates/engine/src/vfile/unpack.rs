@@ -405,7 +405,4 @@ impl Sink for Unpacker {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         Ok(self.write_block(offset, buf)?)
     }
-    fn data_path(&self) -> crate::DataPath {
-        crate::DataPath::Tree
-    }
 }
