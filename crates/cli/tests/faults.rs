@@ -142,6 +142,44 @@ fn source_shrinking_during_a_download_fails_it() {
     assert!(names(&local).is_empty(), "no file under the final name or left over: {:?}", names(&local));
 }
 
+/// MODE S marks the end of a file by closing the connection, so a server
+/// whose source shrank must not close it: it resets it, and its reply is
+/// a local error (451) naming the file, not a data connection failure.
+#[test]
+fn source_shrinking_during_a_mode_s_retr_resets_the_data_connection() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    sparse(&root.join("shrinks"), SHRINKING);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    assert_eq!(c.cmd("MODE S").0, 200);
+    let addr = c.pasv();
+    c.send(b"RETR shrinks");
+    let mut data = TcpStream::connect(addr).unwrap();
+    data.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(c.reply().0, 150);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0u64;
+    while got < 64 << 20 {
+        got += data.read(&mut buf).unwrap() as u64;
+    }
+    std::fs::OpenOptions::new().write(true).open(root.join("shrinks")).unwrap().set_len(32 << 20).unwrap();
+    let end = loop {
+        match data.read(&mut buf) {
+            Ok(0) => break Ok(got),
+            Ok(n) => got += n as u64,
+            Err(e) => break Err(e),
+        }
+    };
+    let err = end.expect_err("the data connection must not end like a whole file");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 451, "a local error: {text}");
+    assert!(text.contains("/shrinks: ") && text.contains("shrank"), "names the file and the cause: {text}");
+    assert_eq!(c.cmd("NOOP").0, 200, "session survives");
+}
+
 #[test]
 fn source_shrinking_during_an_upload_fails_it() {
     let d = scratch();
@@ -277,11 +315,18 @@ fn disk_filling_up_during_a_tree_upload_fails_it_cleanly() {
     assert_ne!(code, 0, "a tree larger than the free space cannot be copied");
     let c = cause(&err);
     assert!(c.contains("No space left"), "the cause says why: {err}");
-    assert!(c.contains("sub/big"), "the cause names the file that did not fit: {err}");
+    // Files are written in parallel: the big one usually hits the limit,
+    // but under load a small one's write can come after the big one has
+    // taken the space (seen once in a loaded run), so the file that did
+    // not fit is whichever the cause names.
+    let all = ["small0", "small1", "small2", "small3", "sub/big"];
+    let failed = all.iter().find(|f| c.contains(&format!("{f}:"))).unwrap_or_else(|| {
+        panic!("the cause names the file that did not fit: {err}");
+    });
     assert_eq!(names(&disk.0), ["dst", "keep"]);
     let got = files_under(&disk.0.join("dst"));
     assert!(!got.iter().any(|f| f.ends_with(".part")), "temporary files removed: {got:?}");
-    assert!(!got.iter().any(|f| f == "sub/big"), "the file that did not fit is not published: {got:?}");
+    assert!(!got.iter().any(|f| f == failed), "the file that did not fit ({failed}) is not published: {got:?}");
     for f in &got {
         assert_same_file(&tree.join(f), &disk.0.join("dst").join(f));
     }

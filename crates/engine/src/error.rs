@@ -34,6 +34,17 @@ impl EngineError {
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
         EngineError::Io { context: context.into(), source }
     }
+
+    /// An error of a zero-copy send (`sendfile`, `splice`) on the
+    /// connection that `context` names. Such a call fails for the file's
+    /// sake too: when the file ended early (it shrank), the error is the
+    /// source's ("reading source", a local error), not the connection's.
+    pub fn sending(context: impl Into<String>, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::UnexpectedEof {
+            return EngineError::io("reading source", source);
+        }
+        EngineError::io(context, source)
+    }
 }
 
 /// Shorthand.

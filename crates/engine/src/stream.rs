@@ -8,7 +8,21 @@ use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Send `[start, end)` of `src`, then close the connection.
+///
+/// In MODE S the end of the file is the close, so a send that fails
+/// (the source shrank or could not be read, ABOR) resets the connection
+/// instead: a receiver must not take a truncated file for a whole one.
 pub fn send(mut conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
+    let r = send_range(&mut conn, src, start, end, ctl);
+    if r.is_err() {
+        // Failing to set the option leaves the ordinary close: nothing
+        // more can be done, and the control reply still says what failed.
+        let _ = lightpath_sys::net::reset_on_close(&conn);
+    }
+    r
+}
+
+fn send_range(conn: &mut TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
     let ctx = |e| EngineError::io("data connection", e);
     let mut pos = start;
     let mut buf = vec![0u8; 1 << 20];
@@ -18,7 +32,8 @@ pub fn send(mut conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &C
         }
         let len = (end - pos).min(buf.len() as u64);
         if let Some(f) = src.file() {
-            lightpath_sys::net::sendfile_all(&conn, f, pos, len).map_err(ctx)?;
+            lightpath_sys::net::sendfile_all(conn, f, pos, len)
+                .map_err(|e| EngineError::sending("data connection", e))?;
         } else {
             let b = &mut buf[..len as usize];
             src.read_exact_at(b, pos).map_err(|e| EngineError::io("reading source", e))?;

@@ -142,9 +142,15 @@ fn a_source_read_failing_mid_transfer_fails_a_mode_s_send() {
         (sender.join().unwrap(), got)
     });
     assert_disk_error(sent, "reading source");
-    // MODE S ends at EOF: a short file looks complete to the receiver,
-    // so the sender's failure must be what the peer is told (426/451).
-    assert!(got.as_ref().map_or(true, |&n| n < LEN as u64), "{got:?}");
+    // MODE S ends at EOF, so a close would pass the short file off as
+    // complete: the failed sender resets the connection instead.
+    match got {
+        Err(EngineError::Io { context, source }) => {
+            assert_eq!(context, "data connection");
+            assert_eq!(source.kind(), io::ErrorKind::ConnectionReset, "{source}");
+        }
+        other => panic!("the receiver must see the failure, not an end of file: {other:?}"),
+    }
 }
 
 #[test]

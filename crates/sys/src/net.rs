@@ -24,6 +24,13 @@ pub fn sendfile_all(sock: &TcpStream, file: &File, offset: u64, len: u64) -> io:
     Ok(())
 }
 
+/// Make the socket's close send a reset (`SO_LINGER` with a zero
+/// timeout) rather than an orderly FIN: for a connection whose close
+/// would otherwise mean "end of data" (MODE S), after a failure.
+pub fn reset_on_close(sock: &impl AsFd) -> io::Result<()> {
+    socket2::SockRef::from(sock).set_linger(Some(Duration::ZERO))
+}
+
 /// One `sendfile(2)` call on a non-blocking socket: returns the bytes sent
 /// (0 when the file ended), or `WouldBlock` when the socket buffer is full.
 pub fn sendfile_some(sock: &impl AsFd, file: &File, offset: u64, len: usize) -> io::Result<usize> {

@@ -447,7 +447,7 @@ impl Conn for SendConn {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Turn::Blocked,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.fail(EngineError::io(format!("data connection {}", self.index), e));
+                    self.fail(EngineError::sending(format!("data connection {}", self.index), e));
                     self.done = true;
                     return Turn::Done;
                 }
