@@ -193,9 +193,9 @@ fn source_shrinking_during_an_upload_fails_it() {
     assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
     assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
     // The server's reply names the file it was writing; the cause seen
-    // here (the client read it) says what happened.
+    // here (the client read it) names the local file and what happened.
     assert!(cause(&err).contains("/shrinks: "), "the cause names the file: {err}");
-    assert!(cause(&err).contains("shrank"), "the cause says what happened: {err}");
+    assert!(cause(&err).contains(&format!("(here: {src}: reading source: file shrank")), "{err}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(names(&root).is_empty(), "no file under the final name or left over: {:?}", names(&root));
 }

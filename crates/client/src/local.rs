@@ -4,7 +4,7 @@
 
 use crate::ClientError;
 use lightpath_engine::dio::file_sink;
-use lightpath_engine::{FileSource, NullSink, Sink, Source, ZeroSource};
+use lightpath_engine::{EngineError, FileSource, NullSink, Sink, Source, ZeroSource};
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -171,6 +171,18 @@ impl LocalSource {
     /// Whether it is empty.
     pub fn is_empty(&self) -> Result<bool, ClientError> {
         self.len().map(|l| l == 0)
+    }
+
+    /// The error of a send from this source. The engine does not know
+    /// file names: a read that failed gets the file's ("F: reading
+    /// source: file shrank while being read"); others stay as they are.
+    pub fn send_error(&self, e: EngineError) -> ClientError {
+        match (self, &e) {
+            (LocalSource::File(p), EngineError::Io { context, .. }) if context.starts_with("reading") => {
+                ClientError::Local(format!("{}: {e}", p.display()))
+            }
+            _ => e.into(),
+        }
     }
 
     /// Open for reading.

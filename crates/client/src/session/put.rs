@@ -101,6 +101,7 @@ impl Session {
         let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
         let ctl = self.opts.control();
         let c2 = ctl.clone();
+        let named = src.clone();
         let job = tokio::task::spawn_blocking(move || {
             let r = dc.prepare_send(streams).map_err(ClientError::from).and_then(|_| {
                 // A refused STOR leaves the channel clean: keep the connections.
@@ -108,7 +109,7 @@ impl Session {
                     return Err(ClientError::Local("server refused the upload".into()));
                 }
                 let s = src.open()?;
-                let r = dc.send_e(s.as_ref(), &plan, &c2).map_err(ClientError::from);
+                let r = dc.send_e(s.as_ref(), &plan, &c2).map_err(|e| named.send_error(e));
                 if r.is_err() {
                     dc.drop_cache();
                 }
@@ -138,6 +139,7 @@ impl Session {
         let ctl = self.opts.control();
         let c2 = ctl.clone();
         let part = op.part;
+        let named = src.clone();
         let job = tokio::task::spawn_blocking(move || {
             let r = src.open().and_then(|s| {
                 let (start, end) = match part {
@@ -145,7 +147,7 @@ impl Session {
                     None => (0, s.len()),
                 };
                 let c = dc.open_stream()?;
-                Ok(dc.send_s(c, s.as_ref(), start, end, &c2)?)
+                dc.send_s(c, s.as_ref(), start, end, &c2).map_err(|e| named.send_error(e))
             });
             (dc, r)
         });
