@@ -649,6 +649,12 @@ fn interrupted_transfer_leaves_no_partial_file_under_a_final_name() {
         }
         for (p, m) in walk(&s.p(dst)) {
             assert!(!is_temp(&p), "temp file {} left", manifest::show(&p));
+            if m.is_dir() {
+                // Made 0700 while the tree was written; released with the
+                // sender's modes all the same.
+                let want = fs::metadata(osp(&s.p("src"), &p)).unwrap().permissions().mode();
+                assert_eq!(m.permissions().mode() & 0o7777, want & 0o7777, "mode of {}", manifest::show(&p));
+            }
             if m.is_file() {
                 let want = fs::read(osp(&s.p("src"), &p)).unwrap();
                 assert_eq!(fs::read(osp(&s.p(dst), &p)).unwrap(), want, "partial {}", manifest::show(&p));

@@ -355,13 +355,30 @@ impl Unpacker {
     pub fn finish(mut self) -> Result<UnpackStats, VfileError> {
         let written = self.pool.join();
         let st = std::mem::take(&mut *self.lock());
-        Self::check(&st)?;
-        written?;
-        st.decoder.finish()?;
-        Self::check_complete(&st.files)?;
-        self.make_links(&st.links)?;
+        let done = Self::check(&st)
+            .and(written)
+            .and_then(|()| st.decoder.finish().map(drop).map_err(VfileError::from))
+            .and_then(|()| Self::check_complete(&st.files))
+            .and_then(|()| self.make_links(&st.links));
+        if let Err(e) = done {
+            self.release_dirs(&st.dirs);
+            return Err(e);
+        }
         self.set_dir_meta(&st.dirs)?;
         Ok(st.stats)
+    }
+
+    /// A tree that did not complete: its directories get their modes
+    /// (they were made 0700 so that nobody could plant entries while the
+    /// tree was written), best effort. Its complete files stay, in
+    /// directories that look as the sender's do; mtimes are not set, as
+    /// the contents are not the sender's.
+    fn release_dirs(&self, dirs: &[(Vec<u8>, u32, i64)]) {
+        for (path, mode, _) in dirs.iter().rev() {
+            if let Ok(d) = self.root().open_dir_strict(path) {
+                let _ = d.set_permissions(Permissions::from_mode(mode & APPLY_MODE));
+            }
+        }
     }
 
     fn check_complete(files: &[Arc<FileSlot>]) -> Result<(), VfileError> {
@@ -398,6 +415,18 @@ impl Unpacker {
             d.set_times(FileTimes::new().set_modified(system_time(*mtime))).map_err(io)?;
         }
         Ok(())
+    }
+}
+
+impl Drop for Unpacker {
+    /// Dropped without [`Unpacker::finish`] (the transfer failed or was
+    /// interrupted): stop the writers, then release the directories.
+    fn drop(&mut self) {
+        let dirs = std::mem::take(&mut self.lock().dirs);
+        if !dirs.is_empty() {
+            self.pool.abort();
+            self.release_dirs(&dirs);
+        }
     }
 }
 

@@ -342,10 +342,18 @@ impl Pool {
     }
 }
 
-impl Drop for Pool {
-    fn drop(&mut self) {
+impl Pool {
+    /// Fail the tree (a job not yet run writes nothing) and wait until no
+    /// job of it is running.
+    pub fn abort(&mut self) {
         self.ctx.fail(VfileError::Aborted);
         let _ = self.join();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.abort();
     }
 }
 
