@@ -71,3 +71,19 @@ fn special_files_are_skipped_with_a_warning_both_ways() {
         assert!(err.contains(name), "upload names {name} at the default log level: {err}");
     }
 }
+
+/// Third party between two lightpath servers: the source server's walk
+/// skipped them, and its 226 (not the destination's) says how many.
+#[test]
+fn special_files_skipped_by_the_source_of_a_third_party_tree_are_reported() {
+    let (_d, root, _local) = root_and_local();
+    tree_with_fifos(&root.join("tree"));
+    let dst = scratch();
+    let (_a, pa) = lp_server(&root, &["--anonymous"]);
+    let (_b, pb) = lp_server(dst.path(), &["--anonymous"]);
+    let err = cp_r(&format!("ftp://127.0.0.1:{pa}/tree/"), &format!("ftp://127.0.0.1:{pb}/copy/"));
+    assert_copied_without_fifos(&dst.path().join("copy"));
+    assert_same_file(&root.join("tree/a"), &dst.path().join("copy/a"));
+    let want = format!("lightpath: warning: 2 special file(s) skipped on the source server 127.0.0.1:{pa} (FIFOs");
+    assert!(err.contains(&want), "third party warns of the skipped FIFOs: {err}");
+}

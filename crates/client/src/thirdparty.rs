@@ -51,12 +51,12 @@ pub async fn transfer(
     s.ctl.send(&path_cmd(retr, &src.path)).await?;
     s.settle().await?;
     d.settle().await?;
-    watch(s, d).await.map(|(bytes, _)| bytes)
+    watch(s, d).await.map(|(bytes, ..)| bytes)
 }
 
 /// Read both control channels until both transfers end; returns the bytes
-/// and the destination's final reply.
-pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Reply), ClientError> {
+/// and the final replies of the source and the destination.
+pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Reply, Reply), ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let mut seen = 0u64;
     let total = s.opts.total.clone();
@@ -106,5 +106,5 @@ pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Repl
     if !dr.is_ok() {
         return Err(d.ctl.unexpected("STOR", &dr));
     }
-    Ok((seen, dr))
+    Ok((seen, sr, dr))
 }

@@ -176,10 +176,11 @@ pub async fn tpt_tree(
     s.ctl.send(&verb("VRET", spath)).await?;
     s.settle().await?;
     d.settle().await?;
-    let (bytes, fin) = crate::thirdparty::watch(s, d).await?;
+    let (bytes, sent, fin) = crate::thirdparty::watch(s, d).await?;
     if let Some(n) = fin.files_completed() {
         files.store(n, Ordering::Relaxed);
     }
+    warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name));
     Ok(bytes)
 }
 
