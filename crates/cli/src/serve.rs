@@ -104,7 +104,7 @@ type Listeners = (std::net::TcpListener, Option<std::net::TcpListener>);
 /// Bind, drop privileges if asked, and return the listener. Runs before any
 /// thread exists, so the uid change covers the whole process.
 fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
-    let l = std::net::TcpListener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
+    let l = std::net::TcpListener::bind(args.listen).map_err(|e| listen_error(args.listen, e))?;
     let ahead = ahead::bind(args.ahead_port, l.local_addr()?)
         .with_context(|| format!("cannot listen for data connections opened ahead ({:?})", args.ahead_port))?;
     match (&args.run_as, lightpath_sys::privs::euid()) {
@@ -117,6 +117,23 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
         (None, _) => {}
     }
     Ok((l, ahead))
+}
+
+/// Why the control port cannot be bound. A port in use may be taken by a
+/// lightpath server on the port below it: `--ahead-port auto` takes the
+/// control port + 1 too, which surprises whoever starts servers on
+/// adjacent ports.
+fn listen_error(at: std::net::SocketAddr, e: std::io::Error) -> anyhow::Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse && at.port() > 1 {
+        format!(
+            " (if a lightpath server runs on port {}: it also takes {} for data connections opened ahead, unless started with --ahead-port)",
+            at.port() - 1,
+            at.port()
+        )
+    } else {
+        String::new()
+    };
+    anyhow::Error::new(e).context(format!("cannot listen on {at}{hint}"))
 }
 
 /// Run the server until killed.

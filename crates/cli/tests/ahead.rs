@@ -226,3 +226,23 @@ fn a_full_park_is_told_at_once_and_the_server_stays_in_the_book() {
     assert!(line.starts_with(&learned), "DCON stays on for later: {line}\n{log}");
     drop(held);
 }
+
+/// `--ahead-port auto` takes the control port + 1: a server started on
+/// that port next fails, and says why it may be taken.
+#[test]
+fn a_port_taken_by_a_neighbours_ahead_port_is_explained() {
+    let d = scratch();
+    let (_s, port) = lp_server(d.path(), &["--anonymous"]);
+    let out = Command::new(LP)
+        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{}", port + 1)])
+        .arg("--root")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the port is taken: {err}");
+    let want =
+        format!("cannot listen on 127.0.0.1:{} (if a lightpath server runs on port {port}: it also takes", port + 1);
+    assert!(err.contains(&want), "{err}");
+    assert!(err.contains("--ahead-port") && err.contains("Address already in use"), "{err}");
+}
