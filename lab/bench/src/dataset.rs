@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gen;
-use crate::proc::run_quiet;
+use crate::proc::run_stoppable;
 use crate::scenario::{DatasetConfig, DatasetKind};
 use crate::units::fmt_bytes;
 
@@ -151,20 +151,20 @@ fn extract_linux(cfg: &DatasetConfig, root: &Path, target: &Path) -> Result<()> 
     let tar = cfg.tarball.clone().unwrap_or_else(|| LINUX_TARBALL.into());
     let tmp = root.join("extract");
     fs::create_dir_all(&tmp)?;
-    run_quiet(Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(&tmp))?;
+    run_stoppable(Command::new("tar").arg("-xf").arg(&tar).arg("-C").arg(&tmp))?;
     let top: Vec<PathBuf> = fs::read_dir(&tmp)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     ensure!(top.len() == 1, "{}: expected one top-level directory", tar.display());
     fs::rename(&top[0], target)?;
     fs::remove_dir(&tmp)?;
     // Regular files and directories only: tools differ on symlinks.
-    run_quiet(Command::new("find").arg(target).args(["-type", "l", "-delete"]))?;
+    run_stoppable(Command::new("find").arg(target).args(["-type", "l", "-delete"]))?;
     Ok(())
 }
 
 /// Directories 0755 and files 0644 (servers run as an unprivileged user).
 fn make_world_readable(root: &Path) -> Result<()> {
     fs::set_permissions(root, fs::Permissions::from_mode(0o755))?;
-    run_quiet(Command::new("chmod").args(["-R", "u+rwX,go+rX,go-w"]).arg(root))?;
+    run_stoppable(Command::new("chmod").args(["-R", "u+rwX,go+rX,go-w"]).arg(root))?;
     Ok(())
 }
 

@@ -156,6 +156,31 @@ pub fn kill_pid(pid: u32) {
     }
 }
 
+/// Runs a long helper command (extracting a data set) to completion, in
+/// its own process group: a stop request (Ctrl-C, SIGTERM) kills the group
+/// and fails with [`Interrupted`] at once, where [`run_quiet`] would wait
+/// for the command, and a SIGTERM to the harness alone would leave it
+/// running. Fails with its stderr.
+pub fn run_stoppable(cmd: &mut Command) -> Result<()> {
+    cmd.process_group(0).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {cmd:?}"))?;
+    let mut err = child.stderr.take().context("stderr of a helper")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let mut guard = Proc { child, name: format!("{cmd:?}"), started: Instant::now(), status: None };
+    // On a stop request this returns early, and dropping the guard kills the group.
+    let (ending, _) = guard.wait_timeout(Duration::MAX)?;
+    let stderr = reader.join().unwrap_or_default();
+    match ending {
+        Ending::Exited(Some(0)) => Ok(()),
+        Ending::Exited(code) => bail!("{} failed ({code:?}): {}", guard.name, stderr.trim()),
+        Ending::TimedOut => bail!("{} did not end", guard.name),
+    }
+}
+
 /// Runs a short helper command to completion; fails with its stderr.
 pub fn run_quiet(cmd: &mut Command) -> Result<String> {
     let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot run {cmd:?}"))?;
