@@ -37,7 +37,7 @@ impl Checks {
     ) -> Option<(Scenario, Vec<ToolSpec>)> {
         let mut tools: Vec<ToolSpec> = Vec::new();
         for t in sc.tools.iter().filter(|t| wanted.is_empty() || wanted.contains(&t.tool)) {
-            match check_programs(t.tool, progs) {
+            match check_programs(t, progs) {
                 Ok(()) => tools.push(t.clone()),
                 Err(e) if skip_missing => self.notes.push(format!("{}: left out {}: {e:#}", sc.name, t.label())),
                 Err(e) => self.problems.push(format!("{}: {e:#}", sc.name)),

@@ -251,10 +251,9 @@ pub fn summary(res: &Results) -> String {
     );
     let _ = writeln!(out, "- kernel: {}", h.kernel);
     let _ = writeln!(out, "- accounting: {}", h.cgroups);
-    let mut versions: BTreeMap<String, String> = BTreeMap::new();
-    for t in res.scenarios.iter().flat_map(|s| &s.tools) {
-        versions.insert(t.tool.name().into(), t.version.clone());
-    }
+    // Each distinct pair: a client may talk to another kind's server.
+    let versions: std::collections::BTreeSet<(&str, &str)> =
+        res.scenarios.iter().flat_map(|s| &s.tools).map(|t| (t.tool.name(), t.version.as_str())).collect();
     for (tool, v) in versions {
         let _ = writeln!(out, "- {tool}: {v}");
     }

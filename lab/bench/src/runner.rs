@@ -75,7 +75,7 @@ pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<Sce
     let mut res = empty_result(sc, &ds);
     res.tools = tools
         .iter()
-        .map(|t| ToolInfo { label: t.label(), tool: t.tool, version: tools::version(t.tool, &env.progs) })
+        .map(|t| ToolInfo { label: t.label(), tool: t.tool, version: tools::version(t, &env.progs) })
         .collect();
     let path = match NetPath::start(&sc.path) {
         Ok(p) => p,

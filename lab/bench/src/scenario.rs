@@ -165,6 +165,19 @@ pub struct ToolSpec {
     /// Appended to each server command line.
     #[serde(default)]
     pub server_args: Vec<String>,
+    /// The server the client talks to, when not its own kind's: a
+    /// lightpath client against `globus-gridftp-server` measures the
+    /// fallback with a plain GridFTP peer (issue 5, item 4); guc against
+    /// `lightpath` measures our server with the real client.
+    pub server: Option<ServerKind>,
+}
+
+/// The servers a transfer tool can talk to.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerKind {
+    Lightpath,
+    GlobusGridftpServer,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -176,6 +189,16 @@ pub enum ToolKind {
     /// The disk reference: reads the data set's file and writes a copy's
     /// worth of bytes at once, with no network (see the `fio` module).
     Fio,
+}
+
+impl ServerKind {
+    /// The name in row labels.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ServerKind::Lightpath => "lightpath",
+            ServerKind::GlobusGridftpServer => "GCT",
+        }
+    }
 }
 
 impl ToolKind {
@@ -232,7 +255,25 @@ impl ToolSpec {
         if self.fast {
             s += " -fast";
         }
+        match self.server {
+            Some(k) if k != self.own_server() => s += &format!(" ({} server)", k.short_name()),
+            _ => {}
+        }
         s
+    }
+
+    /// The server kind this tool talks to by default (guc and lightpath
+    /// each their own; iperf3 and fio none that can be swapped).
+    pub fn own_server(&self) -> ServerKind {
+        match self.tool {
+            ToolKind::GlobusUrlCopy => ServerKind::GlobusGridftpServer,
+            _ => ServerKind::Lightpath,
+        }
+    }
+
+    /// The server kind of this configuration's runs.
+    pub fn server_kind(&self) -> ServerKind {
+        self.server.unwrap_or_else(|| self.own_server())
     }
 
     fn validate(&self) -> Result<()> {
@@ -252,6 +293,11 @@ impl ToolSpec {
         ensure!(
             self.concurrency.is_none() || self.tool != ToolKind::Iperf3,
             "`concurrency` has no meaning for iperf3 (use `parallel` for streams)"
+        );
+        ensure!(
+            self.server.is_none() || matches!(self.tool, ToolKind::Lightpath | ToolKind::GlobusUrlCopy),
+            "`server` chooses the GridFTP server of lightpath or globus-url-copy, not of {}",
+            self.tool.name()
         );
         self.validate_fio()?;
         ensure!(self.parallel != Some(0), "`parallel` must be at least 1");

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::dataset::Dataset;
 use crate::netpath::Side;
-use crate::scenario::{Mode, ToolKind, ToolSpec};
+use crate::scenario::{Mode, ServerKind, ToolKind, ToolSpec};
 
 /// The unprivileged user servers run as (anonymous sessions map to it).
 pub const SERVER_USER: &str = "gftp";
@@ -105,7 +105,9 @@ fn iperf3(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Invocation {
     Invocation { servers: vec![srv], client_side: Side::A, client }
 }
 
-fn guc_url(ctx: &Ctx, side: Side, root: &Path, local: bool) -> String {
+/// guc's URL of the data set on `side` (a local `file://` one if `local`).
+fn guc_url(ctx: &Ctx, side: Side, root: &Path, local: bool, server: ServerKind) -> String {
+    let slash = if ctx.ds.is_dir { "/" } else { "" };
     let entry = if ctx.is_memory() {
         if side == Side::A {
             "/dev/zero".to_string()
@@ -113,39 +115,61 @@ fn guc_url(ctx: &Ctx, side: Side, root: &Path, local: bool) -> String {
             "/dev/null".to_string()
         }
     } else {
-        let slash = if ctx.ds.is_dir { "/" } else { "" };
         format!("{}/{}{slash}", root.display(), ctx.ds.entry)
     };
     if local {
         return format!("file://{entry}");
     }
-    let (host, port) = if side == Side::A { (ctx.a, 2811) } else { (ctx.b, 2812) };
+    let (host, port) = server_addr(server, ctx, side);
+    if server == ServerKind::Lightpath && !ctx.is_memory() {
+        // Our server serves its root: paths are relative to it.
+        return format!("ftp://{host}:{port}/{}{slash}", ctx.ds.entry);
+    }
     format!("ftp://{host}:{port}{entry}")
 }
 
 fn guc(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Invocation {
-    let (client_side, roles) = ctx.layout();
-    let servers = roles
-        .iter()
-        .map(|(role, side, root)| {
-            let port = if *side == Side::A { 2811 } else { 2812 };
-            let log = ctx.logs.join(format!("gridftp-{role}.log"));
-            let mut argv = vec![s(progs.guc_server.display()), "-c".into(), "/dev/null".into()];
-            argv.extend(["-aa", "-anonymous-user", SERVER_USER, "-p"].map(String::from));
-            argv.extend([s(port), "-control-interface".into(), s(if *side == Side::A { ctx.a } else { ctx.b })]);
-            argv.extend(["-home-dir".into(), s(root.display()), "-l".into(), s(log.display())]);
-            argv.extend(["-log-level".into(), "ERROR,WARN".into()]);
-            argv.extend(spec.server_args.iter().cloned());
-            ServerCmd { role: s(role), side: *side, port, argv }
-        })
-        .collect();
+    let (client_side, _) = ctx.layout();
+    let servers = gridftp_servers(spec, progs, ctx);
     let mut client = vec![s(progs.guc.display())];
     client.extend(guc_flags(spec, ctx));
     let src_local = ctx.mode == Mode::Upload;
     let dst_local = ctx.mode == Mode::Download;
-    client.push(guc_url(ctx, Side::A, &ctx.src_root(), src_local));
-    client.push(guc_url(ctx, Side::B, ctx.dest, dst_local));
+    client.push(guc_url(ctx, Side::A, &ctx.src_root(), src_local, spec.server_kind()));
+    client.push(guc_url(ctx, Side::B, ctx.dest, dst_local, spec.server_kind()));
     Invocation { servers, client_side, client }
+}
+
+/// The GridFTP servers of a run (one per role of the mode), of the kind
+/// the configuration talks to.
+fn gridftp_servers(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Vec<ServerCmd> {
+    let (_, roles) = ctx.layout();
+    let one = |(role, side, root): (&str, Side, PathBuf)| match spec.server_kind() {
+        ServerKind::Lightpath => lightpath_server(spec, progs, ctx, role, side, &root),
+        ServerKind::GlobusGridftpServer => gct_server(spec, progs, ctx, role, side, &root),
+    };
+    roles.into_iter().map(one).collect()
+}
+
+/// Where side `side`'s server of `kind` listens.
+fn server_addr(kind: ServerKind, ctx: &Ctx, side: Side) -> (Ipv4Addr, u16) {
+    match kind {
+        ServerKind::Lightpath => lightpath_addr(ctx, side),
+        ServerKind::GlobusGridftpServer if side == Side::A => (ctx.a, 2811),
+        ServerKind::GlobusGridftpServer => (ctx.b, 2812),
+    }
+}
+
+fn gct_server(spec: &ToolSpec, progs: &Programs, ctx: &Ctx, role: &str, side: Side, root: &Path) -> ServerCmd {
+    let (addr, port) = server_addr(ServerKind::GlobusGridftpServer, ctx, side);
+    let log = ctx.logs.join(format!("gridftp-{role}.log"));
+    let mut argv = vec![s(progs.guc_server.display()), "-c".into(), "/dev/null".into()];
+    argv.extend(["-aa", "-anonymous-user", SERVER_USER, "-p"].map(String::from));
+    argv.extend([s(port), "-control-interface".into(), s(addr)]);
+    argv.extend(["-home-dir".into(), s(root.display()), "-l".into(), s(log.display())]);
+    argv.extend(["-log-level".into(), "ERROR,WARN".into()]);
+    argv.extend(spec.server_args.iter().cloned());
+    ServerCmd { role: s(role), side, port, argv }
 }
 
 fn guc_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
@@ -193,26 +217,26 @@ fn lightpath_addr(ctx: &Ctx, side: Side) -> (Ipv4Addr, u16) {
 }
 
 fn lightpath(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Result<Invocation> {
-    let bin = s(progs.lightpath.display());
-    let (client_side, roles) = ctx.layout();
-    let mut servers = Vec::new();
-    for (role, side, root) in roles {
-        let (addr, port) = lightpath_addr(ctx, side);
-        let mut argv =
-            ["setpriv", "--reuid", SERVER_USER, "--regid", SERVER_USER, "--clear-groups"].map(String::from).to_vec();
-        argv.extend([bin.clone(), "serve".into(), "--listen".into(), format!("{addr}:{port}")]);
-        argv.extend(["--root".into(), s(root.display()), "--anonymous".into()]);
-        if ctx.is_memory() {
-            argv.push("--memory-paths".into());
-        }
-        argv.extend(spec.server_args.iter().cloned());
-        servers.push(ServerCmd { role: s(role), side, port, argv });
-    }
-    let mut client = vec![bin, "cp".into(), "-q".into()];
+    let (client_side, _) = ctx.layout();
+    let servers = gridftp_servers(spec, progs, ctx);
+    let mut client = vec![s(progs.lightpath.display()), "cp".into(), "-q".into()];
     client.extend(lightpath_flags(spec, ctx));
-    let (src, dst) = lightpath_endpoints(ctx)?;
+    let (src, dst) = lightpath_endpoints(ctx, spec.server_kind())?;
     client.extend([src, dst]);
     Ok(Invocation { servers, client_side, client })
+}
+
+fn lightpath_server(spec: &ToolSpec, progs: &Programs, ctx: &Ctx, role: &str, side: Side, root: &Path) -> ServerCmd {
+    let (addr, port) = lightpath_addr(ctx, side);
+    let mut argv =
+        ["setpriv", "--reuid", SERVER_USER, "--regid", SERVER_USER, "--clear-groups"].map(String::from).to_vec();
+    argv.extend([s(progs.lightpath.display()), "serve".into(), "--listen".into(), format!("{addr}:{port}")]);
+    argv.extend(["--root".into(), s(root.display()), "--anonymous".into()]);
+    if ctx.is_memory() {
+        argv.push("--memory-paths".into());
+    }
+    argv.extend(spec.server_args.iter().cloned());
+    ServerCmd { role: s(role), side, port, argv }
 }
 
 fn lightpath_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
@@ -232,10 +256,17 @@ fn lightpath_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
     f
 }
 
-fn lightpath_endpoints(ctx: &Ctx) -> Result<(String, String)> {
+fn lightpath_endpoints(ctx: &Ctx, server: ServerKind) -> Result<(String, String)> {
     let remote = |side: Side, path: &str| {
-        let (h, p) = lightpath_addr(ctx, side);
-        format!("ftp://{h}:{p}/{path}")
+        let (h, p) = server_addr(server, ctx, side);
+        let root = if side == Side::A { ctx.src_root() } else { ctx.dest.to_path_buf() };
+        match server {
+            // Our server serves its root (and /dev/zero with --memory-paths).
+            ServerKind::Lightpath => format!("ftp://{h}:{p}/{path}"),
+            // GCT's paths are the file system's.
+            ServerKind::GlobusGridftpServer if ctx.is_memory() => format!("ftp://{h}:{p}/{path}"),
+            ServerKind::GlobusGridftpServer => format!("ftp://{h}:{p}{}/{path}", root.display()),
+        }
     };
     let (src_entry, dst_entry) = if ctx.is_memory() {
         ("dev/zero".to_string(), "dev/null".to_string())
@@ -261,30 +292,39 @@ pub fn which(name: &Path) -> Option<PathBuf> {
     std::env::split_paths(&path).chain(extra).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
-/// The programs a tool needs, or a clear error naming the missing one.
-pub fn check_programs(kind: ToolKind, progs: &Programs) -> Result<()> {
-    let needed: Vec<(&Path, &str)> = match kind {
+/// The programs a tool configuration needs (its client and the servers it
+/// talks to), or a clear error naming the missing one.
+pub fn check_programs(spec: &ToolSpec, progs: &Programs) -> Result<()> {
+    let kind = spec.tool;
+    let mut needed: Vec<(&Path, &str)> = match kind {
         ToolKind::Iperf3 => vec![(&progs.iperf3, "apt-get install iperf3")],
         ToolKind::Fio => vec![(&progs.fio, "apt-get install fio")],
-        ToolKind::GlobusUrlCopy => vec![
-            (&progs.guc, "apt-get install globus-gass-copy-progs"),
-            (&progs.guc_server, "apt-get install globus-gridftp-server-progs"),
-        ],
-        ToolKind::Lightpath => vec![
-            (&progs.lightpath, "build it: cargo build --release -p lightpath-cli, or pass --lightpath PATH"),
-            (Path::new("setpriv"), "apt-get install util-linux"),
-        ],
+        ToolKind::GlobusUrlCopy => vec![(&progs.guc, "apt-get install globus-gass-copy-progs")],
+        ToolKind::Lightpath => vec![(&progs.lightpath, LIGHTPATH_HINT)],
     };
+    if matches!(kind, ToolKind::Lightpath | ToolKind::GlobusUrlCopy) {
+        let servers: Vec<(&Path, &str)> = match spec.server_kind() {
+            ServerKind::GlobusGridftpServer => vec![(&progs.guc_server, "apt-get install globus-gridftp-server-progs")],
+            ServerKind::Lightpath => {
+                vec![(&progs.lightpath, LIGHTPATH_HINT), (Path::new("setpriv"), "apt-get install util-linux")]
+            }
+        };
+        needed.extend(servers);
+    }
     for (prog, hint) in needed {
         if which(prog).is_none() {
-            bail!("{} needs `{}`, which is not installed ({hint})", kind.name(), prog.display());
+            bail!("{} needs `{}`, which is not installed ({hint})", spec.label(), prog.display());
         }
     }
     Ok(())
 }
 
-/// The version line of a tool, as the tool prints it.
-pub fn version(kind: ToolKind, progs: &Programs) -> String {
+const LIGHTPATH_HINT: &str = "build it: cargo build --release -p lightpath-cli, or pass --lightpath PATH";
+
+/// The version line of a tool configuration: the client's, and the
+/// server's for the GridFTP tools.
+pub fn version(spec: &ToolSpec, progs: &Programs) -> String {
+    let kind = spec.tool;
     let (prog, flag) = match kind {
         ToolKind::Iperf3 => (&progs.iperf3, "--version"),
         ToolKind::Fio => (&progs.fio, "--version"),
@@ -292,8 +332,14 @@ pub fn version(kind: ToolKind, progs: &Programs) -> String {
         ToolKind::Lightpath => (&progs.lightpath, "--version"),
     };
     let mut v = first_line(prog, flag);
-    if kind == ToolKind::GlobusUrlCopy {
-        v += &format!("; server {}", first_line(&progs.guc_server, "-version"));
+    match (kind, spec.server_kind()) {
+        (ToolKind::GlobusUrlCopy | ToolKind::Lightpath, ServerKind::GlobusGridftpServer) => {
+            v += &format!("; server {}", first_line(&progs.guc_server, "-version"));
+        }
+        (ToolKind::GlobusUrlCopy, ServerKind::Lightpath) => {
+            v += &format!("; server {}", first_line(&progs.lightpath, "--version"));
+        }
+        _ => {}
     }
     v
 }

@@ -163,3 +163,24 @@ fn fio_refuses_network_settings() {
     assert!(e.contains("`pipeline` is a globus-url-copy setting, not one of fio"), "{e}");
     parse(&format!("{FIO}extra_args = [\"--numjobs=1\"]\n")).expect("extra_args are fio options");
 }
+
+#[test]
+fn a_client_may_talk_to_the_other_kinds_server() {
+    let s = parse(&GOOD.replace(
+        "tool = \"lightpath\"\nparallel = 8",
+        "tool = \"lightpath\"\nparallel = 8\nserver = \"globus-gridftp-server\"",
+    ))
+    .unwrap();
+    let lp = s.tools.iter().find(|t| t.tool == ToolKind::Lightpath).unwrap();
+    assert_eq!(lp.label(), "lightpath -p 8 (GCT server)");
+    let own = GOOD
+        .replace("tool = \"lightpath\"\nparallel = 8", "tool = \"lightpath\"\nparallel = 8\nserver = \"lightpath\"");
+    let s = parse(&own).unwrap();
+    assert_eq!(s.tools.iter().find(|t| t.tool == ToolKind::Lightpath).unwrap().label(), "lightpath -p 8");
+    let e = err(
+        &GOOD.replace("tool = \"iperf3\"\nparallel = 4", "tool = \"iperf3\"\nparallel = 4\nserver = \"lightpath\"")
+    );
+    assert!(e.contains("`server` chooses the GridFTP server of lightpath or globus-url-copy"), "{e}");
+    let e = err(&GOOD.replace("parallel = 8", "parallel = 8\nserver = \"vsftpd\""));
+    assert!(e.contains("unknown variant"), "{e}");
+}
