@@ -1,6 +1,6 @@
 //! TCP socket options: `net::tcp_rtt` reads the kernel's RTT of a
 //! connected socket and refuses a socket that is not TCP; `net::tune` sets
-//! TCP_NOTSENT_LOWAT; `net::start_recv_window` grows a receive buffer
+//! TCP_NOTSENT_LOWAT and TCP_NODELAY; `net::start_recv_window` grows a receive buffer
 //! without locking it; `net::congestion_usable` tells which congestion
 //! controls a socket may take.
 
@@ -38,6 +38,17 @@ fn tune_sets_notsent_lowat() {
     assert!(notes.is_empty(), "{notes:?}");
     let s = socket2::SockRef::from(&c);
     assert_eq!(s.tcp_notsent_lowat().unwrap(), 1 << 20);
+}
+
+/// Nagle held a file's last short segment (and the EOD header after it)
+/// until the data before it was acknowledged: one round trip per file.
+#[test]
+fn tune_turns_nagle_off() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    assert!(!c.nodelay().unwrap(), "a new socket has Nagle on");
+    assert!(lightpath_sys::net::tune(&c, &Default::default()).is_empty());
+    assert!(c.nodelay().unwrap(), "a data connection sends short segments at once");
 }
 
 #[test]

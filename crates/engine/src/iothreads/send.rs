@@ -365,7 +365,7 @@ impl SendConn {
         let pos = cur.pos;
         let n = match &cur.ready.body {
             Body::Mem(buf) => write_mem(&mut self.stream, &cur.ready.hdr, buf, pos, budget)?,
-            Body::File(..) if pos < hl => self.stream.write(&cur.ready.hdr[pos as usize..])?,
+            Body::File(..) if pos < hl => lightpath_sys::net::send_more(&self.stream, &cur.ready.hdr[pos as usize..])?,
             Body::File(f, off) => {
                 let left = (cur.ready.len - (pos - hl)).min(budget as u64) as usize;
                 let n = lightpath_sys::net::sendfile_some(&self.stream, f, off + pos - hl, left)?;
