@@ -365,7 +365,12 @@ impl SendConn {
         let pos = cur.pos;
         let n = match &cur.ready.body {
             Body::Mem(buf) => write_mem(&mut self.stream, &cur.ready.hdr, buf, pos, budget)?,
-            Body::File(..) if pos < hl => lightpath_sys::net::send_more(&self.stream, &cur.ready.hdr[pos as usize..])?,
+            // MSG_MORE: the payload follows at once (an empty one would
+            // leave the header held back, so that goes as it is).
+            Body::File(..) if pos < hl && cur.ready.len > 0 => {
+                lightpath_sys::net::send_more(&self.stream, &cur.ready.hdr[pos as usize..])?
+            }
+            Body::File(..) if pos < hl => self.stream.write(&cur.ready.hdr[pos as usize..])?,
             Body::File(f, off) => {
                 let left = (cur.ready.len - (pos - hl)).min(budget as u64) as usize;
                 let n = lightpath_sys::net::sendfile_some(&self.stream, f, off + pos - hl, left)?;

@@ -340,9 +340,7 @@ impl Pool {
         self.tree.close();
         self.ctx.error().map_or(Ok(()), Err)
     }
-}
 
-impl Pool {
     /// Fail the tree (a job not yet run writes nothing) and wait until no
     /// job of it is running.
     pub fn abort(&mut self) {
