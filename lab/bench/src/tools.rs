@@ -107,25 +107,29 @@ fn iperf3(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Invocation {
 
 /// guc's URL of the data set on `side` (a local `file://` one if `local`).
 fn guc_url(ctx: &Ctx, side: Side, root: &Path, local: bool, server: ServerKind) -> String {
-    let slash = if ctx.ds.is_dir { "/" } else { "" };
     let entry = if ctx.is_memory() {
-        if side == Side::A {
-            "/dev/zero".to_string()
-        } else {
-            "/dev/null".to_string()
-        }
+        if side == Side::A { "dev/zero" } else { "dev/null" }.to_string()
     } else {
-        format!("{}/{}{slash}", root.display(), ctx.ds.entry)
+        let slash = if ctx.ds.is_dir { "/" } else { "" };
+        format!("{}{slash}", ctx.ds.entry)
     };
-    if local {
-        return format!("file://{entry}");
+    match local {
+        true if ctx.is_memory() => format!("file:///{entry}"),
+        true => format!("file://{}/{entry}", root.display()),
+        false => remote_url(server, ctx, side, root, &entry),
     }
-    let (host, port) = server_addr(server, ctx, side);
-    if server == ServerKind::Lightpath && !ctx.is_memory() {
-        // Our server serves its root: paths are relative to it.
-        return format!("ftp://{host}:{port}/{}{slash}", ctx.ds.entry);
+}
+
+/// The URL of `entry` (the data set's, or `dev/zero` and `dev/null`) on
+/// side `side`'s server of `kind`, whose files are under `root`. Our
+/// server serves its root (and `/dev/zero` with `--memory-paths`): paths
+/// are relative to it. GCT's paths are the file system's.
+fn remote_url(kind: ServerKind, ctx: &Ctx, side: Side, root: &Path, entry: &str) -> String {
+    let (host, port) = server_addr(kind, ctx, side);
+    if kind == ServerKind::GlobusGridftpServer && !ctx.is_memory() {
+        return format!("ftp://{host}:{port}{}/{entry}", root.display());
     }
-    format!("ftp://{host}:{port}{entry}")
+    format!("ftp://{host}:{port}/{entry}")
 }
 
 fn guc(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Invocation {
@@ -258,15 +262,8 @@ fn lightpath_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
 
 fn lightpath_endpoints(ctx: &Ctx, server: ServerKind) -> Result<(String, String)> {
     let remote = |side: Side, path: &str| {
-        let (h, p) = server_addr(server, ctx, side);
         let root = if side == Side::A { ctx.src_root() } else { ctx.dest.to_path_buf() };
-        match server {
-            // Our server serves its root (and /dev/zero with --memory-paths).
-            ServerKind::Lightpath => format!("ftp://{h}:{p}/{path}"),
-            // GCT's paths are the file system's.
-            ServerKind::GlobusGridftpServer if ctx.is_memory() => format!("ftp://{h}:{p}/{path}"),
-            ServerKind::GlobusGridftpServer => format!("ftp://{h}:{p}{}/{path}", root.display()),
-        }
+        remote_url(server, ctx, side, &root, path)
     };
     let (src_entry, dst_entry) = if ctx.is_memory() {
         ("dev/zero".to_string(), "dev/null".to_string())
