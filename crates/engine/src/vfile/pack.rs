@@ -128,6 +128,13 @@ impl State {
         Some((at, c))
     }
 
+    /// Whether a taker has something: a failure, a manifest chunk, data
+    /// released by a chunk taken, or the end ([`Pack::try_next_item`]'s
+    /// answers other than `Pending`, cancellation aside).
+    fn has_news(&self) -> bool {
+        self.error.is_some() || !self.chunks.is_empty() || self.cursor < self.released || self.done
+    }
+
     /// Record why the pack failed: the first error stays, except that a
     /// specific one (a file that changed or could not be read) replaces
     /// [`VfileError::Aborted`], which only says that the walk was stopped.
@@ -272,13 +279,7 @@ impl Pack {
     /// something: a chunk or data published, the end, or a failure.
     pub fn wait_ready(&self, timeout: Duration) {
         let sh = &self.sh;
-        let waiting = |st: &mut State| {
-            st.error.is_none()
-                && !sh.cancelled.load(Ordering::Relaxed)
-                && st.chunks.is_empty()
-                && st.cursor >= st.released
-                && !st.done
-        };
+        let waiting = |st: &mut State| !st.has_news() && !sh.cancelled.load(Ordering::Relaxed);
         let mut g = sh.lock();
         if waiting(&mut g) {
             sh.hungry.store(true, Ordering::Relaxed);
