@@ -24,9 +24,13 @@ impl Session {
         // A source that cannot be read is reported before its STOR is sent:
         // once the server says 150/125 it waits for that file's bytes.
         // So is a name that cannot travel in a command.
-        let sizes: Vec<Result<u64, ClientError>> = ops
+        let prepared: Vec<Result<(Vec<u8>, u64), ClientError>> = ops
             .iter()
-            .map(|(s, op)| crate::control::check_line(&stor_cmd(op)).and_then(|()| s.clone().open().map(|o| o.len())))
+            .map(|(s, op)| {
+                let stor = stor_cmd(op);
+                crate::control::check_line(&stor)?;
+                Ok((stor, s.clone().open()?.len()))
+            })
             .collect();
         let mut sent = 0;
         let mut out = Vec::new();
@@ -34,18 +38,21 @@ impl Session {
         self.ctl.cork();
         for (i, (src, op)) in ops.iter().enumerate() {
             while sent < ops.len() && sent < i + self.opts.pipeline.max(1) {
-                if let Ok(size) = sizes[sent] {
-                    if let Err(e) = self.send_put_cmds(&ops[sent].1, Some(size)).await {
+                if let Ok((stor, size)) = &prepared[sent] {
+                    if let Err(e) = self.send_put_cmds(&ops[sent].1, stor, *size).await {
                         return fill_err(out, ops.len(), e);
                     }
                 }
                 sent += 1;
             }
-            if let Err(e) = &sizes[i] {
-                out.push(Err(e.clone()));
-                continue;
-            }
-            let r = self.put_one_e(src.clone(), op, sizes[i].clone()).await;
+            let size = match &prepared[i] {
+                Ok((_, size)) => *size,
+                Err(e) => {
+                    out.push(Err(e.clone()));
+                    continue;
+                }
+            };
+            let r = self.put_one_e(src.clone(), op, size).await;
             if let Err(ClientError::Control(..)) = &r {
                 let e = r.unwrap_err();
                 return fill_err(out, ops.len(), e);
@@ -73,24 +80,19 @@ impl Session {
         self.dc().cached(lightpath_engine::Direction::Send)
     }
 
-    async fn send_put_cmds(&mut self, op: &FileOp, size: Option<u64>) -> Result<(), ClientError> {
+    /// ALLO (for a whole file) and the STOR line `stor`.
+    async fn send_put_cmds(&mut self, op: &FileOp, stor: &[u8], size: u64) -> Result<(), ClientError> {
         if op.part.is_none() {
-            self.ctl.send(format!("ALLO {}", size.unwrap_or(0)).as_bytes()).await?;
+            self.ctl.send(format!("ALLO {size}").as_bytes()).await?;
         }
-        self.ctl.send(&stor_cmd(op)).await
+        self.ctl.send(stor).await
     }
 
     /// Send one file whose (ALLO and) STOR were already sent.
-    async fn put_one_e(
-        &mut self,
-        src: LocalSource,
-        op: &FileOp,
-        size: Result<u64, ClientError>,
-    ) -> Result<u64, ClientError> {
+    async fn put_one_e(&mut self, src: LocalSource, op: &FileOp, size: u64) -> Result<u64, ClientError> {
         if op.part.is_none() {
             let _ = self.ctl.final_reply().await?; // ALLO: advisory
         }
-        let size = size.unwrap_or(0);
         let (ranges, wire_base) = match op.part {
             Some((off, len)) => (vec![(off, off.saturating_add(len).min(size))], off),
             None => (vec![(0, size)], 0),
