@@ -48,11 +48,19 @@ pub fn run(root: &Root, memory: bool, op: FsOp) -> (Reply, Option<VPath>) {
             root.rename(from.relative(), to.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&from, &e))
         }
         FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, &alg, offset, len, &path),
-        FsOp::Chmod { mode, path } => {
-            root.chmod(path.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&path, &e))
-        }
+        FsOp::Chmod { mode, path } => chmod(root, mode, &path),
     };
     (r.unwrap_or_else(|e| e), None)
+}
+
+/// SITE CHMOD: permission bits only (a client must not make setuid or
+/// setgid files, which the server's user would own); [`Root::chmod`]
+/// refuses the served root itself.
+fn chmod(root: &Root, mode: u32, p: &VPath) -> Result<Reply, Reply> {
+    if mode & !0o777 != 0 {
+        return Err(Reply::new(550, format!("SITE CHMOD {mode:o}: only permission bits (0777) may be set")));
+    }
+    root.chmod(p.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
 }
 
 fn cwd(root: &Root, p: VPath) -> (Reply, Option<VPath>) {

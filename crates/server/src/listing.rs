@@ -56,6 +56,10 @@ pub fn list_line(st: &Stat, name: &[u8]) -> Vec<u8> {
     let kind = match FileType::from_raw_mode(st.st_mode) {
         FileType::Directory => 'd',
         FileType::Symlink => 'l',
+        FileType::Fifo => 'p',
+        FileType::Socket => 's',
+        FileType::CharacterDevice => 'c',
+        FileType::BlockDevice => 'b',
         _ => '-',
     };
     let mut perms = String::new();

@@ -71,19 +71,35 @@ impl Root {
         Ok(fd)
     }
 
-    /// Open a file for reading.
+    /// Open a regular file for reading. Opened without blocking, so that a
+    /// FIFO with no writer cannot hold the caller forever; anything but a
+    /// regular file is refused.
     pub fn open_read(&self, rel: &[u8]) -> io::Result<File> {
-        let f = File::from(self.open_at(rel, OFlags::RDONLY, 0)?);
-        if f.metadata()?.is_dir() {
+        let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
+        Self::regular_only(&f)?;
+        rustix::fs::fcntl_setfl(&f, OFlags::empty())?;
+        Ok(f)
+    }
+
+    /// Refuse directories and special files (FIFOs, devices, sockets).
+    fn regular_only(f: &File) -> io::Result<()> {
+        let t = f.metadata()?.file_type();
+        if t.is_dir() {
             return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
         }
-        Ok(f)
+        if !t.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        }
+        Ok(())
     }
 
     /// Open a file for writing in place or appending (created if missing).
     pub fn open_write(&self, rel: &[u8], how: WriteMode) -> io::Result<File> {
         let extra = if how == WriteMode::Append { OFlags::APPEND } else { OFlags::empty() };
-        Ok(File::from(self.open_at(rel, OFlags::WRONLY | OFlags::CREATE | extra, 0o644)?))
+        let f = File::from(self.open_at(rel, OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | extra, 0o644)?);
+        Self::regular_only(&f)?;
+        rustix::fs::fcntl_setfl(&f, extra)?;
+        Ok(f)
     }
 
     /// A new root at the directory `rel` beneath this one (for serving a
@@ -141,10 +157,20 @@ impl Root {
         Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
     }
 
-    /// Change permission bits (of the file a path resolves to beneath the root).
+    /// Change permission bits (of the regular file or directory a path
+    /// resolves to beneath the root, never the root itself). Opened without blocking (a FIFO
+    /// would wait for a writer), and special files are refused.
     pub fn chmod(&self, rel: &[u8], mode: u32) -> io::Result<()> {
-        let fd = self.open_at(rel, OFlags::RDONLY, 0)?;
-        Ok(rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?)
+        let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
+        let (st, top) = (rustix::fs::fstat(&f)?, rustix::fs::fstat(&self.dir)?);
+        if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino) {
+            // Mode 000 there would lock every session out, for good.
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the served root's mode cannot be changed"));
+        }
+        if !f.metadata()?.is_dir() {
+            Self::regular_only(&f)?;
+        }
+        Ok(rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?)
     }
 
     /// Entries of a directory with their `lstat`, sorted by name.
@@ -513,6 +539,24 @@ mod tests {
         assert!(r.open_write(b"sub/up/up/secret", WriteMode::InPlace).is_err());
         assert!(r.mkdir(b"rel/x").is_err());
         assert_eq!(std::fs::read(p.join("secret")).unwrap(), b"outside");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn fifos_are_refused_without_waiting_for_a_partner() {
+        let (p, r) = scratch();
+        let fifo = p.join("root/sub/fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o666), 0).unwrap();
+        let kind = |e: io::Error| e.kind();
+        assert_eq!(r.open_read(b"sub/fifo").map_err(kind).err(), Some(io::ErrorKind::InvalidInput));
+        assert!(r.open_write(b"sub/fifo", WriteMode::Append).is_err(), "no reader: refused at once");
+        assert_eq!(r.chmod(b"sub/fifo", 0o600).map_err(kind).err(), Some(io::ErrorKind::InvalidInput));
+        assert_eq!(r.open_read(b"sub").map_err(kind).err(), Some(io::ErrorKind::IsADirectory));
+        r.chmod(b"sub", 0o750).unwrap();
+        std::fs::write(p.join("root/f"), b"x").unwrap();
+        let f = r.open_read(b"f").unwrap();
+        let fl = rustix::fs::fcntl_getfl(&f).unwrap();
+        assert!(!fl.contains(OFlags::NONBLOCK), "a regular file is handed over blocking");
         std::fs::remove_dir_all(&p).unwrap();
     }
 
