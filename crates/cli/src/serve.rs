@@ -52,6 +52,15 @@ pub struct ServeArgs {
     /// auto (the control port + 1 if free, else any), off, or a number.
     #[arg(long, default_value = "auto", value_parser = parse_ahead_port, env = "LIGHTPATH_AHEAD_PORT")]
     pub ahead_port: AheadPort,
+    /// Control sessions at once; more connections get `421` and are closed.
+    #[arg(long, default_value_t = lightpath_server::admission::Limits::default().sessions, env = "LIGHTPATH_MAX_SESSIONS")]
+    pub max_sessions: usize,
+    /// Control sessions at once from one address.
+    #[arg(long, default_value_t = lightpath_server::admission::Limits::default().per_ip, env = "LIGHTPATH_MAX_SESSIONS_PER_IP")]
+    pub max_sessions_per_ip: usize,
+    /// Seconds a connection has to log in before it is closed.
+    #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT")]
+    pub login_timeout: u64,
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
@@ -84,6 +93,11 @@ impl ServeArgs {
             fsync: self.fsync,
             direct_io: self.direct_io.into(),
             ahead: self.ahead_port,
+            limits: lightpath_server::admission::Limits {
+                sessions: self.max_sessions,
+                per_ip: self.max_sessions_per_ip,
+                login_wait: std::time::Duration::from_secs(self.login_timeout),
+            },
         }
     }
 }

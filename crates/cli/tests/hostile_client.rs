@@ -53,3 +53,97 @@ fn special_files_are_refused_at_once_and_listed_as_such() {
     assert!(t.elapsed() < Duration::from_secs(5), "answered without waiting for a writer");
     assert_eq!(c.cmd("NOOP").0, 200);
 }
+
+/// A control connection whose greeting is left for the test to read.
+fn unchecked(port: u16) -> Option<Raw> {
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    Some(Raw { r: std::io::BufReader::new(s.try_clone().unwrap()), w: s })
+}
+
+/// Descriptors `pid` has open.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+#[test]
+fn running_out_of_descriptors_does_not_stop_the_server() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (s, port) = lp_server(&root, &["--anonymous"]);
+    let pid = s.0.id();
+    let limit = fds(pid) + 20;
+    let set = std::process::Command::new("prlimit")
+        .arg(format!("--nofile={limit}:{limit}"))
+        .arg(format!("--pid={pid}"))
+        .status()
+        .unwrap();
+    assert!(set.success());
+    let flood: Vec<_> = (0..limit + 20).map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(flood);
+    let t = Instant::now();
+    let mut c = loop {
+        // The backlog's connections come first; each is a session again.
+        std::thread::sleep(Duration::from_millis(200));
+        if let Some(c) = unchecked(port) {
+            break c;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "the server stopped listening");
+    };
+    assert_eq!(c.reply().0, 220, "still serving");
+    assert_eq!(c.cmd("USER anonymous").0, 331);
+    assert_eq!(c.cmd("PASS x@").0, 230);
+}
+
+#[test]
+fn sessions_over_the_limits_get_421_and_places_come_back() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions-per-ip", "2"]);
+    let (a, _b) = (Raw::connect(port), Raw::login(port));
+    let mut third = unchecked(port).unwrap();
+    let (code, text) = third.reply();
+    assert_eq!(code, 421, "{text}");
+    assert!(text.contains("from your address"), "{text}");
+    drop(a);
+    let t = Instant::now();
+    while unchecked(port).unwrap().reply().0 != 220 {
+        assert!(t.elapsed() < Duration::from_secs(5), "the place did not come back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_connection_must_log_in_in_time_and_is_closed_after_three_failures() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let mut passwd = std::process::Command::new(LP)
+        .args(["passwd", "alice"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(passwd.stdin.as_mut().unwrap(), b"s3cret\n").unwrap();
+    let hash = passwd.wait_with_output().unwrap();
+    std::fs::write(d.path().join("users"), &hash.stdout).unwrap();
+    let users = d.path().join("users");
+    let (s, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--login-timeout", "2"]);
+    let base = fds(s.0.id());
+    let mut idle = Raw::connect(port);
+    let t = Instant::now();
+    let (code, text) = idle.reply();
+    assert_eq!(code, 421, "{text}");
+    assert!(text.contains("Login timeout") && t.elapsed() < Duration::from_secs(5), "{text}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(fds(s.0.id()), base, "the socket is closed although the client keeps its end");
+    let mut c = Raw::connect(port);
+    for _ in 0..3 {
+        assert_eq!(c.cmd("USER alice").0, 331);
+        assert_eq!(c.cmd("PASS wrong").0, 530);
+    }
+    let (code, text) = c.reply();
+    assert_eq!(code, 421, "{text}");
+    assert!(text.contains("Too many failed logins"), "{text}");
+    drop(idle);
+}

@@ -1,6 +1,7 @@
 //! The lightpath GridFTP server: listener, authentication, sessions, and
 //! confinement of every path to the served root.
 
+pub mod admission;
 pub mod ahead;
 pub mod fsops;
 pub mod listing;
@@ -83,6 +84,8 @@ pub struct ServerConfig {
     pub direct_io: lightpath_plan::DirectIo,
     /// Where data connections opened ahead (`DCON`) go.
     pub ahead: ahead::AheadPort,
+    /// Sessions at once, overall and per address.
+    pub limits: admission::Limits,
 }
 
 /// Shared by all sessions.
@@ -96,6 +99,10 @@ pub struct ServerCtx {
     pub users: Option<Arc<Users>>,
     /// Data connections opened ahead, and their port, if offered.
     pub ahead: Option<(Arc<ahead::Ahead>, u16)>,
+    /// Password checks running at once: one per CPU. Each argon2 check
+    /// takes 19 MiB and tens of milliseconds of CPU, and guesses from many
+    /// connections at once must queue, not take the machine.
+    pub login_checks: tokio::sync::Semaphore,
 }
 
 impl ServerCtx {
@@ -154,7 +161,8 @@ impl Server {
             Some(p) => Some(Arc::new(Users::load(p)?)),
             None => None,
         };
-        Ok(ServerCtx { cfg, root, users, ahead: None })
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(ServerCtx { cfg, root, users, ahead: None, login_checks: tokio::sync::Semaphore::new(cpus) })
     }
 
     /// Check the configuration and bind the control port.
@@ -176,15 +184,39 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Accept sessions forever.
+    /// Accept sessions forever (a failed accept is logged and retried).
     pub async fn run(self) -> std::io::Result<()> {
         if let (Some(l), Some((a, _))) = (self.ahead, &self.ctx.ahead) {
             tokio::spawn(a.clone().serve(l));
         }
+        let admission = admission::Admission::new(self.ctx.cfg.limits);
         loop {
-            let (stream, _) = self.listener.accept().await?;
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors and the like: sessions that end
+                    // give them back, so wait and go on.
+                    tracing::warn!("accepting control connections: {e}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
             let _ = stream.set_nodelay(true);
-            tokio::spawn(session::run(stream, self.ctx.clone()));
+            match admission.admit(peer.ip()) {
+                Ok(ticket) => tokio::spawn(session::run(stream, self.ctx.clone(), ticket)),
+                Err(why) => tokio::spawn(refuse(stream, why)),
+            };
         }
     }
+}
+
+/// Wait after a failed accept.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Turn a connection away with `421`.
+async fn refuse(mut stream: tokio::net::TcpStream, why: admission::Refusal) {
+    use tokio::io::AsyncWriteExt;
+    tracing::info!(peer = ?stream.peer_addr().ok(), "session refused: {why}");
+    let line = lightpath_proto::Reply::new(421, why.to_string()).encode();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stream.write_all(&line)).await;
 }

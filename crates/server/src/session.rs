@@ -20,6 +20,8 @@ use tokio::sync::mpsc;
 
 /// Control connections idle longer than this are closed.
 const IDLE: Duration = Duration::from_secs(900);
+/// Failed logins a connection may make before it is closed.
+const LOGIN_TRIES: u32 = 3;
 /// How long `DCON` waits for its connections, beyond two RTTs.
 const ADOPT_WAIT: Duration = Duration::from_secs(3);
 /// Reply bytes held for one write at most (see [`Session::hold`]).
@@ -42,6 +44,10 @@ struct Session {
     rtt: std::time::Duration,
     /// Replies held back while more pipelined commands wait (see [`Session::hold`]).
     held: Vec<u8>,
+    /// When the connection was accepted (it must log in within the limits' `login_wait`).
+    since: tokio::time::Instant,
+    /// Failed logins so far.
+    failed_logins: u32,
 }
 
 /// The data connection options of a session whose control connection has
@@ -56,8 +62,8 @@ fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
     dc.opts.recv_window = lightpath_plan::start_recv_window(rtt_us, lightpath_plan::DEFAULT_TARGET_BPS, streams);
 }
 
-/// Serve one control connection to the end.
-pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
+/// Serve one control connection to the end, holding its `_ticket`.
+pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admission::Ticket) {
     let peer = stream.peer_addr().ok();
     let Ok(local) = stream.local_addr() else { return };
     // Unknown (0) means buffered uploads.
@@ -65,15 +71,18 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>) {
     let (rd, out) = stream.into_split();
     let current: Current = Arc::default();
     let (tx, rx) = mpsc::channel(QUEUE);
-    tokio::spawn(read_lines(rd, tx, current.clone()));
+    let reader = tokio::spawn(read_lines(rd, tx, current.clone()));
     let mut dc = DataChannel::new();
     configure(&mut dc, ctx.cfg.congestion.as_deref(), rtt);
     let pi = ServerPi::new(ctx.pi_config());
-    let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new() };
+    let since = tokio::time::Instant::now();
+    let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new(), since, failed_logins: 0 };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
         tracing::debug!(?peer, "session ended: {e}");
     }
+    // The read half keeps the socket open until the client closes it.
+    reader.abort();
     tracing::info!(?peer, user = s.pi.user(), "session end");
 }
 
@@ -113,6 +122,9 @@ impl Session {
             if self.flush().await? {
                 return self.write_held().await;
             }
+            if let Some(why) = self.must_close() {
+                return self.send(&Reply::new(421, why)).await;
+            }
             // A client that sends without reading must meet back pressure.
             if self.held.len() >= HOLD_MAX {
                 self.write_held().await?;
@@ -130,9 +142,10 @@ impl Session {
                 Err(mpsc::error::TryRecvError::Disconnected) => return self.write_held().await,
                 Err(mpsc::error::TryRecvError::Empty) => {
                     self.write_held().await?;
-                    match tokio::time::timeout(IDLE, rx.recv()).await {
+                    match tokio::time::timeout_at(self.deadline(), rx.recv()).await {
                         Ok(Some(l)) => l,
                         Ok(None) => return Ok(()),
+                        Err(_) if self.pi.user().is_none() => continue, // must_close says why
                         Err(_) => {
                             self.send(&Reply::new(421, "Idle timeout, closing control connection.")).await?;
                             return Ok(());
@@ -141,6 +154,28 @@ impl Session {
                 }
             };
             self.pi.handle_line(line);
+        }
+    }
+
+    /// Why the session must close now, if it must: it has not logged in in
+    /// time, or has failed to too often.
+    fn must_close(&self) -> Option<&'static str> {
+        if self.pi.user().is_some() {
+            return None;
+        }
+        if self.failed_logins >= LOGIN_TRIES {
+            return Some("Too many failed logins, closing control connection.");
+        }
+        (self.since.elapsed() >= self.ctx.cfg.limits.login_wait).then_some("Login timeout, closing control connection.")
+    }
+
+    /// How long to wait for the next command: [`IDLE`], or until the login
+    /// deadline before login.
+    fn deadline(&self) -> tokio::time::Instant {
+        let idle = tokio::time::Instant::now() + IDLE;
+        match self.pi.user() {
+            Some(_) => idle,
+            None => idle.min(self.since + self.ctx.cfg.limits.login_wait),
         }
     }
 
@@ -221,12 +256,15 @@ impl Session {
         let ok = if self.pi.is_anonymous_user(&user) {
             true
         } else if let Some(users) = self.ctx.users.clone() {
+            // One check per CPU at once, however many connections guess.
+            let Ok(_turn) = self.ctx.login_checks.acquire().await else { return };
             let u = user.clone();
             tokio::task::spawn_blocking(move || users.verify(&u, &pass)).await.unwrap_or(false)
         } else {
             false
         };
         if !ok {
+            self.failed_logins += 1;
             tokio::time::sleep(Duration::from_millis(500)).await; // slow down guessing
         }
         self.pi.handle_login(&user, ok);

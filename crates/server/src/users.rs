@@ -56,9 +56,16 @@ impl Users {
         Ok(Users { hashes })
     }
 
-    /// Whether `pass` is `user`'s password. Slow by design (argon2).
+    /// Whether `pass` is `user`'s password. Slow by design (argon2), and as
+    /// slow for a name that is not in the file, so that the time of the
+    /// answer does not tell which users exist.
     pub fn verify(&self, user: &str, pass: &str) -> bool {
-        let Some(hash) = self.hashes.get(user) else { return false };
+        let Some(hash) = self.hashes.get(user) else {
+            static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            let decoy = DECOY.get_or_init(|| hash_password("not a password of anyone"));
+            let _ = PasswordHash::new(decoy).map(|h| argon2::Argon2::default().verify_password(pass.as_bytes(), &h));
+            return false;
+        };
         if hash.starts_with("$6$") {
             return sha_crypt::sha512_check(pass, hash).is_ok();
         }
