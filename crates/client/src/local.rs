@@ -7,6 +7,7 @@ use lightpath_engine::dio::file_sink;
 use lightpath_engine::{EngineError, FileSource, NullSink, Sink, Source, ZeroSource};
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -75,17 +76,42 @@ impl LocalTarget {
             let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(err)?;
             return Ok(OpenTarget { file: Some(f), temp: None, fsync, direct });
         }
+        let mode = replaceable_mode(&path).map_err(err)?;
         let tmp = temp_name(&path);
         let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(err)?;
         let t = OpenTarget { file: Some(f), temp: Some((tmp, path.clone())), fsync, direct };
         // On failure `t` is dropped, which removes the temporary file.
         if let Some(f) = &t.file {
+            if let Some(m) = mode {
+                f.set_permissions(std::fs::Permissions::from_mode(m)).map_err(err)?;
+            }
             // Full size at once: `finish` sets the length it received.
             lightpath_sys::file::preallocate_sized(f, size)
                 .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", path.display())))?;
         }
         Ok(t)
     }
+}
+
+/// Before replacing `path` with a temporary file renamed over it (which
+/// needs only the directory's write permission): the permission bits
+/// (`& 0o777`) of the regular file there, once we have shown that we could
+/// open it for writing ourselves, as cp(1) would (without truncating it);
+/// `None` when nothing is there (or a special file, left to the rename).
+fn replaceable_mode(path: &Path) -> std::io::Result<Option<u32>> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        return Err(std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"));
+    }
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    let f = OpenOptions::new().write(true).open(path)?;
+    Ok(Some(f.metadata()?.permissions().mode() & 0o777))
 }
 
 fn temp_name(path: &Path) -> PathBuf {
@@ -220,6 +246,54 @@ mod tests {
         w.finish(Some(22)).expect("finish");
         assert_eq!(std::fs::read(&path).expect("final"), b"shorter than announced");
         assert!(temp_files(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_permission_bits() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"old").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o2640)).expect("chmod");
+        let w = LocalTarget::for_path(&path, false, false, 3).open().expect("open");
+        w.sink().write_all_at(b"new", 0).expect("write");
+        w.finish(Some(3)).expect("finish");
+        assert_eq!(std::fs::read(&path).expect("final"), b"new");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o7777, 0o640, "setgid is not carried over");
+        let e = LocalTarget::for_path(dir.path(), false, false, 0).open().expect_err("a directory");
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        assert!(temp_files(dir.path()).is_empty());
+    }
+
+    /// A file we could not write in place is not replaced. As root (CI)
+    /// permission bits do not stop us, but a running program does (ETXTBSY).
+    #[test]
+    fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let prog = dir.path().join("prog");
+        std::fs::copy("/bin/sleep", &prog).expect("copy");
+        let mut child = spawn_retrying(&prog);
+        let e = LocalTarget::for_path(&prog, false, false, 0).open().expect_err("busy");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(e.to_string().contains("Text file busy"), "{e}");
+        assert!(temp_files(dir.path()).is_empty());
+        assert_eq!(std::fs::read(&prog).expect("prog"), std::fs::read("/bin/sleep").expect("sleep"));
+    }
+
+    /// Run `prog 30`; another test thread's fork may briefly hold the copy
+    /// open for writing (ETXTBSY on exec).
+    fn spawn_retrying(prog: &Path) -> std::process::Child {
+        for _ in 0..50 {
+            match std::process::Command::new(prog).arg("30").spawn() {
+                Ok(c) => return c,
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => panic!("{}: {e}", prog.display()),
+            }
+        }
+        panic!("{}: still busy", prog.display())
     }
 
     #[test]

@@ -72,6 +72,10 @@ pub fn execute(
         _ => {}
     }
     if t.kind.is_upload() {
+        let t = match whole_stor(t) {
+            Ok(t) => t,
+            Err(r) => return fail_early(ready, r),
+        };
         match open_target(root, memory, &t) {
             Ok(target) => {
                 let size = t.allo.unwrap_or(0);
@@ -171,6 +175,27 @@ fn cached_estimate(f: &File, size: u64) -> Option<u64> {
 /// a small readahead.
 const CACHE_PROBES: u64 = 4;
 
+/// A STOR after REST. The server keeps no partial uploads (a failed one is
+/// removed), so there is nothing to resume: writing the ranges the client
+/// claims to have in place under the final name would leave zeros where
+/// the file was missing, or mix in an older version's bytes. Such a
+/// restart is refused (RFC 959's 554, "invalid REST parameter") and the
+/// file left alone; a restart claiming nothing (`REST 0`) is a plain STOR.
+/// ESTO and APPE (offsets the client names) are not restarts.
+fn whole_stor(mut t: Transfer) -> Result<Transfer, Reply> {
+    let claims = match (&t.kind, &t.restart) {
+        (TransferKind::Stor, Some(Restart::Offset(o))) => *o,
+        (TransferKind::Stor, Some(Restart::Ranges(have))) => have.covered(),
+        _ => return Ok(t),
+    };
+    if claims > 0 {
+        let why = "this server keeps no partial uploads, so there is nothing to resume; send the whole file";
+        return Err(Reply::new(554, format!("{}: Restart refused: {why}.", t.path.display())));
+    }
+    t.restart = None;
+    Ok(t)
+}
+
 fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply> {
     if is_mem(memory, &t.path, DEV_NULL) {
         return Ok(Target::Null);
@@ -180,7 +205,8 @@ fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply>
     let r = if in_place {
         root.open_write(rel, WriteMode::InPlace).map(Target::InPlace)
     } else {
-        root.create_temp(rel).and_then(|tmp| {
+        // Refused if the server could not write the old file in place.
+        root.create_temp_replacing(rel).and_then(|tmp| {
             // Full size at once: a STOR with ALLO must cover it all
             // (`check_complete`), or the temporary file is removed.
             lightpath_sys::file::preallocate_sized(tmp.file(), t.allo.unwrap_or(0))?;

@@ -242,6 +242,48 @@ impl Drop for TempFile {
 }
 
 // ---------------------------------------------------------------------------
+// Replacing a file with an upload. A [`TempFile`] renamed over a name needs
+// only write permission on the directory; writing the old file in place
+// (what a STOR means) needs write permission on the file itself.
+
+impl Root {
+    /// Before replacing `rel` with a [`TempFile`]: the permission bits
+    /// (`& 0o777`) of the regular file there, once this process has shown
+    /// that it could open that file for writing itself (without
+    /// truncating it); `None` when nothing is there (or a special file,
+    /// left to the rename). Errors: `PermissionDenied` (or the open's
+    /// other error) when the file could not be written in place,
+    /// `IsADirectory`, and those of resolving `rel` beneath the root.
+    pub fn replaceable_mode(&self, rel: &[u8]) -> io::Result<Option<u32>> {
+        let st = match self.stat(rel) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Directory => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
+            _ => return Ok(None),
+        }
+        // Not blocking (a FIFO swapped in meanwhile) and no controlling tty.
+        let fd = self.open_at(rel, OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY, 0)?;
+        Ok(Some(rustix::fs::fstat(&fd)?.st_mode & 0o777))
+    }
+
+    /// [`Root::create_temp`] to replace `rel`: refused as
+    /// [`Root::replaceable_mode`] says, and with the old file's permission
+    /// bits (which writing in place would have kept).
+    pub fn create_temp_replacing(&self, rel: &[u8]) -> io::Result<TempFile> {
+        let mode = self.replaceable_mode(rel)?;
+        let t = self.create_temp(rel)?;
+        if let Some(m) = mode {
+            rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m))?;
+        }
+        Ok(t)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Rebuilding a received tree (virtual-file unpack, issue 5) and walking one
 // (pack). Added as a block; the methods above are unchanged.
 //
@@ -573,5 +615,75 @@ mod tests {
         assert_eq!(std::fs::read(p.join("root/sub/f")).unwrap(), b"data");
         assert_eq!(r.read_dir(b"sub").unwrap().len(), 1);
         std::fs::remove_dir_all(&p).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod replace_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(tag: &str) -> (PathBuf, Root) {
+        let p = std::env::temp_dir().join(format!("lp-root-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(p.join("root/dir")).unwrap();
+        (p.clone(), Root::open(&p.join("root")).unwrap())
+    }
+
+    #[test]
+    fn a_replacement_keeps_the_old_permission_bits() {
+        let (p, r) = scratch("replace-mode");
+        std::fs::write(p.join("root/f"), b"old").unwrap();
+        std::fs::set_permissions(p.join("root/f"), std::fs::Permissions::from_mode(0o4640)).unwrap();
+        assert_eq!(r.replaceable_mode(b"f").unwrap(), Some(0o640), "setuid is not carried over");
+        assert_eq!(r.replaceable_mode(b"new").unwrap(), None);
+        let fifo = p.join("root/fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        assert_eq!(r.replaceable_mode(b"fifo").unwrap(), None, "no writer opened, no wait");
+        let e = r.replaceable_mode(b"dir").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::IsADirectory);
+        let t = r.create_temp_replacing(b"f").unwrap();
+        t.file().set_len(3).unwrap();
+        t.commit().unwrap();
+        let mode = std::fs::metadata(p.join("root/f")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o640);
+        let t = r.create_temp_replacing(b"new").unwrap();
+        t.commit().unwrap();
+        let mode = std::fs::metadata(p.join("root/new")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644 & !umask().unwrap_or(0o022), "a new file gets the default mode");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    /// A file that cannot be written in place is not replaced either. As
+    /// root (CI) permission bits do not stop us, but a running program does
+    /// (`ETXTBSY`), for root too.
+    #[test]
+    fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
+        let (p, r) = scratch("replace-busy");
+        let prog = p.join("root/prog");
+        std::fs::copy("/bin/sleep", &prog).unwrap();
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = spawn_retrying(&prog);
+        let e = r.create_temp_replacing(b"prog").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::TXTBSY.raw_os_error()), "{e}");
+        let _ = child.kill();
+        let _ = child.wait();
+        let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
+        assert_eq!(names, [&b"dir"[..], b"prog"], "no temporary file left");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    /// Run `prog 30`; another test thread's fork may briefly hold the copy
+    /// open for writing (`ETXTBSY` on exec).
+    fn spawn_retrying(prog: &Path) -> std::process::Child {
+        for _ in 0..50 {
+            match std::process::Command::new(prog).arg("30").spawn() {
+                Ok(c) => return c,
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::TXTBSY.raw_os_error()) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => panic!("{}: {e}", prog.display()),
+            }
+        }
+        panic!("{}: still busy", prog.display())
     }
 }

@@ -1,0 +1,196 @@
+//! What an upload or a download may replace. Files arrive under a
+//! temporary name renamed over the old one, which needs only the
+//! directory's write permission; they must still replace only what their
+//! writer could have written in place (as GCT's server and cp(1) do), and
+//! keep its permission bits. And a STOR after REST is refused: the server
+//! keeps no partial uploads, so there is nothing to resume.
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The `gftp` user's uid and gid.
+fn gftp_ids() -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = std::process::Command::new("id").args([flag, "gftp"]).output().unwrap();
+        assert!(out.status.success(), "no gftp user: run scripts/install-test-deps.sh");
+        String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// A file holding `data` with `mode`, owned by `owner` (uid, gid).
+fn put_file(p: &Path, data: &[u8], mode: u32, owner: (u32, u32)) {
+    std::fs::write(p, data).unwrap();
+    std::os::unix::fs::chown(p, Some(owner.0), Some(owner.1)).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Contents, owner and permission bits.
+fn state(p: &Path) -> (Vec<u8>, u32, u32) {
+    let m = std::fs::metadata(p).unwrap();
+    (std::fs::read(p).unwrap(), m.uid(), m.mode() & 0o7777)
+}
+
+/// A server running as `gftp` (`--run-as`), once it has dropped root: a
+/// session served as root would pass every permission check.
+fn gftp_server(root: &Path) -> (Proc, u16) {
+    let (p, port) = lp_server(root, &["--anonymous", "--run-as", "gftp"]);
+    let uids = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
+        status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string()
+    };
+    let t = Instant::now();
+    while uids().split_whitespace().skip(1).any(|u| u == "0") {
+        assert!(t.elapsed() < Duration::from_secs(10), "still root: {}", uids());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (p, port)
+}
+
+fn url(port: u16, path: &str) -> String {
+    format!("ftp://127.0.0.1:{port}{path}")
+}
+
+/// `STOR name` in MODE S over PASV, sending `data`: the final reply.
+fn raw_stor(c: &mut Raw, name: &str, data: &[u8]) -> (u16, String) {
+    let addr = c.pasv();
+    c.send(format!("STOR {name}").as_bytes());
+    let mut d = std::net::TcpStream::connect(addr).unwrap();
+    let first = c.reply();
+    if first.0 >= 200 {
+        return first;
+    }
+    d.write_all(data).unwrap();
+    drop(d);
+    c.final_reply()
+}
+
+#[test]
+fn uploads_replace_only_files_the_server_could_write() {
+    assert_eq!(lightpath_sys::privs::euid(), 0, "this test starts the server as root (CI runs as root)");
+    let gftp = gftp_ids();
+    let (_d, root, local) = root_and_local();
+    let up = open_dir(&root.join("up"));
+    put_file(&up.join("rootfile"), b"root's", 0o644, (0, 0));
+    put_file(&up.join("rofile"), b"read-only", 0o444, gftp);
+    put_file(&up.join("shared"), b"everyone's", 0o666, (0, 0));
+    put_file(&up.join("mine"), b"gftp's", 0o640, gftp);
+    write_random(&local.join("new"), 100_000, 7);
+    let before: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&up.join(n))).collect();
+    let (_srv, port) = gftp_server(&root);
+    let src = format!("file://{}", local.join("new").display());
+    for name in ["rootfile", "rofile"] {
+        assert!(!guc(&[&src, &url(port, &format!("/up/{name}"))]), "guc replaced {name}");
+    }
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let (code, text) = raw_stor(&mut c, "/up/rofile", b"new bytes");
+    assert!(code == 550 && text.contains("/up/rofile") && text.contains("Permission denied"), "{code} {text}");
+    let after: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&up.join(n))).collect();
+    assert_eq!(after, before, "refused uploads leave the files as they were");
+    // Writable files are replaced and keep their permission bits.
+    for (name, mode) in [("shared", 0o666), ("mine", 0o640)] {
+        assert!(guc(&[&src, &url(port, &format!("/up/{name}"))]), "upload to {name}");
+        assert_same_file(&local.join("new"), &up.join(name));
+        assert_eq!(state(&up.join(name)).2, mode, "{name} keeps its mode");
+    }
+    let names: Vec<_> = std::fs::read_dir(&up).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 4, "no temporary files left: {names:?}");
+}
+
+#[test]
+fn a_restarted_stor_is_refused_and_changes_nothing() {
+    let (_d, root, _local) = root_and_local();
+    std::fs::write(root.join("old"), b"an older version of the file").unwrap();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    // MODE E ranges (guc -rst sends them from 111 markers) and a MODE S offset.
+    for (mode, rest) in [("E", "REST 0-1000"), ("S", "REST 1000")] {
+        assert_eq!(c.cmd(&format!("MODE {mode}")).0, 200);
+        for name in ["missing", "old"] {
+            c.pasv();
+            assert_eq!(c.cmd(rest).0, 350);
+            // Refused before 150, without waiting for a data connection.
+            let (code, text) = c.cmd(&format!("STOR {name}"));
+            assert!(code == 554 && text.contains("send the whole file"), "{rest} STOR {name}: {code} {text}");
+        }
+    }
+    assert!(!root.join("missing").exists(), "no zero-filled file");
+    assert_eq!(std::fs::read(root.join("old")).unwrap(), b"an older version of the file");
+    // A restart that claims nothing is a whole upload: the old tail goes.
+    assert_eq!(c.cmd("REST 0").0, 350);
+    assert_eq!(raw_stor(&mut c, "old", b"new").0, 226);
+    assert_eq!(std::fs::read(root.join("old")).unwrap(), b"new");
+    let names: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["old"], "nothing else created: {names:?}");
+}
+
+#[test]
+fn esto_and_rest_retr_still_work() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 300_000, 3);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let data = std::fs::read(root.join("f")).unwrap();
+    // lightpath cp --off/--len uploads a part with ESTO into the existing file.
+    let part = local.join("part");
+    std::fs::write(&part, &data[..]).unwrap();
+    std::fs::write(root.join("g"), vec![0u8; 300_000]).unwrap();
+    assert!(lp_cp(&["--off", "1000", "--len", "5000", part.to_str().unwrap(), &url(port, "/g")]));
+    let g = std::fs::read(root.join("g")).unwrap();
+    assert_eq!((g.len(), &g[1000..6000]), (300_000, &data[1000..6000]));
+    // REST + RETR in MODE S.
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let addr = c.pasv();
+    assert_eq!(c.cmd("REST 299000").0, 350);
+    c.send(b"RETR f");
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut std::net::TcpStream::connect(addr).unwrap(), &mut got).unwrap();
+    assert_eq!(c.final_reply().0, 226);
+    assert_eq!(got, &data[299_000..]);
+}
+
+/// `lightpath cp SRC DST` as the `gftp` user: whether it succeeded.
+fn cp_as_gftp(src: &str, dst: &Path) -> bool {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "gftp", "--regid", "gftp", "--clear-groups", LP, "cp", "-q", src])
+        .arg(dst)
+        .env("LIGHTPATH_PEERS", "")
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!("cp {src} {}: {}", dst.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    out.status.success()
+}
+
+#[test]
+fn downloads_replace_only_local_files_the_client_could_write() {
+    assert_eq!(lightpath_sys::privs::euid(), 0, "this test runs the client as gftp with setpriv (CI runs as root)");
+    let gftp = gftp_ids();
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 200_000, 5);
+    put_file(&local.join("rootfile"), b"root's", 0o644, (0, 0));
+    put_file(&local.join("rofile"), b"read-only", 0o444, gftp);
+    put_file(&local.join("shared"), b"everyone's", 0o666, (0, 0));
+    put_file(&local.join("mine"), b"gftp's", 0o640, gftp);
+    let before: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&local.join(n))).collect();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    for name in ["rootfile", "rofile"] {
+        assert!(!cp_as_gftp(&url(port, "/f"), &local.join(name)), "cp replaced {name}");
+    }
+    let after: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&local.join(n))).collect();
+    assert_eq!(after, before, "refused downloads leave the files as they were");
+    for (name, mode) in [("shared", 0o666), ("mine", 0o640)] {
+        assert!(cp_as_gftp(&url(port, "/f"), &local.join(name)), "download to {name}");
+        assert_same_file(&root.join("f"), &local.join(name));
+        assert_eq!(state(&local.join(name)).2, mode, "{name} keeps its mode");
+    }
+    let names: Vec<_> = std::fs::read_dir(&local).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 4, "no temporary files left: {names:?}");
+}
