@@ -67,6 +67,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         direct_io: lightpath_plan::DirectIo::Auto,
         ahead: lightpath_server::ahead::AheadPort::Auto,
         limits: Default::default(),
+        data_peers: Default::default(),
     };
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;

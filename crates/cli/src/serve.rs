@@ -58,6 +58,11 @@ pub struct ServeArgs {
     /// Control sessions at once from one address.
     #[arg(long, default_value_t = lightpath_server::admission::Limits::default().per_ip, env = "LIGHTPATH_MAX_SESSIONS_PER_IP")]
     pub max_sessions_per_ip: usize,
+    /// Whom data connections may come from (PASV) and go to (PORT): the
+    /// session's client only, or any host (needed by servers that take
+    /// part in third-party transfers between hosts).
+    #[arg(long, value_enum, default_value = "client", env = "LIGHTPATH_DATA_PEERS")]
+    pub data_peers: DataPeersArg,
     /// Seconds a connection has to log in before it is closed.
     #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT")]
     pub login_timeout: u64,
@@ -98,8 +103,21 @@ impl ServeArgs {
                 per_ip: self.max_sessions_per_ip,
                 login_wait: std::time::Duration::from_secs(self.login_timeout),
             },
+            data_peers: match self.data_peers {
+                DataPeersArg::Client => lightpath_server::DataPeers::Client,
+                DataPeersArg::Any => lightpath_server::DataPeers::Any,
+            },
         }
     }
+}
+
+/// `--data-peers`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DataPeersArg {
+    /// The session's client only.
+    Client,
+    /// Any host.
+    Any,
 }
 
 fn parse_ahead_port(s: &str) -> Result<AheadPort, String> {

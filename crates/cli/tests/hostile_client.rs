@@ -147,3 +147,67 @@ fn a_connection_must_log_in_in_time_and_is_closed_after_three_failures() {
     assert!(text.contains("Too many failed logins"), "{text}");
     drop(idle);
 }
+
+/// A connection to `to` from the address `from`.
+fn connect_from(from: &str, to: std::net::SocketAddr) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&format!("{from}:0").parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+#[test]
+fn a_pasv_port_takes_data_connections_from_the_client_only() {
+    use std::io::Read;
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(root.join("f"), b"the victim's data").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    let at = c.pasv();
+    let mut thief = connect_from("127.0.0.2", at);
+    let mut victim = connect_from("127.0.0.1", at);
+    c.send(b"RETR f");
+    assert_eq!(c.final_reply().0, 226);
+    let (mut got, mut stolen) = (Vec::new(), Vec::new());
+    victim.read_to_end(&mut got).unwrap();
+    thief.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = thief.read_to_end(&mut stolen);
+    assert_eq!((got.as_slice(), stolen.len()), (&b"the victim's data"[..], 0));
+}
+
+#[test]
+fn port_names_the_client_only_unless_the_server_allows_any_host() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    for line in ["PORT 127,0,0,2,19,137", "EPRT |1|127.0.0.3|5001|", "PORT 0,0,0,0,19,137", "PORT 224,0,0,1,19,137"] {
+        let (code, text) = c.cmd(line);
+        assert_eq!(code, 501, "{line}: {text}");
+    }
+    assert!(c.cmd("PORT 127,0,0,2,19,137").1.contains("--data-peers any"));
+    assert_eq!(c.cmd("PORT 127,0,0,1,19,137").0, 200);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--data-peers", "any"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("PORT 127,0,0,2,19,137").0, 200);
+    assert_eq!(c.cmd("PORT 255,255,255,255,19,137").0, 501, "never a broadcast address");
+}
+
+#[test]
+fn abor_stops_a_mode_s_transfer_waiting_for_its_connection() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(root.join("f"), b"data").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    c.pasv();
+    c.send(b"RETR f");
+    assert_eq!(c.reply().0, 150);
+    let t = Instant::now();
+    c.send(b"ABOR");
+    let (code, text) = c.final_reply();
+    assert!(code == 426 || code == 451, "{text}");
+    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
+    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+}

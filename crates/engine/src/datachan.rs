@@ -42,6 +42,9 @@ pub struct DataChannel {
     pub opts: SockOpts,
     /// How long to wait for connections and for bytes.
     pub idle: Duration,
+    /// The transfer under way, whose ABOR stops a MODE S wait for the
+    /// peer's connection.
+    pub watch: Option<std::sync::Arc<Control>>,
 }
 
 impl Default for DataChannel {
@@ -57,6 +60,7 @@ impl Default for DataChannel {
                 ..SockOpts::default()
             },
             idle: Duration::from_secs(120),
+            watch: None,
         }
     }
 }
@@ -97,6 +101,16 @@ fn notsent_lowat_default() -> Option<u32> {
 pub(crate) fn notsent_fitted() -> bool {
     static FITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FITTED.get_or_init(|| notsent_lowat_env().is_none())
+}
+
+/// Whether a listener with `opts` keeps a data connection from `peer`
+/// ([`SockOpts::accept_from`]); a refusal is logged.
+pub(crate) fn admitted(opts: &SockOpts, peer: SocketAddr) -> bool {
+    let ok = opts.admits(peer);
+    if !ok {
+        tracing::warn!(%peer, "data connection refused: not from the client's address (serve --data-peers any accepts it)");
+    }
+    ok
 }
 
 /// Apply `opts` to `sock` ([`tune`]), logging at debug level, under
@@ -282,8 +296,14 @@ impl DataChannel {
     fn accept(&self, l: &TcpListener) -> Result<TcpStream> {
         let start = Instant::now();
         while start.elapsed() < self.idle {
+            if self.watch.as_ref().is_some_and(|c| c.is_cancelled()) {
+                return Err(EngineError::Aborted);
+            }
             if wait_readable(l, Duration::from_millis(200)).map_err(|e| EngineError::io("data listener", e))? {
-                let (c, _) = l.accept().map_err(|e| EngineError::io("accepting data connection", e))?;
+                let (c, peer) = l.accept().map_err(|e| EngineError::io("accepting data connection", e))?;
+                if !admitted(&self.opts, peer) {
+                    continue;
+                }
                 self.prepare_socket(&c);
                 return Ok(c);
             }

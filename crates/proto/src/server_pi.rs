@@ -15,7 +15,7 @@ use crate::line::Line;
 use crate::reply::Reply;
 use crate::vpath::VPath;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Static configuration of a server session.
 #[derive(Debug, Clone)]
@@ -32,6 +32,10 @@ pub struct PiConfig {
     pub cksum_algs: Vec<String>,
     /// The port data connections opened ahead go to (FEAT `DCON`), if any.
     pub dcon_port: Option<u16>,
+    /// The only address PORT may name (the client's), if the server
+    /// connects to no one else: otherwise a client could have it send a
+    /// file's bytes to any host and port (an FTP bounce).
+    pub data_peer: Option<IpAddr>,
 }
 
 /// Transfer mode (RFC 959 3.4, GFD.20 MODE E).
@@ -453,8 +457,26 @@ impl ServerPi {
     }
 
     fn set_active(&mut self, addrs: Vec<SocketAddr>) {
+        if let Some(why) = addrs.iter().find_map(|a| self.refuse_active(a.ip())) {
+            return self.reply(501, why);
+        }
         self.reply(200, "PORT Command successful.");
         self.action(Action::Active(addrs));
+    }
+
+    /// Why the server must not connect to `ip`, if it must not.
+    fn refuse_active(&self, ip: IpAddr) -> Option<String> {
+        let ip = ip.to_canonical();
+        let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+        if ip.is_unspecified() || ip.is_multicast() || broadcast {
+            return Some(format!("PORT to {ip}: not a host address."));
+        }
+        match self.cfg.data_peer.map(|p| p.to_canonical()) {
+            Some(p) if p != ip => Some(format!(
+                "PORT to {ip}: this server connects only to its client ({p}); `serve --data-peers any` allows third-party transfers."
+            )),
+            _ => None,
+        }
     }
 
     fn set_buffer(&mut self, n: u64, text: &str) {

@@ -21,6 +21,7 @@ fn cfg(anonymous: bool, read_only: bool) -> PiConfig {
         version: "9.8.7".into(),
         cksum_algs: vec!["ADLER32".into(), "MD5".into()],
         dcon_port: Some(4242),
+        data_peer: None,
     }
 }
 

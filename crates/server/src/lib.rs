@@ -86,6 +86,21 @@ pub struct ServerConfig {
     pub ahead: ahead::AheadPort,
     /// Sessions at once, overall and per address.
     pub limits: admission::Limits,
+    /// Whom data connections may come from and go to.
+    pub data_peers: DataPeers,
+}
+
+/// Whom a session's data connections may come from (PASV) and go to
+/// (PORT). GridFTP without GSI has no data-channel authentication: a
+/// PASV port takes the first connection that comes, and PORT can name any
+/// host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DataPeers {
+    /// The session's client only (its control connection's address).
+    #[default]
+    Client,
+    /// Any host: what third-party transfers between hosts need.
+    Any,
 }
 
 /// Shared by all sessions.
@@ -106,8 +121,8 @@ pub struct ServerCtx {
 }
 
 impl ServerCtx {
-    /// Per-session protocol configuration.
-    pub fn pi_config(&self) -> PiConfig {
+    /// Protocol configuration of a session whose client is at `peer`.
+    pub fn pi_config(&self, peer: Option<IpAddr>) -> PiConfig {
         PiConfig {
             banner: format!("lightpath GridFTP Server {}", env!("CARGO_PKG_VERSION")),
             anonymous: self.cfg.anonymous,
@@ -115,6 +130,16 @@ impl ServerCtx {
             version: env!("CARGO_PKG_VERSION").to_string(),
             cksum_algs: lightpath_engine::checksum::ALGORITHMS.iter().map(|s| s.to_string()).collect(),
             dcon_port: self.ahead.as_ref().map(|a| a.1),
+            data_peer: self.data_peer(peer),
+        }
+    }
+
+    /// The only address data connections of a session whose client is at
+    /// `peer` may come from and go to, if there is one.
+    pub fn data_peer(&self, peer: Option<IpAddr>) -> Option<IpAddr> {
+        match self.cfg.data_peers {
+            DataPeers::Client => peer,
+            DataPeers::Any => None,
         }
     }
 }

@@ -74,7 +74,8 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
     let reader = tokio::spawn(read_lines(rd, tx, current.clone()));
     let mut dc = DataChannel::new();
     configure(&mut dc, ctx.cfg.congestion.as_deref(), rtt);
-    let pi = ServerPi::new(ctx.pi_config());
+    dc.opts.accept_from = ctx.data_peer(peer.map(|p| p.ip()));
+    let pi = ServerPi::new(ctx.pi_config(peer.map(|p| p.ip())));
     let since = tokio::time::Instant::now();
     let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new(), since, failed_logins: 0 };
     tracing::info!(?peer, "session start");
@@ -305,6 +306,11 @@ impl Session {
             (PassiveKind::Epsv, _) => Reply::new(229, format!("Entering Extended Passive Mode (|||{port}|)")),
             (_, None) => Reply::new(522, "IPv6 control connection: use EPSV"),
         };
+        // SBUF / SITE BUFSIZE before PASV: the listener takes the size, so
+        // that the window scale the handshake offers fits it (set after the
+        // accept, a small buffer left a window below one segment).
+        let b = self.pi.settings().tcp_buffer;
+        self.dc.opts.buffer = (b > 0).then_some(b as usize);
         self.dc.listen(l);
         self.send(&reply).await
     }
@@ -324,6 +330,7 @@ impl Session {
         let markers = every.is_some();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let mut dc = std::mem::take(&mut self.dc);
+        dc.watch = Some(ctl.clone());
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
         dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
@@ -355,11 +362,12 @@ impl Session {
         tick.tick().await;
         let (dc, result) = loop {
             tokio::select! {
-                done = &mut job => break done.unwrap_or_else(|_| (DataChannel::new(), Err(Reply::new(451, "Internal error.")))),
+                done = &mut job => break done.unwrap_or_else(|_| (self.fresh_channel(), Err(Reply::new(451, "Internal error.")))),
                 _ = tick.tick(), if started && markers => self.markers(&ctl).await?,
             }
         };
         self.dc = dc;
+        self.dc.watch = None;
         configure(&mut self.dc, self.ctx.cfg.congestion.as_deref(), self.rtt);
         if !started {
             return Ok(());
@@ -376,6 +384,13 @@ impl Session {
             }
             Err(r) => self.send(&r).await,
         }
+    }
+
+    /// A data channel with no endpoint, under this session's data-peer rule.
+    fn fresh_channel(&self) -> DataChannel {
+        let mut dc = DataChannel::new();
+        dc.opts.accept_from = self.ctx.data_peer(self.peer.map(|p| p.ip()));
+        dc
     }
 
     async fn markers(&mut self, ctl: &Control) -> std::io::Result<()> {

@@ -140,6 +140,19 @@ pub struct SockOpts {
     /// A receive window to start from, autotuning kept (see
     /// [`start_recv_window`]); unlike `buffer`, it only ever raises.
     pub recv_window: Option<usize>,
+    /// Listeners accept data connections from this address only (a
+    /// server's client), others are closed: with no data-channel
+    /// authentication, anyone who reaches a PASV port first would get the
+    /// data or could write it. `None`: from anywhere. Not a socket option;
+    /// it travels with the listener's options to wherever it accepts.
+    pub accept_from: Option<std::net::IpAddr>,
+}
+
+impl SockOpts {
+    /// Whether a data connection from `peer` may be accepted.
+    pub fn admits(&self, peer: std::net::SocketAddr) -> bool {
+        self.accept_from.is_none_or(|ip| ip.to_canonical() == peer.ip().to_canonical())
+    }
 }
 
 /// Apply [`SockOpts`]; returns what could not be applied, for verbose output.

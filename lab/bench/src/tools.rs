@@ -239,6 +239,10 @@ fn lightpath_server(spec: &ToolSpec, progs: &Programs, ctx: &Ctx, role: &str, si
     if ctx.is_memory() {
         argv.push("--memory-paths".into());
     }
+    if ctx.mode == Mode::ThirdParty {
+        // The data goes between the servers, not to the client.
+        argv.extend(["--data-peers".into(), "any".into()]);
+    }
     argv.extend(spec.server_args.iter().cloned());
     ServerCmd { role: s(role), side, port, argv }
 }

@@ -408,6 +408,7 @@ impl<'a> Driver<'a> {
 
     fn accept(&mut self, l: &TcpListener, sock: &SockOpts, all: &mut Vec<TcpStream>) -> Result<()> {
         match l.accept() {
+            Ok((_, peer)) if !crate::datachan::admitted(sock, peer) => Ok(()),
             Ok((c, _)) => {
                 crate::datachan::tune_logged(&c, sock, "data socket");
                 self.accepted += 1;
