@@ -407,3 +407,21 @@ fn a_pipelined_flight_is_answered_in_a_few_segments() {
     // SYN-ACK, an ACK of the flight, the greeting and the replies in a few writes.
     assert!(n <= 8, "{n} segments for 13 replies:\n{got}");
 }
+
+/// guc `-tcp-bs 8192` sends `SITE STORBUFSIZE` before PASV. The listener
+/// must take the size before the client connects: the window scale of the
+/// handshake comes from the buffer then, and a small buffer set only after
+/// the accept left a window below one segment (10 MB took 66 s).
+#[test]
+fn a_buffer_size_sent_before_pasv_sizes_the_handshake() {
+    let (_d, root, _local) = root_and_local();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    let conn = std::net::TcpStream::connect(c.pasv()).unwrap();
+    let autotuned = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
+    assert!(autotuned >= 4, "a default listener offers room to grow: wscale {autotuned}");
+    assert_eq!(c.cmd("SITE STORBUFSIZE 8192").0, 200);
+    let conn = std::net::TcpStream::connect(c.pasv()).unwrap();
+    let wscale = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
+    assert!(wscale <= 1, "an 8 KiB buffer offers a window scale of 0 or 1, not {wscale}");
+}

@@ -207,6 +207,12 @@ pub fn syn_data_acked(sock: &impl AsFd) -> io::Result<bool> {
     Ok(tcp_info(sock)?.tcpi_options & TCPI_OPT_SYN_DATA != 0)
 }
 
+/// The window scale the peer offered in its handshake (`TCP_INFO`'s
+/// `tcpi_snd_wscale`, the low nibble of the byte it shares).
+pub fn tcp_peer_wscale(sock: &impl AsFd) -> io::Result<u8> {
+    Ok(tcp_info(sock)?.tcpi_snd_rcv_wscale & 0x0f)
+}
+
 /// The rate (bytes/s) at which the kernel paces this socket's sends
 /// (`TCP_INFO`'s `tcpi_pacing_rate`); `None` while it has none.
 pub fn tcp_pacing_rate(sock: &impl AsFd) -> io::Result<Option<u64>> {
