@@ -148,6 +148,13 @@ fn hostile_mode_e_uploads_leave_no_file() {
     let mut dc = start_mode_e_upload(&mut c, "badeof", None);
     dc.write_all(&block(BlockHeader::eof_eod(0), b"")).unwrap();
     assert_eq!(c.final_reply().0, 426);
+    // EOF with payload bytes: they would have no offset.
+    let mut dc = start_mode_e_upload(&mut c, "eofdata", None);
+    let eof = BlockHeader { count: 5, ..BlockHeader::eof_eod(1) };
+    dc.write_all(&[block(BlockHeader::data(0, 3), b"abc"), block(eof, b"12345")].concat()).unwrap();
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 426, "{text}");
+    assert!(text.contains("payload"), "{text}");
     let mut dc = start_mode_e_upload(&mut c, "huge", None);
     dc.write_all(&block(BlockHeader::data(u64::MAX - 10, 100), b"")).unwrap();
     assert_eq!(c.final_reply().0, 426);

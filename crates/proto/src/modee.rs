@@ -64,6 +64,10 @@ pub enum HeaderError {
     /// An EOF block announcing an absurd number of EODs.
     #[error("EOF announces {0} data connections")]
     BadEodCount(u64),
+    /// An EOF block with a count: its offset field is the EOD count, so
+    /// bytes after it would have no offset (GCT sends 0 and ignores it).
+    #[error("EOF block claims {0} payload bytes")]
+    EofPayload(u64),
 }
 
 /// Upper bound on the EOD count an EOF block may announce.
@@ -120,6 +124,9 @@ impl BlockHeader {
             if self.offset == 0 || self.offset > MAX_STREAMS {
                 return Err(HeaderError::BadEodCount(self.offset));
             }
+            if self.count != 0 {
+                return Err(HeaderError::EofPayload(self.count));
+            }
             return Ok(());
         }
         if self.offset.checked_add(self.count).is_none() {
@@ -175,6 +182,8 @@ mod tests {
         assert!(h.validate().is_err());
         assert!(BlockHeader::eof_eod(0).validate().is_err());
         assert!(BlockHeader::eof_eod(MAX_STREAMS + 1).validate().is_err());
+        let with_payload = BlockHeader { count: 5, ..BlockHeader::eof_eod(1) };
+        assert_eq!(with_payload.validate(), Err(HeaderError::EofPayload(5)));
         let r = BlockHeader { desc: Descriptor(Descriptor::RESTART), count: 0, offset: 0 };
         assert_eq!(r.validate(), Err(HeaderError::Unsupported(0x10)));
     }

@@ -88,7 +88,7 @@ fn header_model_ok(desc: u8, count: u64, offset: u64) -> bool {
         return false;
     }
     if desc & 0x40 != 0 {
-        return (1..=1024).contains(&offset);
+        return (1..=1024).contains(&offset) && count == 0;
     }
     u128::from(offset) + u128::from(count) <= u128::from(u64::MAX)
 }
@@ -132,8 +132,10 @@ proptest! {
                 prop_assert!(!header_model_ok(h.desc.0, h.count, h.offset));
                 let expect_kind = if bytes[0] & 0x90 != 0 {
                     matches!(e, HeaderError::Unsupported(d) if d == bytes[0])
-                } else if bytes[0] & 0x40 != 0 {
+                } else if bytes[0] & 0x40 != 0 && !(1..=MAX_STREAMS).contains(&h.offset) {
                     matches!(e, HeaderError::BadEodCount(n) if n == h.offset)
+                } else if bytes[0] & 0x40 != 0 {
+                    matches!(e, HeaderError::EofPayload(n) if n == h.count)
                 } else {
                     matches!(e, HeaderError::Overflow { offset, count } if offset == h.offset && count == h.count)
                 };
