@@ -29,7 +29,7 @@ mod writer;
 
 pub use pack::{pack, Pack, PackItem, PackOptions, PackStats};
 pub use reader::PackReader;
-pub use unpack::{UnpackOptions, UnpackStats, Unpacker};
+pub use unpack::{UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
 
 use crate::error::EngineError;
 use lightpath_proto::manifest::{show, ManifestError};

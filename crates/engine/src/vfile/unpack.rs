@@ -13,7 +13,17 @@ use std::fs::{FileTimes, Permissions};
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Data parked by every tree of this process at once (see
+/// [`UnpackOptions::park_limit`]): a peer can send a tree's data before its
+/// manifest, and twenty sessions doing so would otherwise hold twenty
+/// times one tree's limit.
+pub const PARK_LIMIT_ALL: u64 = 1 << 30;
+
+/// Bytes parked now, by all trees.
+static PARKED_ALL: AtomicU64 = AtomicU64::new(0);
 
 /// Pieces this large or larger are written by the thread that received
 /// them, from its buffer, when their entries are known: copying them for
@@ -128,12 +138,20 @@ pub struct Unpacker {
     spares: Arc<Spares>,
 }
 
+impl Drop for State {
+    /// What is still parked leaves the process-wide count with the tree.
+    fn drop(&mut self) {
+        PARKED_ALL.fetch_sub(self.parked_bytes, Ordering::Relaxed);
+    }
+}
+
 impl Unpacker {
     /// An unpacker writing beneath `root` (which should exist; existing
     /// directories are merged, existing files and links replaced).
     pub fn new(root: Arc<Root>, opts: UnpackOptions) -> Result<Self, VfileError> {
         let pool = Pool::new(Arc::new(WorkCtx::new(root)), opts.workers, opts.queue)?;
-        let st = State { decoder: Decoder::new(opts.limits), ..State::default() };
+        let mut st = State::default();
+        st.decoder = Decoder::new(opts.limits);
         Ok(Unpacker { opts, st: Mutex::new(st), pool, spares: Arc::default() })
     }
 
@@ -213,6 +231,9 @@ impl Unpacker {
     fn check_park(&self, st: &State) -> Result<(), VfileError> {
         if st.parked_bytes > self.opts.park_limit {
             return Err(VfileError::ParkLimit(self.opts.park_limit));
+        }
+        if st.parked_bytes > 0 && PARKED_ALL.load(Ordering::Relaxed) > PARK_LIMIT_ALL {
+            return Err(VfileError::ParkLimit(PARK_LIMIT_ALL));
         }
         Ok(())
     }
@@ -319,6 +340,7 @@ impl Unpacker {
             let rest = range.start + (cut - start) as usize..range.end;
             st.parked.insert(cut, (data, rest));
             st.parked_bytes += end - cut;
+            PARKED_ALL.fetch_add(end - cut, Ordering::Relaxed);
             st.stats.parked_peak = st.stats.parked_peak.max(st.parked_bytes);
         }
     }
@@ -331,6 +353,7 @@ impl Unpacker {
             }
             let Some((_, (data, range))) = st.parked.pop_first() else { break };
             st.parked_bytes -= range.len() as u64;
+            PARKED_ALL.fetch_sub(range.len() as u64, Ordering::Relaxed);
             Self::place(st, start, data, range, pieces);
         }
     }
