@@ -112,7 +112,7 @@ pub fn run(a: CpArgs) -> ExitCode {
         // 128 + SIGINT, as shells report an interrupted command.
         Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
-            eprintln!("lightpath: {e:#}");
+            eprintln!("lightpath: {}", crate::term::message(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -160,12 +160,9 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     };
     let failed: Vec<_> = results.iter().filter(|r| r.result.is_err()).collect();
     for f in &failed {
-        eprintln!(
-            "lightpath: FAILED {} -> {}: {}",
-            f.src,
-            f.dst,
-            f.result.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
-        );
+        let why = f.result.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+        let (src, dst) = (crate::term::name(&f.src.to_string()), crate::term::name(&f.dst.to_string()));
+        eprintln!("lightpath: FAILED {src} -> {dst}: {}", crate::term::message(&why));
     }
     let bytes: u64 = results.iter().filter_map(|r| r.result.as_ref().ok()).sum();
     let ok: Vec<_> = results.iter().filter(|r| r.result.is_ok()).collect();
@@ -279,7 +276,7 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     let (rt, mut s, path) = open(&a.url)?;
     for e in rt.block_on(s.list(&path))? {
         let kind = if e.is_dir { "d" } else { "-" };
-        println!("{kind} {:>14} {}", e.size, String::from_utf8_lossy(&e.name));
+        println!("{kind} {:>14} {}", e.size, crate::term::name(&String::from_utf8_lossy(&e.name)));
     }
     rt.block_on(s.quit());
     Ok(())
@@ -289,6 +286,9 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
 pub fn sum(a: SumArgs) -> anyhow::Result<()> {
     let (rt, mut s, path) = open(&a.url)?;
     let sum = rt.block_on(s.checksum(&a.alg.to_ascii_uppercase(), &path))?;
+    // A digest is hex digits; anything else is not one, whatever the reply code.
+    let hex = !sum.is_empty() && sum.len() <= 128 && sum.bytes().all(|b| b.is_ascii_hexdigit());
+    anyhow::ensure!(hex, "the server's CKSM reply is not a digest: {:.80}", crate::term::name(&sum));
     println!("{sum}  {}", a.url);
     rt.block_on(s.quit());
     Ok(())

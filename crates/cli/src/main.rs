@@ -5,6 +5,7 @@ mod cp;
 mod demo;
 mod placement;
 mod serve;
+mod term;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -74,7 +75,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lightpath: {e:#}");
+            eprintln!("lightpath: {}", term::message(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }

@@ -425,3 +425,18 @@ fn a_buffer_size_sent_before_pasv_sizes_the_handshake() {
     let wscale = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
     assert!(wscale <= 1, "an 8 KiB buffer offers a window scale of 0 or 1, not {wscale}");
 }
+
+/// Names and replies are the peer's bytes: `ls` prints their control
+/// characters escaped, so a name cannot retitle or clear the terminal.
+#[test]
+fn ls_escapes_control_characters_in_names() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_d, root, _local) = root_and_local();
+    std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"a\x1b]0;PWNED\x07\x1b[2Jb")), b"x").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let out = std::process::Command::new(LP).args(["ls", &format!("ftp://127.0.0.1:{port}/")]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!out.stdout.iter().any(|&b| b == 0x1b || b == 0x07), "raw control bytes printed: {:?}", out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("a\\x1b]0;PWNED\\x07\\x1b[2Jb"), "{text}");
+}

@@ -73,7 +73,9 @@ impl Features {
             }
             LIGHTPATH_FEAT => self.lightpath = Some(arg.trim().to_string()),
             LPVF_FEAT => self.lpvf = arg.trim().parse().ok(),
-            DCON_FEAT => self.dcon = arg.trim().parse().ok().filter(|&p| p != 0),
+            // Not a privileged port: a server must not aim our hellos at
+            // its host's ssh or mail daemon (PASV replies are held to the same).
+            DCON_FEAT => self.dcon = arg.trim().parse().ok().filter(|&p| p >= 1024),
             _ => {}
         }
     }
@@ -113,7 +115,7 @@ mod tests {
         let lines = [" LIGHTPATH 0.1.0", " LPVF 1", " DCON 2912"].map(String::from);
         let f = Features::from_reply(&Reply::multi(211, "Extensions supported", lines));
         assert_eq!((f.lightpath.as_deref(), f.lpvf, f.dcon), (Some("0.1.0"), Some(1), Some(2912)));
-        for bad in [" DCON 0", " DCON", " DCON 70000", " DCON x"] {
+        for bad in [" DCON 0", " DCON", " DCON 70000", " DCON x", " DCON 22", " DCON 1023"] {
             let f = Features::from_reply(&Reply::multi(211, "x", [bad.to_string()]));
             assert_eq!(f.dcon, None, "{bad}");
         }
