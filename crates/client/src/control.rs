@@ -138,6 +138,13 @@ impl ControlConn {
         self.stream.write_all(&line).await.map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))
     }
 
+    /// Close our half of the connection: the server reads its end and ends
+    /// the session, stopping any transfer. Replies it still sends can be read.
+    pub async fn shutdown(&mut self) {
+        let _ = self.uncork().await;
+        let _ = self.stream.shutdown().await;
+    }
+
     /// Hold commands back until [`ControlConn::uncork`] (or the next read of
     /// a reply) writes them in one piece. A flight of a dozen commands
     /// written one by one (with TCP_NODELAY) is a dozen segments, and a new

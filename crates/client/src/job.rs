@@ -105,21 +105,27 @@ pub async fn copy(
         .iter()
         .filter_map(|s| if let Location::Remote(r) = s { same_server(r).then(|| r.path.clone()) } else { None })
         .collect();
+    let verify = opts.verify.as_deref();
+    if srcs.iter().chain([&dst]).any(|l| matches!(l, Location::Local(_))) {
+        computed_here(verify)?;
+    }
     let tree = opts.recursive && srcs.len() == 1 && opts.part.is_none();
     // A remote tree to a local directory, or one remote file to a local
     // path: VRET or RETR goes with the login (one round trip less).
     let one_file = !opts.recursive && srcs.len() == 1 && opts.part.is_none();
+    // Not with --verify: the servers' CKSM algorithms are checked first.
     let spec = match (&remote_src, &dst) {
+        _ if verify.is_some() => Speculation::None,
         (Some(r), Location::Local(_)) if tree && same_server(r) => Speculation::Tree(r.path.as_slice()),
         (Some(r), Location::Local(_)) if one_file && same_server(r) => Speculation::File(r.path.as_slice()),
         _ => Speculation::None,
     };
     let mut lister = match &remote_src {
-        Some(r) => Some(Session::open_speculating(r, sopts.clone(), &paths, spec).await?),
+        Some(r) => Some(offers(Session::open_speculating(r, sopts.clone(), &paths, spec).await?, verify)?),
         None => None,
     };
     if tree {
-        if let Some(r) = try_tree(&srcs[0], &dst, &mut lister, &sopts, &progress).await? {
+        if let Some(r) = try_tree(&srcs[0], &dst, &mut lister, &sopts, &progress, verify).await? {
             return Ok(r);
         }
     }
@@ -132,19 +138,21 @@ pub async fn copy(
     }
     progress.planned.store(plan.bytes(), std::sync::atomic::Ordering::Relaxed);
     progress.files.store(plan.files.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    let dst_session = make_dirs(&plan, &dst, &sopts).await?;
+    let dst_session = make_dirs(&plan, &dst, &sopts, verify).await?;
     // The planning sessions become the first worker's sessions: no second login.
     run_workers(plan, opts, sopts, (lister, dst_session)).await
 }
 
 /// A directory copy as one virtual file (VRET/VSTO) when every remote end
-/// offers `LPVF`. `None`: not applicable, copy file by file.
+/// offers `LPVF`. `None`: not applicable, copy file by file. With
+/// `verify`, every file is checked once the tree is there.
 async fn try_tree(
     src: &Location,
     dst: &Location,
     lister: &mut Option<Session>,
     sopts: &SessionOpts,
     progress: &Progress,
+    verify: Option<&str>,
 ) -> Result<Option<Vec<FileResult>>, ClientError> {
     let is_dir = match (src, lister.as_mut()) {
         (Location::Local(p), _) => p.is_dir(),
@@ -156,7 +164,9 @@ async fn try_tree(
     }
     let target = crate::vfile::tree_target(src, dst);
     let mut dst_s = match &target {
-        Location::Remote(r) => Some(Session::open_speculating(r, sopts.clone(), &[], upload_from(src)).await?),
+        Location::Remote(r) => {
+            Some(offers(Session::open_speculating(r, sopts.clone(), &[], upload_from(src)).await?, verify)?)
+        }
         Location::Local(_) => None,
     };
     let lacking: Vec<String> =
@@ -169,29 +179,83 @@ async fn try_tree(
         return Ok(None);
     }
     let files = Arc::new(AtomicU64::new(0));
-    let r = match (src, &target, lister.as_mut(), dst_s.as_mut()) {
-        (Location::Remote(sr), Location::Local(p), Some(s), None) => {
-            crate::vfile::get_tree(s, &sr.path, p.clone(), files.clone()).await
-        }
-        (Location::Local(p), Location::Remote(dr), None, Some(d)) => {
-            crate::vfile::put_tree(d, p.clone(), &dr.path, files.clone()).await
-        }
-        (Location::Remote(sr), Location::Remote(dr), Some(s), Some(d)) => {
-            crate::vfile::tpt_tree(s, d, &sr.path, &dr.path, files.clone()).await
-        }
-        _ => return Ok(None),
+    let Some(r) = run_tree(src, &target, lister.as_mut(), dst_s.as_mut(), files.clone()).await else {
+        return Ok(None);
     };
+    let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: 0 }];
+    if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
+        match crate::vfile::verify_tree(src, &target, alg, lister.as_mut(), dst_s.as_mut()).await {
+            Ok(failed) => out.extend(failed),
+            Err(e) => out[0].result = Err(e),
+        }
+    }
     let files = files.load(std::sync::atomic::Ordering::Relaxed);
+    out[0].files = files.saturating_sub(out.len() as u64 - 1);
     progress.files.store(files, std::sync::atomic::Ordering::Relaxed);
     for s in [lister.take(), dst_s].into_iter().flatten() {
         s.quit().await;
     }
-    Ok(Some(vec![FileResult { src: describe(src), dst: describe(&target), result: r, files }]))
+    Ok(Some(out))
 }
 
-/// Create the destination directories; returns the session used for a remote destination.
-async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<Option<Session>, ClientError> {
-    if plan.dirs.is_empty() {
+/// The tree copy itself, by the direction of the copy (`None`: local to local).
+async fn run_tree(
+    src: &Location,
+    target: &Location,
+    s: Option<&mut Session>,
+    d: Option<&mut Session>,
+    files: Arc<AtomicU64>,
+) -> Option<Result<u64, ClientError>> {
+    Some(match (src, target, s, d) {
+        (Location::Remote(sr), Location::Local(p), Some(s), None) => {
+            crate::vfile::get_tree(s, &sr.path, p.clone(), files).await
+        }
+        (Location::Local(p), Location::Remote(dr), None, Some(d)) => {
+            crate::vfile::put_tree(d, p.clone(), &dr.path, files).await
+        }
+        (Location::Remote(sr), Location::Remote(dr), Some(s), Some(d)) => {
+            crate::vfile::tpt_tree(s, d, &sr.path, &dr.path, files).await
+        }
+        _ => return None,
+    })
+}
+
+/// `s`, unless `--verify alg` cannot be honoured by it: a server whose
+/// FEAT lists the CKSM algorithms it computes, without `alg`, is refused
+/// before anything is copied.
+fn offers(s: Session, verify: Option<&str>) -> Result<Session, ClientError> {
+    match verify {
+        Some(alg) if !s.feat.cksm.is_empty() && !s.feat.has_cksm(alg) => Err(ClientError::Usage(format!(
+            "--verify {alg}: {} does not compute {alg} checksums (its CKSM offers {})",
+            s.ctl.name,
+            s.feat.cksm.join(", ")
+        ))),
+        _ => Ok(s),
+    }
+}
+
+/// `--verify alg` with a local end: this client must compute `alg` too.
+fn computed_here(verify: Option<&str>) -> Result<(), ClientError> {
+    use lightpath_engine::checksum::{Checksum, ALGORITHMS};
+    match verify {
+        Some(alg) if Checksum::new(alg).is_none() => Err(ClientError::Usage(format!(
+            "--verify {alg}: not a checksum this client computes ({})",
+            ALGORITHMS.join(", ")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Create the destination directories; returns the session used for a
+/// remote destination (opened for `verify` alone too, to check its CKSM
+/// algorithms before anything is copied).
+async fn make_dirs(
+    plan: &Plan,
+    dst: &Location,
+    sopts: &SessionOpts,
+    verify: Option<&str>,
+) -> Result<Option<Session>, ClientError> {
+    if plan.dirs.is_empty() && (verify.is_none() || matches!(dst, Location::Local(_))) {
         return Ok(None);
     }
     match dst {
@@ -204,7 +268,7 @@ async fn make_dirs(plan: &Plan, dst: &Location, sopts: &SessionOpts) -> Result<O
             Ok(None)
         }
         Location::Remote(r) => {
-            let mut s = Session::open(r, sopts.clone()).await?;
+            let mut s = offers(Session::open(r, sopts.clone()).await?, verify)?;
             for d in &plan.dirs {
                 if let Location::Remote(dr) = d {
                     s.mkdir(dr.path.strip_suffix(b"/").unwrap_or(&dr.path)).await?;
@@ -386,16 +450,19 @@ async fn verify_batch<'a>(
 async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::path::Path) -> Result<(), ClientError> {
     let theirs = s.checksum(alg, rpath).await?;
     let (a, p) = (alg.to_string(), lpath.to_path_buf());
-    let ours = tokio::task::spawn_blocking(move || {
-        let src = LocalSource::File(p).open()?;
-        checksum(src.as_ref(), &a, 0, None).map_err(|e| ClientError::Local(e.to_string()))
-    })
-    .await
-    .map_err(|e| ClientError::Local(e.to_string()))??;
+    let ours = tokio::task::spawn_blocking(move || local_digest(&a, &p))
+        .await
+        .map_err(|e| ClientError::Local(e.to_string()))??;
     if theirs != ours {
         return Err(ClientError::Checksum { alg: alg.into(), local: ours, remote: theirs });
     }
     Ok(())
+}
+
+/// The `alg` digest of the local file at `p` (blocking: reads it all).
+pub(crate) fn local_digest(alg: &str, p: &std::path::Path) -> Result<String, ClientError> {
+    let src = LocalSource::File(p.to_path_buf()).open()?;
+    checksum(src.as_ref(), alg, 0, None).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))
 }
 
 async fn tpt_batch(
@@ -407,7 +474,15 @@ async fn tpt_batch(
 ) -> Vec<Result<u64, ClientError>> {
     let mut out = Vec::new();
     for i in batch {
-        let mut r = crate::thirdparty::transfer(s, d, remote(&i.src), remote(&i.dst), i.size, opts, linked).await;
+        // A server whose transfer was given up because the other failed.
+        let reopened = match s.reopen_if_out_of_step().await {
+            Ok(()) => d.reopen_if_out_of_step().await,
+            e => e,
+        };
+        let mut r = match reopened {
+            Ok(()) => crate::thirdparty::transfer(s, d, remote(&i.src), remote(&i.dst), i.size, opts, linked).await,
+            Err(e) => Err(e),
+        };
         if r.is_err() {
             *linked = false;
         }

@@ -114,6 +114,27 @@ pub(crate) async fn remote_stat(r: &Remote, lister: Option<&mut Session>) -> Res
     Ok((is_dir || r.path.ends_with(b"/"), size))
 }
 
+/// The regular files of the tree at `src`, each with where a copy of the
+/// tree to `target` puts it: what `--verify` checks of a tree copied as
+/// one virtual file. Symlinks are left out (that copy makes them links
+/// again); a remote tree is listed with MLSD by `lister`.
+pub(crate) async fn tree_files(
+    src: &Location,
+    target: &Location,
+    lister: Option<&mut Session>,
+) -> Result<Vec<Item>, ClientError> {
+    let mut plan = Plan::default();
+    match src {
+        Location::Local(p) => {
+            walk_local(p, target, &mut plan)?;
+            let regular = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+            plan.files.retain(|i| matches!(&i.src, Location::Local(p) if regular(p)));
+        }
+        Location::Remote(r) => walk_remote(r, target, lister, 0, &mut plan).await?,
+    }
+    Ok(plan.files)
+}
+
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
     let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
     while let Some((dir, t)) = queue.pop_front() {

@@ -2,14 +2,18 @@
 //! listings, and the two-party transfers with pipelined commands over a
 //! reused MODE E channel: GET here, PUT in the `put` submodule.
 
+mod fs;
 mod put;
+
+pub use fs::{parse_mlsd, Entry};
 
 use crate::ahead::{self, AheadConns};
 use crate::control::ControlConn;
 use crate::local::LocalTarget;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
-use lightpath_engine::{Control, DataChannel, MemorySink, RecvOpts};
+use fs::{stat_cmds, stat_of};
+use lightpath_engine::{Control, DataChannel, RecvOpts};
 use lightpath_proto::{hostport, Features};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -51,17 +55,6 @@ impl SessionOpts {
     pub fn control(&self) -> Arc<Control> {
         Arc::new(Control::for_job(self.total.clone(), self.cancel.clone()))
     }
-}
-
-/// One entry of a remote listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// Name (raw bytes).
-    pub name: Vec<u8>,
-    /// Directory?
-    pub is_dir: bool,
-    /// Size in bytes (files).
-    pub size: u64,
 }
 
 /// A GET or PUT of one file.
@@ -111,6 +104,10 @@ pub struct Session {
     /// Receive window our data connections start with
     /// ([`lightpath_plan::start_recv_window`]).
     recv_window: Option<usize>,
+    /// The control connection was closed or lost mid-transfer: the
+    /// session must be reopened before its next command
+    /// ([`Session::abandon_transfer`], [`Session::lost`]).
+    out_of_step: bool,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -175,6 +172,7 @@ impl Session {
             spec_vret: None,
             spec_retr: None,
             recv_window,
+            out_of_step: false,
             opts,
         };
         if let Some(job) = pending {
@@ -279,23 +277,6 @@ impl Session {
         Ok(())
     }
 
-    /// Whether `path` is a directory, and its size (0 when unknown): from
-    /// the login's answers, else MLST and SIZE sent together (one round trip).
-    pub async fn stat(&mut self, path: &[u8]) -> Result<(bool, u64), ClientError> {
-        if let Some(&st) = self.stats.get(path) {
-            return Ok(st);
-        }
-        self.ctl.flush().await?;
-        for cmd in stat_cmds(path) {
-            self.ctl.send(cmd.as_bytes()).await?;
-        }
-        let mlst = self.ctl.final_reply().await?;
-        let size = self.ctl.final_reply().await?;
-        let st = stat_of(&mlst, &size);
-        self.stats.insert(path.to_vec(), st);
-        Ok(st)
-    }
-
     /// Streams for this session's transfers: as asked, or enough for
     /// `target_bps` at the measured RTT with the kernel's largest window.
     pub fn streams(&self) -> u32 {
@@ -345,59 +326,6 @@ impl Session {
         // A server behind NAT may announce a private address; use the control peer's.
         let peer = self.ctl.peer_addr().map(|p| p.ip()).unwrap_or(a.ip());
         Ok(if a.ip().is_unspecified() { SocketAddr::new(peer, a.port()) } else { a })
-    }
-
-    /// `SIZE path`, if the server supports it and the file exists.
-    pub async fn remote_size(&mut self, path: &[u8]) -> Result<Option<u64>, ClientError> {
-        let r = self.ctl.cmd(&format!("SIZE {}", String::from_utf8_lossy(path))).await?;
-        Ok(if r.code == 213 { r.text().trim().parse().ok() } else { None })
-    }
-
-    /// `MKD`, ignoring "already exists".
-    pub async fn mkdir(&mut self, path: &[u8]) -> Result<(), ClientError> {
-        let mut cmd = b"MKD ".to_vec();
-        cmd.extend_from_slice(path);
-        self.ctl.send(&cmd).await?;
-        let r = self.ctl.final_reply().await?;
-        if r.is_error() && r.code != 553 && r.code != 550 && r.code != 521 {
-            return Err(self.ctl.unexpected("MKD", &r));
-        }
-        Ok(())
-    }
-
-    /// `CKSM alg 0 -1 path`.
-    pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
-        let r = self.ctl.ok(&format!("CKSM {alg} 0 -1 {}", String::from_utf8_lossy(path))).await?;
-        Ok(r.text().trim().to_ascii_lowercase())
-    }
-
-    /// Directory listing with MLSD (MODE S, fresh PASV, as GCT expects).
-    pub async fn list(&mut self, path: &[u8]) -> Result<Vec<Entry>, ClientError> {
-        self.set_mode(false).await?;
-        let addr = self.pasv().await?;
-        let mut cmd = b"MLSD ".to_vec();
-        cmd.extend_from_slice(path);
-        self.ctl.send(&cmd).await?;
-        let mut dc = self.dc.take().unwrap_or_default();
-        dc.connect_to(vec![addr]);
-        let job = tokio::task::spawn_blocking(move || {
-            let sink = MemorySink::new(1 << 30);
-            let r = dc.open_stream().and_then(|c| dc.recv_s(c, &sink, 0, 1 << 30, &Control::new()));
-            (dc, r.map(|_| sink.into_inner()))
-        });
-        let first = self.ctl.reply().await?;
-        if first.is_error() {
-            job.abort();
-            self.dc = Some(data_channel(self.recv_window, self.opts.congestion.as_deref()));
-            return Err(self.ctl.unexpected("MLSD", &first));
-        }
-        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
-        self.dc = Some(dc);
-        let fin = if first.is_preliminary() { self.ctl.final_reply().await? } else { first };
-        if !fin.is_ok() {
-            return Err(self.ctl.unexpected("MLSD", &fin));
-        }
-        Ok(parse_mlsd(&data?))
     }
 
     /// Make sure the server has a way to reach our listener (GET in MODE E).
@@ -700,6 +628,40 @@ impl Session {
         .await;
     }
 
+    /// Give up the transfer running here because the other server of a
+    /// third-party copy failed: close the control connection, as
+    /// globus-url-copy does, and read what the server still says for at
+    /// most [`ABORT_WAIT`]. Both servers stop the transfer when the
+    /// connection ends; an ABOR instead left a Globus server's session
+    /// process hung (no reply, never exits) in 2 to 4 copies of 10 whose
+    /// STOR waited for its data connection. The session is reopened before
+    /// its next command ([`Session::reopen_if_out_of_step`]).
+    pub(crate) async fn abandon_transfer(&mut self) -> Result<lightpath_proto::Reply, ClientError> {
+        self.out_of_step = true;
+        self.ctl.shutdown().await;
+        match tokio::time::timeout(ABORT_WAIT, self.ctl.final_reply()).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Control(self.ctl.name.clone(), "no reply after closing".into())),
+        }
+    }
+
+    /// The control connection failed in the middle of a third-party
+    /// transfer whose error may be reported as the other server's: the
+    /// session is reopened before its next command.
+    pub(crate) fn lost(&mut self) {
+        self.out_of_step = true;
+    }
+
+    /// A new login in place of a session left out of step
+    /// ([`Session::abandon_transfer`], [`Session::lost`]); nothing for any other.
+    pub(crate) async fn reopen_if_out_of_step(&mut self) -> Result<(), ClientError> {
+        if self.out_of_step {
+            let old = std::mem::replace(self, Session::open(&self.remote, self.opts.clone()).await?);
+            old.quit().await;
+        }
+        Ok(())
+    }
+
     /// Send QUIT and close without waiting for the reply (as
     /// globus-url-copy does): nothing is pending once a copy has ended.
     pub async fn quit(mut self) {
@@ -707,8 +669,9 @@ impl Session {
     }
 }
 
-/// How long an interrupted client waits for a server to answer its ABOR.
-const ABORT_WAIT: Duration = Duration::from_secs(2);
+/// How long a client waits for a server to answer its ABOR (Ctrl-C), or
+/// for the last words of one whose transfer it gives up.
+pub(crate) const ABORT_WAIT: Duration = Duration::from_secs(2);
 
 /// Resolves once `ctl` is cancelled (checked every 50 ms).
 pub(crate) async fn cancelled(ctl: &Control) {
@@ -718,7 +681,7 @@ pub(crate) async fn cancelled(ctl: &Control) {
 }
 
 /// Report `e` for every file of an `n`-file batch that has no result yet.
-fn fill_err(mut out: Vec<Result<u64, ClientError>>, n: usize, e: ClientError) -> Vec<Result<u64, ClientError>> {
+fn fill_err<T>(mut out: Vec<Result<T, ClientError>>, n: usize, e: ClientError) -> Vec<Result<T, ClientError>> {
     while out.len() < n {
         out.push(Err(e.clone()));
     }
@@ -748,40 +711,6 @@ fn retr_cmd(op: &FileOp) -> Vec<u8> {
     };
     c.extend_from_slice(&op.remote);
     c
-}
-
-/// Parse MLSD lines (`facts; name`), skipping cdir/pdir.
-pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
-    let mut out = Vec::new();
-    for line in data.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(sp) = line.iter().position(|&b| b == b' ') else { continue };
-        let (facts, name) = (String::from_utf8_lossy(&line[..sp]).to_ascii_lowercase(), &line[sp + 1..]);
-        let fact = |k: &str| facts.split(';').find_map(|f| f.strip_prefix(k).map(str::to_string));
-        let kind = fact("type=").unwrap_or_default();
-        if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
-            continue;
-        }
-        let is_dir = kind == "dir";
-        if !(is_dir || kind == "file") {
-            continue;
-        }
-        let size = fact("size=").and_then(|s| s.parse().ok()).unwrap_or(0);
-        out.push(Entry { name: name.to_vec(), is_dir, size });
-    }
-    out
-}
-
-fn stat_cmds(path: &[u8]) -> [String; 2] {
-    let p = String::from_utf8_lossy(path);
-    [format!("MLST {p}"), format!("SIZE {p}")]
-}
-
-/// (is a directory, size) from the replies to MLST and SIZE.
-fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> (bool, u64) {
-    let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
-    let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
-    (is_dir, size)
 }
 
 /// A server's refusal, with our own failure beside it when that came first

@@ -6,7 +6,7 @@ use crate::job::CopyOptions;
 use crate::session::{cancelled, Session};
 use crate::{ClientError, Remote};
 use lightpath_proto::{hostport, PerfMarker, Reply};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 fn path_cmd(verb: String, p: &[u8]) -> Vec<u8> {
     let mut c = verb.into_bytes();
@@ -47,64 +47,128 @@ pub async fn transfer(
             ("STOR ".to_string(), "RETR ".to_string())
         }
     };
+    let verbs = (retr.trim_end().to_string(), stor.trim_end().to_string());
     d.ctl.send(&path_cmd(stor, &dst.path)).await?;
     s.ctl.send(&path_cmd(retr, &src.path)).await?;
     s.settle().await?;
     d.settle().await?;
-    watch(s, d).await.map(|(bytes, ..)| bytes)
+    watch(s, d, (&verbs.0, &verbs.1)).await.map(|(bytes, ..)| bytes)
 }
 
 /// Read both control channels until both transfers end; returns the bytes
-/// and the final replies of the source and the destination.
-pub(crate) async fn watch(s: &mut Session, d: &mut Session) -> Result<(u64, Reply, Reply), ClientError> {
+/// and the final replies of the source and the destination. `verbs` name
+/// their transfer commands in errors. When one side fails, the other's
+/// transfer is given up (waiting at most [`crate::session::ABORT_WAIT`]
+/// for it) and the failure that came first, the cause, is the error.
+pub(crate) async fn watch(
+    s: &mut Session,
+    d: &mut Session,
+    verbs: (&str, &str),
+) -> Result<(u64, Reply, Reply), ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let mut seen = 0u64;
-    let total = s.opts.total.clone();
     let job = s.opts.control();
     while s_fin.is_none() || d_fin.is_none() {
         tokio::select! {
-            _ = cancelled(&job) => {
-                // Ctrl-C: both servers stop (the destination drops its temporary file).
-                if s_fin.is_none() {
-                    s.abort().await;
+            _ = cancelled(&job) => return Err(interrupted(s, d, s_fin.is_none(), d_fin.is_none()).await),
+            r = s.ctl.reply(), if s_fin.is_none() => match r {
+                Ok(r) => s_fin = (!r.is_preliminary()).then_some(r),
+                Err(e) => {
+                    s.lost();
+                    return Err(stop_other(d, verbs.1, d_fin.is_none(), e).await);
                 }
-                if d_fin.is_none() {
-                    d.abort().await;
+            },
+            r = d.ctl.reply(), if d_fin.is_none() => match r {
+                Ok(r) => {
+                    count_marker(&r, &s.opts.total, &mut seen);
+                    d_fin = (!r.is_preliminary()).then_some(r);
                 }
-                return Err(ClientError::Local("interrupted".into()));
-            }
-            r = s.ctl.reply(), if s_fin.is_none() => {
-                let r = r?;
-                if !r.is_preliminary() {
-                    if r.is_error() && d_fin.is_none() {
-                        d.ctl.send(b"ABOR").await?;
-                        let _ = d.ctl.final_reply().await; // the STOR's failure
-                    }
-                    s_fin = Some(r);
+                Err(e) => {
+                    d.lost();
+                    return Err(stop_other(s, verbs.0, s_fin.is_none(), e).await);
                 }
-            }
-            r = d.ctl.reply(), if d_fin.is_none() => {
-                let r = r?;
-                if let Some(m) = PerfMarker::from_reply(&r) {
-                    total.fetch_add(m.bytes.saturating_sub(seen), Ordering::Relaxed);
-                    seen = seen.max(m.bytes);
-                }
-                if !r.is_preliminary() {
-                    if r.is_error() && s_fin.is_none() {
-                        s.ctl.send(b"ABOR").await?;
-                        let _ = s.ctl.final_reply().await;
-                    }
-                    d_fin = Some(r);
-                }
-            }
+            },
+        }
+        if let Some(r) = s_fin.as_ref().filter(|r| !r.is_ok()) {
+            let e = s.ctl.unexpected(verbs.0, r);
+            return Err(stop_other(d, verbs.1, d_fin.is_none(), e).await);
+        }
+        if let Some(r) = d_fin.as_ref().filter(|r| !r.is_ok()) {
+            let e = d.ctl.unexpected(verbs.1, r);
+            return Err(stop_other(s, verbs.0, s_fin.is_none(), e).await);
         }
     }
     let (sr, dr) = (s_fin.unwrap_or_else(|| Reply::new(0, "")), d_fin.unwrap_or_else(|| Reply::new(0, "")));
-    if !sr.is_ok() {
-        return Err(s.ctl.unexpected("RETR", &sr));
-    }
-    if !dr.is_ok() {
-        return Err(d.ctl.unexpected("STOR", &dr));
-    }
     Ok((seen, sr, dr))
+}
+
+/// Add what a destination's perf marker says it received to the job's count.
+fn count_marker(r: &Reply, total: &AtomicU64, seen: &mut u64) {
+    if let Some(m) = PerfMarker::from_reply(r) {
+        total.fetch_add(m.bytes.saturating_sub(*seen), Ordering::Relaxed);
+        *seen = (*seen).max(m.bytes);
+    }
+}
+
+/// Ctrl-C: both servers stop (the destination drops its temporary file).
+async fn interrupted(s: &mut Session, d: &mut Session, s_running: bool, d_running: bool) -> ClientError {
+    if s_running {
+        s.abort().await;
+    }
+    if d_running {
+        d.abort().await;
+    }
+    ClientError::Local("interrupted".into())
+}
+
+/// One side failed with `first`: give up the `other` side's transfer
+/// (`verb`) if it still runs, and say which failure is the cause.
+async fn stop_other(other: &mut Session, verb: &str, running: bool, first: ClientError) -> ClientError {
+    if !running {
+        return first;
+    }
+    let second = match other.abandon_transfer().await {
+        Ok(r) if r.is_error() => Some(other.ctl.unexpected(verb, &r)),
+        Ok(_) => None,
+        Err(e) => Some(e),
+    };
+    cause(first, second)
+}
+
+/// The failure to report of two: the first read, unless only the second
+/// is a permanent refusal (5xx). Both may be waiting when the first is
+/// read, and a refused file (550) is what makes the other side's data
+/// connection fail (425, 426), not the other way round.
+fn cause(first: ClientError, second: Option<ClientError>) -> ClientError {
+    let permanent = |e: &ClientError| matches!(e, ClientError::Refused { code, .. } if *code >= 500);
+    match second {
+        Some(e) if permanent(&e) && !permanent(&first) => e,
+        _ => first,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cause;
+    use crate::ClientError;
+
+    fn refused(code: u16) -> ClientError {
+        ClientError::Refused { server: "h:1".into(), cmd: "STOR".into(), reply: format!("{code} x"), code }
+    }
+
+    #[test]
+    fn the_first_failure_is_reported_unless_only_the_second_is_a_refusal() {
+        let lost = || ClientError::Control("h:1".into(), "server closed the control connection".into());
+        let code = |e: ClientError| match e {
+            ClientError::Refused { code, .. } => code,
+            _ => 0,
+        };
+        assert_eq!(code(cause(refused(550), Some(refused(426)))), 550);
+        assert_eq!(code(cause(refused(550), Some(lost()))), 550);
+        assert_eq!(code(cause(refused(550), None)), 550);
+        assert_eq!(code(cause(refused(551), Some(refused(550)))), 551);
+        assert_eq!(code(cause(refused(426), Some(refused(550)))), 550);
+        assert_eq!(code(cause(lost(), Some(refused(550)))), 550);
+        assert_eq!(code(cause(refused(425), Some(refused(426)))), 425);
+    }
 }

@@ -4,7 +4,8 @@
 //! `openat2` too, so a hostile server's manifest cannot write outside the
 //! destination.
 
-use crate::plan::{base_name, dst_is_dir, join};
+use crate::job::{local_digest, FileResult};
+use crate::plan::{base_name, describe, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
 use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
@@ -176,7 +177,7 @@ pub async fn tpt_tree(
     s.ctl.send(&verb("VRET", spath)).await?;
     s.settle().await?;
     d.settle().await?;
-    let (bytes, sent, fin) = crate::thirdparty::watch(s, d).await?;
+    let (bytes, sent, fin) = crate::thirdparty::watch(s, d, ("VRET", "VSTO")).await?;
     if let Some(n) = fin.files_completed() {
         files.store(n, Ordering::Relaxed);
     }
@@ -184,10 +185,71 @@ pub async fn tpt_tree(
     Ok(bytes)
 }
 
+/// `--verify` of a tree copied as one virtual file: the source tree is
+/// walked (here, or by MLSD on the source server `s`) and each regular
+/// file's `alg` digest compared on both sides: CKSM pipelined on each
+/// server's control connection, a local side's files read on a blocking
+/// thread meanwhile. `s` and `d` are the sessions of the remote ends.
+/// Returns a failed result for each file that differs or could not be checked.
+pub(crate) async fn verify_tree(
+    src: &Location,
+    target: &Location,
+    alg: &str,
+    mut s: Option<&mut Session>,
+    d: Option<&mut Session>,
+) -> Result<Vec<FileResult>, ClientError> {
+    let items = crate::plan::tree_files(src, target, s.as_deref_mut()).await?;
+    tracing::info!(files = items.len(), alg, "verifying the tree's files");
+    let srcs: Vec<&Location> = items.iter().map(|i| &i.src).collect();
+    let dsts: Vec<&Location> = items.iter().map(|i| &i.dst).collect();
+    let (a, b) = tokio::join!(digests(alg, &srcs, s), digests(alg, &dsts, d));
+    let failed = items.iter().zip(a.into_iter().zip(b)).filter_map(|(i, (a, b))| {
+        let e = compare(alg, a, b).err()?;
+        Some(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: 1 })
+    });
+    Ok(failed.collect())
+}
+
+/// The `alg` digests of `locs`: by CKSM on `s` for remote ones, else read here.
+async fn digests(alg: &str, locs: &[&Location], s: Option<&mut Session>) -> Vec<Result<String, ClientError>> {
+    let remote = |l: &&Location| match l {
+        Location::Remote(r) => Some(r.path.clone()),
+        Location::Local(_) => None,
+    };
+    if let Some(s) = s {
+        return s.checksums(alg, &locs.iter().filter_map(remote).collect::<Vec<_>>()).await;
+    }
+    let paths: Vec<PathBuf> =
+        locs.iter().filter_map(|l| if let Location::Local(p) = l { Some(p.clone()) } else { None }).collect();
+    let a = alg.to_string();
+    let job = tokio::task::spawn_blocking(move || paths.iter().map(|p| local_digest(&a, p)).collect());
+    job.await.unwrap_or_else(|e| locs.iter().map(|_| Err(ClientError::Local(e.to_string()))).collect())
+}
+
+/// A file's check: both digests known and equal.
+fn compare(alg: &str, src: Result<String, ClientError>, dst: Result<String, ClientError>) -> Result<(), ClientError> {
+    let (a, b) = (src?, dst?);
+    if a != b {
+        return Err(ClientError::Checksum { alg: alg.into(), local: a, remote: b });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io;
+
+    #[test]
+    fn a_file_passes_only_with_both_digests_known_and_equal() {
+        let ok = |d: &str| Ok::<_, ClientError>(d.to_string());
+        assert!(compare("MD5", ok("ab"), ok("ab")).is_ok());
+        let m = compare("MD5", ok("ab"), ok("cd")).expect_err("differs").to_string();
+        assert!(m.contains("MD5 checksum mismatch: ab != cd"), "{m}");
+        let refused = || Err(ClientError::Local("CKSM refused".into()));
+        assert!(compare("MD5", ok("ab"), refused()).is_err());
+        assert!(compare("MD5", refused(), ok("ab")).is_err());
+    }
 
     fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> String {
         outcome(sent, walk, Path::new("/data/tree")).expect_err("the upload failed").to_string()

@@ -1,0 +1,204 @@
+//! Client failures found by an interop probe against the real Globus tools:
+//! a third-party copy that fails on one side ends at once with the cause;
+//! a directory the server cannot make is one error, not one per file;
+//! `--verify` with an algorithm a server lacks is refused before copying;
+//! and `--verify` checks every file of a tree copied as one virtual file.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn url(port: u16, path: &str) -> String {
+    format!("ftp://127.0.0.1:{port}{path}")
+}
+
+/// Run `lightpath ARGS`: whether it succeeded and what it said on stderr.
+/// A run longer than `secs` is a hang: killed, and the test fails.
+fn run(args: &[&str], secs: u64) -> (bool, String) {
+    let mut child = Command::new(LP).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.success(), reader.join().unwrap());
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lightpath {args:?} hung for {secs} s; it said: {}", reader.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A directory only root can write to (servers here run as `gftp`).
+fn root_only(p: &Path) -> String {
+    std::fs::create_dir_all(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn a_third_party_copy_failing_on_one_side_ends_at_once_with_the_cause() {
+    assert_eq!(lightpath_sys::privs::euid(), 0, "the lightpath server drops root to gftp (CI runs as root)");
+    let d = scratch();
+    let (home, lroot) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("lp")));
+    write_random(&home.join("f"), 5_000_017, 1);
+    write_random(&lroot.join("ok"), 300_000, 2);
+    root_only(&lroot.join("ro"));
+    let (_g, gp) = gct_server(&home);
+    let (_l, lp) = lp_server(&lroot, &["--anonymous", "--run-as", "gftp"]);
+    let g = |p: &str| url(gp, &format!("{}/{p}", home.display()));
+    for _ in 0..5 {
+        let (ok, err) = run(&["cp", "-q", &g("f"), &url(lp, "/ro/f")], 30);
+        assert!(!ok && err.contains("STOR refused") && err.contains("Permission denied"), "{err}");
+        assert!(!err.contains("closed the control connection"), "{err}");
+        let (ok, err) = run(&["cp", "-q", &url(lp, "/nope"), &g("x")], 30);
+        assert!(!ok && err.contains("/nope") && err.contains("No such file"), "{err}");
+        assert!(!err.contains("closed the control connection"), "{err}");
+    }
+    // Every Globus session process ended (an ABOR had left some hung).
+    let t = Instant::now();
+    while !gct_sessions(gp).is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "hung Globus sessions: {:?}", gct_sessions(gp));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The destination whose transfer was given up serves the next file.
+    open_dir(&home.join("dir"));
+    let (ok, err) = run(&["cp", "-q", &url(lp, "/nope"), &url(lp, "/ok"), &format!("{}/", g("dir"))], 30);
+    assert!(!ok && err.contains("No such file") && err.contains("1 file(s) copied, 1 failed"), "{err}");
+    assert_same_file(&lroot.join("ok"), &home.join("dir/ok"));
+}
+
+/// The session processes of the Globus server on `port` (it forks one
+/// per connection, `-inetd`).
+fn gct_sessions(port: u16) -> Vec<String> {
+    let port = format!("\0{port}\0");
+    let cmdline = |e: std::fs::DirEntry| std::fs::read(e.path().join("cmdline")).ok();
+    let lines = std::fs::read_dir("/proc").unwrap().map_while(Result::ok).filter_map(cmdline);
+    let ours = |c: &Vec<u8>| {
+        let c = String::from_utf8_lossy(c);
+        c.contains("globus-gridftp-server") && c.contains(&port) && c.contains("\0-inetd\0")
+    };
+    lines.filter(ours).map(|c| String::from_utf8_lossy(&c).replace('\0', " ")).collect()
+}
+
+#[test]
+fn a_directory_the_server_cannot_make_is_one_error() {
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("local")));
+    let rootonly = root_only(&home.join("rootonly"));
+    make_tree(&local.join("tree"), 30, 4);
+    let (_g, gp) = gct_server(&home);
+    let tree = format!("{}/", local.join("tree").display());
+    let (ok, err) = run(&["cp", "-q", "-r", &tree, &url(gp, &format!("{rootonly}/t/"))], 60);
+    assert!(!ok, "{err}");
+    assert!(err.contains("MKD") && err.contains("PERMISSION_DENIED"), "the MKD's refusal: {err}");
+    assert!(!err.contains("STOR"), "no file was tried: {err}");
+    // Directories that are there already are no error.
+    let into = url(gp, &format!("{}/again/", home.display()));
+    for _ in 0..2 {
+        let (ok, err) = run(&["cp", "-q", "-r", &tree, &into], 60);
+        assert!(ok, "{err}");
+    }
+    assert_same_tree(&local.join("tree"), &home.join("again"));
+}
+
+/// A server that logs in, offers `CKSM MD5:10;ADLER32:10;` and refuses
+/// anything else: its port, and every command it was sent.
+fn fake_server() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().map_while(Result::ok) {
+            let seen = s2.clone();
+            std::thread::spawn(move || fake_session(c, &seen));
+        }
+    });
+    (port, seen)
+}
+
+fn fake_session(c: std::net::TcpStream, seen: &Mutex<Vec<String>>) {
+    let mut w = c.try_clone().unwrap();
+    let _ = w.write_all(b"220 fake\r\n");
+    for line in BufReader::new(c).lines().map_while(Result::ok) {
+        seen.lock().unwrap().push(line.clone());
+        let verb = line.split(' ').next().unwrap_or("").to_ascii_uppercase();
+        let reply = match verb.as_str() {
+            "USER" => "331 ok\r\n",
+            "PASS" => "230 ok\r\n",
+            "FEAT" => {
+                "211-Extensions\r\n CKSM MD5:10;ADLER32:10;\r\n PARALLEL\r\n MLST Type*;Size*;\r\n SIZE\r\n211 End.\r\n"
+            }
+            "TYPE" | "SITE" => "200 ok\r\n",
+            "QUIT" => "221 bye\r\n",
+            _ => "502 not here\r\n",
+        };
+        if w.write_all(reply.as_bytes()).is_err() || verb == "QUIT" {
+            return;
+        }
+    }
+}
+
+#[test]
+fn verify_with_an_algorithm_the_server_lacks_is_refused_before_copying() {
+    let (_d, root, local) = root_and_local();
+    write_random(&local.join("f"), 100_000, 3);
+    let (port, seen) = fake_server();
+    let f = local.join("f").display().to_string();
+    for args in [[f.as_str(), &url(port, "/f")], [&url(port, "/f"), &local.join("back").display().to_string()]] {
+        let (ok, err) = run(&["cp", "-q", "--verify", "CRC32C", args[0], args[1]], 30);
+        assert!(!ok, "{err}");
+        assert!(err.contains("CRC32C") && err.contains("MD5, ADLER32"), "names what the server offers: {err}");
+    }
+    let sent = seen.lock().unwrap().clone();
+    let moved = ["MODE", "PASV", "PORT", "ALLO", "STOR", "RETR"];
+    assert!(!sent.iter().any(|c| moved.iter().any(|m| c.starts_with(m))), "nothing was copied: {sent:?}");
+    assert!(!local.join("back").exists());
+    // An algorithm this client cannot compute is refused up front too.
+    let (_s, lp) = lp_server(&root, &["--anonymous"]);
+    let (ok, err) = run(&["cp", "-q", "--verify", "BLAKE3", &f, &url(lp, "/f")], 30);
+    assert!(!ok && err.contains("BLAKE3") && err.contains("SHA256"), "{err}");
+    assert!(!root.join("f").exists());
+}
+
+/// The CKSM commands a `lightpath -vv cp` run sent.
+fn cksm_sent(log: &str) -> usize {
+    log.lines().filter(|l| l.contains("> CKSM ")).count()
+}
+
+#[test]
+fn verify_checks_every_file_of_a_tree_copied_as_one_virtual_file() {
+    let d = scratch();
+    let (a, b, local) =
+        (open_dir(&d.path().join("a")), open_dir(&d.path().join("b")), open_dir(&d.path().join("local")));
+    let n = make_tree(&a.join("tree"), 40, 6);
+    let (_a, pa) = lp_server(&a, &["--anonymous"]);
+    let (_b, pb) = lp_server(&b, &["--anonymous"]);
+    let dl = format!("{}/", local.join("dl").display());
+    let cp = |alg: &str, src: &str, dst: &str| run(&["-vv", "cp", "-q", "-r", "--verify", alg, src, dst], 60);
+    let (ok, log) = cp("MD5", &url(pa, "/tree/"), &dl);
+    assert!(ok && log.contains("VRET"), "{log}");
+    assert_eq!(cksm_sent(&log), n, "download: one CKSM per file");
+    assert_same_tree(&a.join("tree"), &local.join("dl"));
+    let (ok, log) = cp("ADLER32", &dl, &url(pb, "/up/"));
+    assert!(ok && log.contains("VSTO"), "{log}");
+    assert_eq!(cksm_sent(&log), n, "upload: one CKSM per file");
+    assert_same_tree(&a.join("tree"), &b.join("up"));
+    let (ok, log) = cp("SHA256", &url(pa, "/tree/"), &url(pb, "/tpt/"));
+    assert!(ok && log.contains("VSTO"), "{log}");
+    assert_eq!(cksm_sent(&log), 2 * n, "third party: one CKSM per file on each server");
+    assert_same_tree(&a.join("tree"), &b.join("tpt"));
+}

@@ -1,0 +1,196 @@
+//! File-system commands of a session: MLST/SIZE stat, MKD, CKSM (one, or
+//! many pipelined), MLSD listings.
+
+use super::{data_channel, fill_err, Session};
+use crate::ClientError;
+use lightpath_engine::{Control, MemorySink};
+use lightpath_proto::Reply;
+
+/// One entry of a remote listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Name (raw bytes).
+    pub name: Vec<u8>,
+    /// Directory?
+    pub is_dir: bool,
+    /// Size in bytes (files).
+    pub size: u64,
+}
+
+impl Session {
+    /// Whether `path` is a directory, and its size (0 when unknown): from
+    /// the login's answers, else MLST and SIZE sent together (one round trip).
+    pub async fn stat(&mut self, path: &[u8]) -> Result<(bool, u64), ClientError> {
+        if let Some(&st) = self.stats.get(path) {
+            return Ok(st);
+        }
+        self.ctl.flush().await?;
+        for cmd in stat_cmds(path) {
+            self.ctl.send(cmd.as_bytes()).await?;
+        }
+        let mlst = self.ctl.final_reply().await?;
+        let size = self.ctl.final_reply().await?;
+        let st = stat_of(&mlst, &size);
+        self.stats.insert(path.to_vec(), st);
+        Ok(st)
+    }
+
+    /// `SIZE path`, if the server supports it and the file exists.
+    pub async fn remote_size(&mut self, path: &[u8]) -> Result<Option<u64>, ClientError> {
+        let r = self.ctl.cmd(&format!("SIZE {}", String::from_utf8_lossy(path))).await?;
+        Ok(if r.code == 213 { r.text().trim().parse().ok() } else { None })
+    }
+
+    /// `MKD path`. A refusal (550, 553, 521) is also what servers say of a
+    /// directory that exists, so it is no error when MLST finds the
+    /// directory there; otherwise the MKD's reply is the error (a directory
+    /// that cannot be made fails the copy once, not each file's STOR).
+    /// Without MLST a refusal cannot be told apart and is passed over.
+    pub async fn mkdir(&mut self, path: &[u8]) -> Result<(), ClientError> {
+        self.ctl.flush().await?;
+        self.ctl.send(&path_cmd("MKD ", path)).await?;
+        let r = self.ctl.final_reply().await?;
+        let what = || format!("MKD {}", String::from_utf8_lossy(path));
+        if !r.is_error() {
+            return Ok(());
+        }
+        if !matches!(r.code, 550 | 553 | 521) {
+            return Err(self.ctl.unexpected(&what(), &r));
+        }
+        if !self.feat.mlst || self.is_dir(path).await? {
+            return Ok(());
+        }
+        Err(self.ctl.unexpected(&what(), &r))
+    }
+
+    /// Whether MLST finds a directory at `path` (asked afresh, not cached).
+    async fn is_dir(&mut self, path: &[u8]) -> Result<bool, ClientError> {
+        self.ctl.send(&path_cmd("MLST ", path)).await?;
+        let r = self.ctl.final_reply().await?;
+        Ok(stat_of(&r, &Reply::new(0, "")).0)
+    }
+
+    /// `CKSM alg 0 -1 path`.
+    pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
+        let r = self.ctl.ok(&format!("CKSM {alg} 0 -1 {}", String::from_utf8_lossy(path))).await?;
+        Ok(r.text().trim().to_ascii_lowercase())
+    }
+
+    /// `CKSM alg 0 -1 path` of each of `paths`, with up to `pipeline`
+    /// commands in flight (one round trip for a batch, not one per file).
+    /// One result per path, in order; a lost control connection fails the rest.
+    pub async fn checksums(&mut self, alg: &str, paths: &[Vec<u8>]) -> Vec<Result<String, ClientError>> {
+        let cmds: Vec<Result<Vec<u8>, ClientError>> = paths
+            .iter()
+            .map(|p| path_cmd(&format!("CKSM {alg} 0 -1 "), p))
+            .map(|c| crate::control::check_line(&c).map(|()| c))
+            .collect();
+        if let Err(e) = self.ctl.flush().await {
+            return fill_err(Vec::new(), paths.len(), e);
+        }
+        let (window, mut sent, mut out) = (self.opts.pipeline.max(1), 0, Vec::new());
+        self.ctl.cork();
+        for (i, cmd) in cmds.iter().enumerate() {
+            while sent < cmds.len() && sent < i + window {
+                if let Ok(c) = &cmds[sent] {
+                    if let Err(e) = self.ctl.send(c).await {
+                        return fill_err(out, paths.len(), e);
+                    }
+                }
+                sent += 1;
+            }
+            let r = match cmd {
+                Ok(c) => self.cksm_reply(c).await,
+                Err(e) => Err(e.clone()),
+            };
+            if let Err(e @ ClientError::Control(..)) = &r {
+                let e = e.clone();
+                return fill_err(out, paths.len(), e);
+            }
+            out.push(r);
+        }
+        // When no name could be sent nothing was read: nothing stays corked
+        // (a failed write shows at the next command).
+        let _ = self.ctl.uncork().await;
+        out
+    }
+
+    /// The digest a `CKSM` already sent answers with.
+    async fn cksm_reply(&mut self, cmd: &[u8]) -> Result<String, ClientError> {
+        let r = self.ctl.final_reply().await?;
+        if r.is_error() {
+            return Err(self.ctl.unexpected(&String::from_utf8_lossy(cmd), &r));
+        }
+        Ok(r.text().trim().to_ascii_lowercase())
+    }
+
+    /// Directory listing with MLSD (MODE S, fresh PASV, as GCT expects).
+    pub async fn list(&mut self, path: &[u8]) -> Result<Vec<Entry>, ClientError> {
+        self.set_mode(false).await?;
+        let addr = self.pasv().await?;
+        let mut cmd = b"MLSD ".to_vec();
+        cmd.extend_from_slice(path);
+        self.ctl.send(&cmd).await?;
+        let mut dc = self.dc.take().unwrap_or_default();
+        dc.connect_to(vec![addr]);
+        let job = tokio::task::spawn_blocking(move || {
+            let sink = MemorySink::new(1 << 30);
+            let r = dc.open_stream().and_then(|c| dc.recv_s(c, &sink, 0, 1 << 30, &Control::new()));
+            (dc, r.map(|_| sink.into_inner()))
+        });
+        let first = self.ctl.reply().await?;
+        if first.is_error() {
+            job.abort();
+            self.dc = Some(data_channel(self.recv_window, self.opts.congestion.as_deref()));
+            return Err(self.ctl.unexpected("MLSD", &first));
+        }
+        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+        self.dc = Some(dc);
+        let fin = if first.is_preliminary() { self.ctl.final_reply().await? } else { first };
+        if !fin.is_ok() {
+            return Err(self.ctl.unexpected("MLSD", &fin));
+        }
+        Ok(parse_mlsd(&data?))
+    }
+}
+
+/// Parse MLSD lines (`facts; name`), skipping cdir/pdir.
+pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for line in data.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(sp) = line.iter().position(|&b| b == b' ') else { continue };
+        let (facts, name) = (String::from_utf8_lossy(&line[..sp]).to_ascii_lowercase(), &line[sp + 1..]);
+        let fact = |k: &str| facts.split(';').find_map(|f| f.strip_prefix(k).map(str::to_string));
+        let kind = fact("type=").unwrap_or_default();
+        if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
+            continue;
+        }
+        let is_dir = kind == "dir";
+        if !(is_dir || kind == "file") {
+            continue;
+        }
+        let size = fact("size=").and_then(|s| s.parse().ok()).unwrap_or(0);
+        out.push(Entry { name: name.to_vec(), is_dir, size });
+    }
+    out
+}
+
+pub(super) fn stat_cmds(path: &[u8]) -> [String; 2] {
+    let p = String::from_utf8_lossy(path);
+    [format!("MLST {p}"), format!("SIZE {p}")]
+}
+
+/// (is a directory, size) from the replies to MLST and SIZE.
+pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> (bool, u64) {
+    let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
+    let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
+    (is_dir, size)
+}
+
+/// `verb` (with its space) and a raw path: names need not be UTF-8.
+fn path_cmd(verb: &str, path: &[u8]) -> Vec<u8> {
+    let mut c = verb.as_bytes().to_vec();
+    c.extend_from_slice(path);
+    c
+}
