@@ -15,7 +15,7 @@ use crate::{ClientError, Remote};
 use fs::{stat_cmds, stat_of};
 use lightpath_engine::{Control, DataChannel, RecvOpts};
 use lightpath_proto::{hostport, Features};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -323,9 +323,7 @@ impl Session {
     pub async fn pasv(&mut self) -> Result<SocketAddr, ClientError> {
         let r = self.ctl.ok("PASV").await?;
         let a = hostport::parse_pasv_reply(r.text()).map_err(|e| self.ctl.unexpected(&format!("PASV ({e})"), &r))?;
-        // A server behind NAT may announce a private address; use the control peer's.
-        let peer = self.ctl.peer_addr().map(|p| p.ip()).unwrap_or(a.ip());
-        Ok(if a.ip().is_unspecified() { SocketAddr::new(peer, a.port()) } else { a })
+        Ok(data_address(a, self.ctl.peer_addr().ok().map(|p| p.ip())))
     }
 
     /// Make sure the server has a way to reach our listener (GET in MODE E).
@@ -735,9 +733,57 @@ fn data_channel(window: Option<usize>, cc: Option<&str>) -> DataChannel {
     dc
 }
 
+/// Whether `ip` is only meaningful inside a host or site: loopback,
+/// private, link-local, unique local, or no host at all.
+fn inside(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v) => v.is_loopback() || v.is_private() || v.is_link_local() || v.is_unspecified(),
+        IpAddr::V6(v) => {
+            let s = v.segments()[0];
+            v.is_loopback() || v.is_unspecified() || s & 0xfe00 == 0xfc00 || s & 0xffc0 == 0xfe80
+        }
+    }
+}
+
+/// Where to reach a PASV port a server announced at `a`, its control
+/// connection being to `peer`: `a`, unless the control connection does not
+/// vouch for it. A server behind NAT announces its inside address, and a
+/// hostile one could aim the client at hosts inside the client's own
+/// network (or its loopback); an address that is inside when the control
+/// peer is not, a loopback one when the peer is not on this host, and
+/// unspecified, broadcast or multicast ones are replaced by the control
+/// peer's. A distinct public address (a DTN's data interface) is kept.
+fn data_address(a: SocketAddr, peer: Option<IpAddr>) -> SocketAddr {
+    let Some(peer) = peer.map(|p| p.to_canonical()) else { return a };
+    let ip = a.ip().to_canonical();
+    let broadcast = matches!(ip, IpAddr::V4(v) if v.is_broadcast());
+    let odd = ip.is_unspecified() || ip.is_multicast() || broadcast;
+    let unvouched = (inside(ip) && !inside(peer)) || ip.is_loopback() != peer.is_loopback();
+    if ip != peer && (odd || unvouched) {
+        SocketAddr::new(peer, a.port())
+    } else {
+        a
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::data_channel;
+    use super::{data_address, data_channel};
+
+    #[test]
+    fn a_pasv_address_is_kept_only_where_the_control_peer_vouches_for_it() {
+        let at = |a: &str, peer: &str| data_address(format!("{a}:5000").parse().unwrap(), peer.parse().ok());
+        let (public, other_public) = ("192.0.2.7", "198.51.100.9");
+        assert_eq!(at(other_public, public).ip().to_string(), other_public, "a data interface");
+        assert_eq!(at("10.1.2.3", "10.9.9.9").ip().to_string(), "10.1.2.3", "inside the same site");
+        assert_eq!(at("127.0.0.2", "127.0.0.1").ip().to_string(), "127.0.0.2", "this host");
+        for hostile in ["10.255.255.1", "192.168.0.1", "127.0.0.1", "169.254.1.1", "0.0.0.0", "224.0.0.1"] {
+            assert_eq!(at(hostile, public).ip().to_string(), public, "{hostile} behind a public peer");
+        }
+        assert_eq!(at("10.255.255.1", "127.0.0.1").ip().to_string(), "127.0.0.1", "a peer on this host");
+        assert_eq!(at("255.255.255.255", "10.0.0.1").ip().to_string(), "10.0.0.1");
+        assert_eq!(at(other_public, "").ip().to_string(), other_public, "no peer known");
+    }
 
     #[test]
     fn data_channels_ask_for_the_congestion_control_chosen() {
