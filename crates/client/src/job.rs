@@ -249,6 +249,32 @@ fn computed_here(verify: Option<&str>) -> Result<(), ClientError> {
 /// Create the destination directories; returns the session used for a
 /// remote destination (opened for `verify` alone too, to check its CKSM
 /// algorithms before anything is copied).
+/// Create `dir` beneath the destination `root` without following a
+/// symlink beneath it: one left there (by an earlier copy from the same
+/// server, say) could point out of the destination, and the tree's files
+/// would land there. Refused as `cp -r` does ("not a directory"); `root`
+/// itself, as the user named it, is followed.
+fn make_dir_beneath(root: &std::path::Path, dir: &std::path::Path) -> Result<(), ClientError> {
+    let fail = |p: &std::path::Path, why: String| ClientError::Local(format!("{}: {why}", p.display()));
+    let Ok(rel) = dir.strip_prefix(root) else {
+        return std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()));
+    };
+    let mut at = root.to_path_buf();
+    for c in rel.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(fail(&at, "not a directory (a symlink or file there is not followed)".into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(&at, e.to_string())),
+                _ => {}
+            },
+            Err(e) => return Err(fail(&at, e.to_string())),
+        }
+    }
+    Ok(())
+}
+
 async fn make_dirs(
     plan: &Plan,
     dst: &Location,
@@ -259,10 +285,10 @@ async fn make_dirs(
         return Ok(None);
     }
     match dst {
-        Location::Local(_) => {
+        Location::Local(root) => {
             for d in &plan.dirs {
                 if let Location::Local(p) = d {
-                    std::fs::create_dir_all(p).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))?;
+                    make_dir_beneath(root, p)?;
                 }
             }
             Ok(None)

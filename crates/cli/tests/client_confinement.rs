@@ -1,0 +1,234 @@
+//! Where `lightpath cp` writes a tree, against a server that lies (a
+//! scripted plain FTP server, MODE S only, as in `hostile_server.rs`) and a
+//! destination that holds a trap: nothing may be written outside the
+//! destination through a symlink in it.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the scripted server serves.
+#[derive(Default)]
+struct Script {
+    /// Directories (absolute, no trailing `/`).
+    dirs: Vec<&'static str>,
+    /// Files (absolute) and their bytes.
+    files: Vec<(&'static str, &'static [u8])>,
+    /// What an ERET sends, whatever part it asked for (at offset 0).
+    eret: &'static [u8],
+    /// A directory made under the name of the file being downloaded, once
+    /// the client's temporary file for it is there (during the RETR).
+    mkdir_during_retr: Option<PathBuf>,
+}
+
+impl Script {
+    fn file(&self, path: &str) -> Option<&'static [u8]> {
+        self.files.iter().find(|(p, _)| *p == path).map(|(_, d)| *d)
+    }
+
+    fn is_dir(&self, path: &str) -> bool {
+        self.dirs.contains(&path)
+    }
+
+    /// MLSD of `dir`: its subdirectories and files.
+    fn listing(&self, dir: &str) -> Vec<u8> {
+        let child = |p: &str| p.strip_prefix(dir)?.strip_prefix('/').filter(|n| !n.contains('/')).map(String::from);
+        let mut out = b"type=cdir; .\r\n".to_vec();
+        for name in self.dirs.iter().filter_map(|d| child(d)) {
+            out.extend_from_slice(format!("type=dir; {name}\r\n").as_bytes());
+        }
+        for (name, data) in self.files.iter().filter_map(|(p, d)| Some((child(p)?, d))) {
+            out.extend_from_slice(format!("type=file;size={}; {name}\r\n", data.len()).as_bytes());
+        }
+        out
+    }
+}
+
+/// Start the scripted server; its port.
+fn fake_server(script: Script) -> u16 {
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let script = Arc::new(script);
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let s = script.clone();
+            std::thread::spawn(move || session(conn, &s));
+        }
+    });
+    port
+}
+
+/// The data connection of a transfer: to the PORT given, or from the PASV listener.
+#[derive(Default)]
+struct DataEnd {
+    pasv: Option<TcpListener>,
+    port: Option<std::net::SocketAddr>,
+}
+
+impl DataEnd {
+    fn open(&mut self) -> Option<TcpStream> {
+        match (self.pasv.take(), self.port.take()) {
+            (Some(l), _) => l.accept().ok().map(|c| c.0),
+            (None, Some(a)) => TcpStream::connect(a).ok(),
+            (None, None) => None,
+        }
+    }
+}
+
+fn session(conn: TcpStream, script: &Script) {
+    let mut out = conn.try_clone().unwrap();
+    let mut data = DataEnd::default();
+    let _ = out.write_all(b"220 scripted\r\n");
+    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line).trim_end().to_string();
+        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
+        let verb = verb.to_ascii_uppercase();
+        if verb == "QUIT" {
+            return;
+        }
+        let reply = match verb.as_str() {
+            "RETR" | "MLSD" | "ERET" => transfer(&mut out, &mut data, script, &verb, arg),
+            "PASV" | "EPSV" | "PORT" => data_end(&mut data, &verb, arg),
+            _ => command(script, &verb, arg),
+        };
+        if out.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A path as the server knows it: no trailing `/`.
+fn norm(arg: &str) -> &str {
+    let p = arg.trim_end_matches('/');
+    if p.is_empty() {
+        "/"
+    } else {
+        p
+    }
+}
+
+fn command(script: &Script, verb: &str, arg: &str) -> String {
+    let path = norm(arg);
+    match (verb, script.file(path)) {
+        ("USER", _) => "331 password\r\n".into(),
+        ("SIZE", Some(d)) => format!("213 {}\r\n", d.len()),
+        ("MLST", Some(d)) => format!("250-\r\n type=file;size={}; {path}\r\n250 End\r\n", d.len()),
+        ("MLST", None) if script.is_dir(path) => format!("250-\r\n type=dir; {path}\r\n250 End\r\n"),
+        ("SIZE" | "MLST", _) => "550 no such file\r\n".into(),
+        ("FEAT", _) => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n ERET\r\n211 End\r\n".into(),
+        ("MODE", _) if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
+        ("TYPE" | "MODE" | "PASS" | "OPTS" | "CWD", _) => "200 OK\r\n".into(),
+        _ => "502 not implemented\r\n".into(),
+    }
+}
+
+fn data_end(data: &mut DataEnd, verb: &str, arg: &str) -> String {
+    if verb == "PORT" {
+        let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        data.port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
+        return "200 PORT OK\r\n".into();
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = l.local_addr().unwrap().port();
+    data.pasv = Some(l);
+    if verb == "EPSV" {
+        format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+    } else {
+        format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
+    }
+}
+
+/// RETR, MLSD or ERET (`P off len path`, answered with the script's bytes).
+fn transfer(out: &mut TcpStream, data: &mut DataEnd, script: &Script, verb: &str, arg: &str) -> String {
+    let body = match verb {
+        "MLSD" => Some(script.listing(norm(arg))),
+        "ERET" => Some(script.eret.to_vec()),
+        _ => script.file(norm(arg)).map(<[u8]>::to_vec),
+    };
+    let Some(body) = body else { return "550 no such file\r\n".into() };
+    let _ = out.write_all(b"150 here it comes\r\n");
+    let Some(mut dc) = data.open() else { return "425 no data connection\r\n".into() };
+    if let (Some(dir), "RETR") = (&script.mkdir_during_retr, verb) {
+        wait_for_temporary_file(dir.parent().unwrap());
+        std::fs::create_dir(dir).unwrap();
+    }
+    let _ = dc.write_all(&body);
+    drop(dc);
+    "226 Transfer complete.\r\n".into()
+}
+
+fn wait_for_temporary_file(dir: &Path) {
+    let t = Instant::now();
+    while temporary_files(dir).is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no temporary file appeared in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn temporary_files(dir: &Path) -> Vec<String> {
+    everything(dir).into_iter().filter(|n| n.ends_with(".part")).collect()
+}
+
+fn cp(args: &[&str]) -> (i32, String) {
+    own_peer_book();
+    let out = Command::new(LP).args(["cp", "-q"]).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Every entry under `dir`, recursively (not through symlinks), relative to it.
+fn everything(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(everything(&e.path()).into_iter().map(|s| format!("{name}/{s}")));
+        }
+        out.push(name);
+    }
+    out.sort();
+    out
+}
+
+/// `dst` with `dst/sub` a symlink to the directory `outside`, beside it.
+fn trap(d: &Path) -> (PathBuf, PathBuf) {
+    let (dst, outside) = (open_dir(&d.join("dst")), open_dir(&d.join("outside")));
+    std::os::unix::fs::symlink(&outside, dst.join("sub")).unwrap();
+    (dst, outside)
+}
+
+fn tree_script() -> Script {
+    Script {
+        dirs: vec!["/d", "/d/sub"],
+        files: vec![("/d/good", b"good\n"), ("/d/sub/x", b"evil")],
+        ..Script::default()
+    }
+}
+
+/// Issue 1, file by file (a server without LPVF): the listing has `sub/x`
+/// and `dst/sub` is a symlink out of the destination. As `cp -r` says
+/// "cannot overwrite non-directory", the copy is refused and nothing is
+/// written outside.
+#[test]
+fn a_tree_copied_file_by_file_does_not_follow_a_symlink_in_the_destination() {
+    let d = scratch();
+    let (dst, outside) = trap(d.path());
+    let port = fake_server(tree_script());
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dst.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("not a directory"), "{err}");
+    assert!(everything(&outside).is_empty(), "written outside: {:?}", everything(&outside));
+    // The tree's own root under a symlink (`cp -r .../sub dst/`) is refused too.
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/sub"), &format!("{}/", dst.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(everything(&outside).is_empty(), "written outside: {:?}", everything(&outside));
+    // Without the trap the same tree is copied.
+    std::fs::remove_file(dst.join("sub")).unwrap();
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dst.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(everything(&dst), ["good", "sub", "sub/x"]);
+}
