@@ -259,6 +259,7 @@ fn make_dir_beneath(root: &std::path::Path, dir: &std::path::Path) -> Result<(),
     let Ok(rel) = dir.strip_prefix(root) else {
         return std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()));
     };
+    std::fs::create_dir_all(root).map_err(|e| fail(root, e.to_string()))?;
     let mut at = root.to_path_buf();
     for c in rel.components() {
         at.push(c);
