@@ -8,7 +8,6 @@ use common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -172,12 +171,6 @@ fn wait_for_temporary_file(dir: &Path) {
 
 fn temporary_files(dir: &Path) -> Vec<String> {
     everything(dir).into_iter().filter(|n| n.ends_with(".part")).collect()
-}
-
-fn cp(args: &[&str]) -> (i32, String) {
-    own_peer_book();
-    let out = Command::new(LP).args(["cp", "-q"]).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Every entry under `dir`, recursively (not through symlinks), relative to it.

@@ -10,7 +10,6 @@ use common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::Command;
 
 /// What the scripted server says about its one directory `/d` and its one
 /// file `/d/f` (or `/f`).
@@ -95,12 +94,6 @@ fn listing(script: Script) -> Vec<u8> {
         out.extend_from_slice(format!("type=file;size={}; {n}\r\n", script.size).as_bytes());
     }
     out
-}
-
-fn cp(args: &[&str]) -> (i32, String) {
-    own_peer_book();
-    let out = Command::new(LP).args(["cp", "-q"]).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Every entry under `dir`, recursively, as paths relative to it.

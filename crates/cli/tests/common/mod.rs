@@ -282,6 +282,13 @@ pub fn verbose_cp(args: &[&str]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Run `lightpath cp -q ...` to its end: its exit code and stderr.
+pub fn cp(args: &[&str]) -> (i32, String) {
+    own_peer_book();
+    let out = Command::new(LP).args(["cp", "-q"]).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// Run `lightpath cp -q ...`; returns success.
 pub fn lp_cp(args: &[&str]) -> bool {
     own_peer_book();
