@@ -5,17 +5,10 @@ use std::path::{Path, PathBuf};
 use lightpath_bench::dataset::{Dataset, Manifest};
 use lightpath_bench::fio;
 use lightpath_bench::scenario::{DatasetKind, Mode, Scenario};
-use lightpath_bench::tools::{invocation, Ctx, Programs};
+use lightpath_bench::tools::{invocation, Ctx};
 
-fn programs() -> Programs {
-    Programs {
-        lightpath: "/usr/bin/lightpath".into(),
-        guc: "/usr/bin/globus-url-copy".into(),
-        guc_server: "/usr/sbin/globus-gridftp-server".into(),
-        iperf3: "/usr/bin/iperf3".into(),
-        fio: "/usr/bin/fio".into(),
-    }
-}
+mod common;
+use common::programs;
 
 fn dataset(kind: DatasetKind) -> Dataset {
     let is_file = kind == DatasetKind::LargeFile;

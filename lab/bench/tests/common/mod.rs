@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 use std::path::{Path, PathBuf};
 
-use lightpath_bench::tools::which;
+use lightpath_bench::tools::{which, Programs};
 
 /// True when this machine can run real benchmarks (root, ip, guc, iperf3);
 /// otherwise says why on stderr.
@@ -74,4 +74,15 @@ pub fn processes_mentioning(needle: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// The tools at their Debian paths, for tests of the command lines built.
+pub fn programs() -> Programs {
+    Programs {
+        lightpath: "/usr/bin/lightpath".into(),
+        guc: "/usr/bin/globus-url-copy".into(),
+        guc_server: "/usr/sbin/globus-gridftp-server".into(),
+        iperf3: "/usr/bin/iperf3".into(),
+        fio: "/usr/bin/fio".into(),
+    }
 }
