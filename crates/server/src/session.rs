@@ -62,6 +62,22 @@ fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
     dc.opts.recv_window = lightpath_plan::start_recv_window(rtt_us, lightpath_plan::DEFAULT_TARGET_BPS, streams);
 }
 
+/// A session's data channel, before any endpoint: configured for the
+/// control connection's RTT, and taking connections only from the client
+/// when the server says so (`--data-peers`).
+fn new_channel(ctx: &ServerCtx, peer: Option<SocketAddr>, rtt: Duration) -> DataChannel {
+    let mut dc = DataChannel::new();
+    configure(&mut dc, ctx.cfg.congestion.as_deref(), rtt);
+    dc.opts.accept_from = ctx.data_peer(peer.map(|p| p.ip()));
+    dc
+}
+
+/// The fixed socket buffer SBUF / SITE BUFSIZE asked for (0: none, the
+/// kernel autotunes).
+fn fixed_buffer(n: u64) -> Option<usize> {
+    (n > 0).then_some(n as usize)
+}
+
 /// Serve one control connection to the end, holding its `_ticket`.
 pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admission::Ticket) {
     let peer = stream.peer_addr().ok();
@@ -72,9 +88,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
     let current: Current = Arc::default();
     let (tx, rx) = mpsc::channel(QUEUE);
     let reader = tokio::spawn(read_lines(rd, tx, current.clone()));
-    let mut dc = DataChannel::new();
-    configure(&mut dc, ctx.cfg.congestion.as_deref(), rtt);
-    dc.opts.accept_from = ctx.data_peer(peer.map(|p| p.ip()));
+    let dc = new_channel(&ctx, peer, rtt);
     let pi = ServerPi::new(ctx.pi_config(peer.map(|p| p.ip())));
     let since = tokio::time::Instant::now();
     let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new(), since, failed_logins: 0 };
@@ -309,8 +323,7 @@ impl Session {
         // SBUF / SITE BUFSIZE before PASV: the listener takes the size, so
         // that the window scale the handshake offers fits it (set after the
         // accept, a small buffer left a window below one segment).
-        let b = self.pi.settings().tcp_buffer;
-        self.dc.opts.buffer = (b > 0).then_some(b as usize);
+        self.dc.opts.buffer = fixed_buffer(self.pi.settings().tcp_buffer);
         self.dc.listen(l);
         self.send(&reply).await
     }
@@ -332,7 +345,7 @@ impl Session {
         let mut dc = std::mem::take(&mut self.dc);
         dc.watch = Some(ctl.clone());
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
-        dc.opts.buffer = (t.settings.tcp_buffer > 0).then_some(t.settings.tcp_buffer as usize);
+        dc.opts.buffer = fixed_buffer(t.settings.tcp_buffer);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
         let path = transfer::ClientPath { rtt: self.rtt, loopback: self.peer.is_some_and(|p| p.ip().is_loopback()) };
         let mut job = tokio::task::spawn_blocking(move || {
@@ -362,7 +375,7 @@ impl Session {
         tick.tick().await;
         let (dc, result) = loop {
             tokio::select! {
-                done = &mut job => break done.unwrap_or_else(|_| (self.fresh_channel(), Err(Reply::new(451, "Internal error.")))),
+                done = &mut job => break done.unwrap_or_else(|_| (new_channel(&self.ctx, self.peer, self.rtt), Err(Reply::new(451, "Internal error.")))),
                 _ = tick.tick(), if started && markers => self.markers(&ctl).await?,
             }
         };
@@ -384,13 +397,6 @@ impl Session {
             }
             Err(r) => self.send(&r).await,
         }
-    }
-
-    /// A data channel with no endpoint, under this session's data-peer rule.
-    fn fresh_channel(&self) -> DataChannel {
-        let mut dc = DataChannel::new();
-        dc.opts.accept_from = self.ctx.data_peer(self.peer.map(|p| p.ip()));
-        dc
     }
 
     async fn markers(&mut self, ctl: &Control) -> std::io::Result<()> {
