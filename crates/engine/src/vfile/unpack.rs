@@ -25,6 +25,30 @@ pub const PARK_LIMIT_ALL: u64 = 1 << 30;
 /// Bytes parked now, by all trees.
 static PARKED_ALL: AtomicU64 = AtomicU64::new(0);
 
+/// The bytes one tree holds parked, counted in [`PARKED_ALL`] too for as
+/// long as it holds them.
+#[derive(Debug, Default)]
+struct Parked(u64);
+
+impl Parked {
+    fn add(&mut self, n: u64) {
+        self.0 += n;
+        PARKED_ALL.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub(&mut self, n: u64) {
+        self.0 -= n;
+        PARKED_ALL.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Parked {
+    /// What is still parked leaves the process-wide count with the tree.
+    fn drop(&mut self) {
+        PARKED_ALL.fetch_sub(self.0, Ordering::Relaxed);
+    }
+}
+
 /// Pieces this large or larger are written by the thread that received
 /// them, from its buffer, when their entries are known: copying them for
 /// the writer threads (into fresh heap pages) cost as much CPU as the
@@ -112,7 +136,7 @@ struct State {
     claimed: RangeSet,
     /// Data ahead of its entries: virtual offset -> bytes.
     parked: BTreeMap<u64, (Arc<Chunk>, Range<usize>)>,
-    parked_bytes: u64,
+    parked_bytes: Parked,
     /// Directories in manifest order: path, mode, mtime.
     dirs: Vec<(Vec<u8>, u32, i64)>,
     /// Symlinks and hard links, made at the end.
@@ -138,20 +162,12 @@ pub struct Unpacker {
     spares: Arc<Spares>,
 }
 
-impl Drop for State {
-    /// What is still parked leaves the process-wide count with the tree.
-    fn drop(&mut self) {
-        PARKED_ALL.fetch_sub(self.parked_bytes, Ordering::Relaxed);
-    }
-}
-
 impl Unpacker {
     /// An unpacker writing beneath `root` (which should exist; existing
     /// directories are merged, existing files and links replaced).
     pub fn new(root: Arc<Root>, opts: UnpackOptions) -> Result<Self, VfileError> {
         let pool = Pool::new(Arc::new(WorkCtx::new(root)), opts.workers, opts.queue)?;
-        let mut st = State::default();
-        st.decoder = Decoder::new(opts.limits);
+        let st = State { decoder: Decoder::new(opts.limits), ..State::default() };
         Ok(Unpacker { opts, st: Mutex::new(st), pool, spares: Arc::default() })
     }
 
@@ -229,10 +245,10 @@ impl Unpacker {
     }
 
     fn check_park(&self, st: &State) -> Result<(), VfileError> {
-        if st.parked_bytes > self.opts.park_limit {
+        if st.parked_bytes.0 > self.opts.park_limit {
             return Err(VfileError::ParkLimit(self.opts.park_limit));
         }
-        if st.parked_bytes > 0 && PARKED_ALL.load(Ordering::Relaxed) > PARK_LIMIT_ALL {
+        if st.parked_bytes.0 > 0 && PARKED_ALL.load(Ordering::Relaxed) > PARK_LIMIT_ALL {
             return Err(VfileError::ParkLimit(PARK_LIMIT_ALL));
         }
         Ok(())
@@ -339,9 +355,8 @@ impl Unpacker {
         if end > cut {
             let rest = range.start + (cut - start) as usize..range.end;
             st.parked.insert(cut, (data, rest));
-            st.parked_bytes += end - cut;
-            PARKED_ALL.fetch_add(end - cut, Ordering::Relaxed);
-            st.stats.parked_peak = st.stats.parked_peak.max(st.parked_bytes);
+            st.parked_bytes.add(end - cut);
+            st.stats.parked_peak = st.stats.parked_peak.max(st.parked_bytes.0);
         }
     }
 
@@ -352,8 +367,7 @@ impl Unpacker {
                 break;
             }
             let Some((_, (data, range))) = st.parked.pop_first() else { break };
-            st.parked_bytes -= range.len() as u64;
-            PARKED_ALL.fetch_sub(range.len() as u64, Ordering::Relaxed);
+            st.parked_bytes.sub(range.len() as u64);
             Self::place(st, start, data, range, pieces);
         }
     }
