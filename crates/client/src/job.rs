@@ -480,8 +480,19 @@ async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::pat
     let ours = tokio::task::spawn_blocking(move || local_digest(&a, &p))
         .await
         .map_err(|e| ClientError::Local(e.to_string()))??;
-    if theirs != ours {
-        return Err(ClientError::Checksum { alg: alg.into(), local: ours, remote: theirs });
+    compare_digests(alg, Ok(ours), Ok(theirs))
+}
+
+/// A file's check: both digests known and equal (`src` is reported as the
+/// local one, `dst` as the remote one).
+pub(crate) fn compare_digests(
+    alg: &str,
+    src: Result<String, ClientError>,
+    dst: Result<String, ClientError>,
+) -> Result<(), ClientError> {
+    let (a, b) = (src?, dst?);
+    if a != b {
+        return Err(ClientError::Checksum { alg: alg.into(), local: a, remote: b });
     }
     Ok(())
 }
@@ -516,10 +527,8 @@ async fn tpt_batch(
         if let (Ok(_), Some(alg)) = (&r, &opts.verify) {
             let a = s.checksum(alg, &remote(&i.src).path).await;
             let b = d.checksum(alg, &remote(&i.dst).path).await;
-            match (a, b) {
-                (Ok(a), Ok(b)) if a == b => {}
-                (Ok(a), Ok(b)) => r = Err(ClientError::Checksum { alg: alg.clone(), local: a, remote: b }),
-                (Err(e), _) | (_, Err(e)) => r = Err(e),
+            if let Err(e) = compare_digests(alg, a, b) {
+                r = Err(e);
             }
         }
         let fatal = matches!(r, Err(ClientError::Control(..)));

@@ -4,7 +4,7 @@
 //! `openat2` too, so a hostile server's manifest cannot write outside the
 //! destination.
 
-use crate::job::{local_digest, FileResult};
+use crate::job::{compare_digests, local_digest, FileResult};
 use crate::plan::{base_name, describe, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
@@ -204,7 +204,7 @@ pub(crate) async fn verify_tree(
     let dsts: Vec<&Location> = items.iter().map(|i| &i.dst).collect();
     let (a, b) = tokio::join!(digests(alg, &srcs, s), digests(alg, &dsts, d));
     let failed = items.iter().zip(a.into_iter().zip(b)).filter_map(|(i, (a, b))| {
-        let e = compare(alg, a, b).err()?;
+        let e = compare_digests(alg, a, b).err()?;
         Some(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: 1 })
     });
     Ok(failed.collect())
@@ -226,15 +226,6 @@ async fn digests(alg: &str, locs: &[&Location], s: Option<&mut Session>) -> Vec<
     job.await.unwrap_or_else(|e| locs.iter().map(|_| Err(ClientError::Local(e.to_string()))).collect())
 }
 
-/// A file's check: both digests known and equal.
-fn compare(alg: &str, src: Result<String, ClientError>, dst: Result<String, ClientError>) -> Result<(), ClientError> {
-    let (a, b) = (src?, dst?);
-    if a != b {
-        return Err(ClientError::Checksum { alg: alg.into(), local: a, remote: b });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,12 +234,12 @@ mod tests {
     #[test]
     fn a_file_passes_only_with_both_digests_known_and_equal() {
         let ok = |d: &str| Ok::<_, ClientError>(d.to_string());
-        assert!(compare("MD5", ok("ab"), ok("ab")).is_ok());
-        let m = compare("MD5", ok("ab"), ok("cd")).expect_err("differs").to_string();
+        assert!(compare_digests("MD5", ok("ab"), ok("ab")).is_ok());
+        let m = compare_digests("MD5", ok("ab"), ok("cd")).expect_err("differs").to_string();
         assert!(m.contains("MD5 checksum mismatch: ab != cd"), "{m}");
         let refused = || Err(ClientError::Local("CKSM refused".into()));
-        assert!(compare("MD5", ok("ab"), refused()).is_err());
-        assert!(compare("MD5", refused(), ok("ab")).is_err());
+        assert!(compare_digests("MD5", ok("ab"), refused()).is_err());
+        assert!(compare_digests("MD5", refused(), ok("ab")).is_err());
     }
 
     fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> String {
