@@ -167,7 +167,7 @@ impl Root {
             // Mode 000 there would lock every session out, for good.
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the served root's mode cannot be changed"));
         }
-        if !f.metadata()?.is_dir() {
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             Self::regular_only(&f)?;
         }
         Ok(rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?)
@@ -559,6 +559,7 @@ mod strict_dir_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn scratch() -> (PathBuf, Root) {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -616,22 +617,10 @@ mod tests {
         assert_eq!(r.read_dir(b"sub").unwrap().len(), 1);
         std::fs::remove_dir_all(&p).unwrap();
     }
-}
-
-#[cfg(test)]
-mod replace_tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn scratch(tag: &str) -> (PathBuf, Root) {
-        let p = std::env::temp_dir().join(format!("lp-root-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(p.join("root/dir")).unwrap();
-        (p.clone(), Root::open(&p.join("root")).unwrap())
-    }
 
     #[test]
     fn a_replacement_keeps_the_old_permission_bits() {
-        let (p, r) = scratch("replace-mode");
+        let (p, r) = scratch();
         std::fs::write(p.join("root/f"), b"old").unwrap();
         std::fs::set_permissions(p.join("root/f"), std::fs::Permissions::from_mode(0o4640)).unwrap();
         assert_eq!(r.replaceable_mode(b"f").unwrap(), Some(0o640), "setuid is not carried over");
@@ -639,7 +628,7 @@ mod replace_tests {
         let fifo = p.join("root/fifo");
         rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
         assert_eq!(r.replaceable_mode(b"fifo").unwrap(), None, "no writer opened, no wait");
-        let e = r.replaceable_mode(b"dir").unwrap_err();
+        let e = r.replaceable_mode(b"sub").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::IsADirectory);
         let t = r.create_temp_replacing(b"f").unwrap();
         t.file().set_len(3).unwrap();
@@ -658,7 +647,7 @@ mod replace_tests {
     /// (`ETXTBSY`), for root too.
     #[test]
     fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
-        let (p, r) = scratch("replace-busy");
+        let (p, r) = scratch();
         let prog = p.join("root/prog");
         std::fs::copy("/bin/sleep", &prog).unwrap();
         std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -668,7 +657,7 @@ mod replace_tests {
         let _ = child.kill();
         let _ = child.wait();
         let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
-        assert_eq!(names, [&b"dir"[..], b"prog"], "no temporary file left");
+        assert_eq!(names, [&b"prog"[..], b"sub"], "no temporary file left");
         std::fs::remove_dir_all(&p).unwrap();
     }
 
