@@ -7,12 +7,22 @@ use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-#[test]
-fn site_chmod_sets_permission_bits_only_and_never_on_the_root() {
+/// An anonymous server, with `extra` arguments, over a new root holding
+/// `files`: the scratch directory (kept until dropped), the root, the
+/// server and its port.
+fn served(files: &[(&str, &[u8])], extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, Proc, u16) {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    std::fs::write(root.join("evil.sh"), b"#!/bin/sh\n").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    for (name, data) in files {
+        std::fs::write(root.join(name), data).unwrap();
+    }
+    let (s, port) = lp_server(&root, &[&["--anonymous"], extra].concat());
+    (d, root, s, port)
+}
+
+#[test]
+fn site_chmod_sets_permission_bits_only_and_never_on_the_root() {
+    let (_d, root, _s, port) = served(&[("evil.sh", b"#!/bin/sh\n")], &[]);
     let mut c = Raw::login(port);
     for bits in ["6755", "4755", "2755", "1777"] {
         let (code, text) = c.cmd(&format!("SITE CHMOD {bits} evil.sh"));
@@ -68,9 +78,7 @@ fn fds(pid: u32) -> usize {
 
 #[test]
 fn running_out_of_descriptors_does_not_stop_the_server() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let (s, port) = lp_server(&root, &["--anonymous"]);
+    let (_d, _root, s, port) = served(&[], &[]);
     let pid = s.0.id();
     let limit = fds(pid) + 20;
     let set = std::process::Command::new("prlimit")
@@ -98,9 +106,7 @@ fn running_out_of_descriptors_does_not_stop_the_server() {
 
 #[test]
 fn sessions_over_the_limits_get_421_and_places_come_back() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions-per-ip", "2"]);
+    let (_d, _root, _s, port) = served(&[], &["--max-sessions-per-ip", "2"]);
     let (a, _b) = (Raw::connect(port), Raw::login(port));
     let mut third = unchecked(port).unwrap();
     let (code, text) = third.reply();
@@ -159,10 +165,7 @@ fn connect_from(from: &str, to: std::net::SocketAddr) -> std::net::TcpStream {
 #[test]
 fn a_pasv_port_takes_data_connections_from_the_client_only() {
     use std::io::Read;
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    std::fs::write(root.join("f"), b"the victim's data").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_d, _root, _s, port) = served(&[("f", b"the victim's data")], &[]);
     let mut c = Raw::login(port);
     let at = c.pasv();
     let mut thief = connect_from("127.0.0.2", at);
@@ -178,9 +181,7 @@ fn a_pasv_port_takes_data_connections_from_the_client_only() {
 
 #[test]
 fn port_names_the_client_only_unless_the_server_allows_any_host() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_d, root, _s, port) = served(&[], &[]);
     let mut c = Raw::login(port);
     for line in ["PORT 127,0,0,2,19,137", "EPRT |1|127.0.0.3|5001|", "PORT 0,0,0,0,19,137", "PORT 224,0,0,1,19,137"] {
         let (code, text) = c.cmd(line);
@@ -196,10 +197,7 @@ fn port_names_the_client_only_unless_the_server_allows_any_host() {
 
 #[test]
 fn abor_stops_a_mode_s_transfer_waiting_for_its_connection() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    std::fs::write(root.join("f"), b"data").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_d, _root, _s, port) = served(&[("f", b"data")], &[]);
     let mut c = Raw::login(port);
     c.pasv();
     c.send(b"RETR f");
