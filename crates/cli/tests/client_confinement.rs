@@ -1,7 +1,9 @@
-//! Where `lightpath cp` writes a tree, against a server that lies (a
-//! scripted plain FTP server, MODE S only, as in `hostile_server.rs`) and a
+//! Where `lightpath cp` writes a download, against a server that lies (a
+//! scripted plain FTP server, MODE S only, as in `hostile_server.rs`) or a
 //! destination that holds a trap: nothing may be written outside the
-//! destination through a symlink in it.
+//! destination through a symlink in it, a partial copy writes only the
+//! window it asked for, and a file that cannot be put in place leaves no
+//! temporary file behind.
 
 mod common;
 use common::*;
@@ -224,4 +226,79 @@ fn a_tree_copied_file_by_file_does_not_follow_a_symlink_in_the_destination() {
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dst.display())]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(everything(&dst), ["good", "sub", "sub/x"]);
+}
+
+/// Issue 1 with a virtual file (a lightpath server): the tree's root
+/// `dst/sub` is a symlink out of the destination.
+#[test]
+fn a_tree_copied_as_a_virtual_file_does_not_follow_a_symlinked_root() {
+    let (d, root, _local) = root_and_local();
+    let (dst, outside) = trap(d.path());
+    open_dir(&root.join("sub"));
+    std::fs::write(root.join("sub/x"), b"evil").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/sub"), &format!("{}/", dst.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(everything(&outside).is_empty(), "written outside: {:?}", everything(&outside));
+    std::fs::remove_file(dst.join("sub")).unwrap();
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/sub"), &format!("{}/", dst.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(everything(&dst), ["sub", "sub/x"]);
+}
+
+/// Issue 2: the final rename fails (a directory appeared under the file's
+/// name while it was received): the error names the file and no
+/// temporary file is left.
+#[test]
+fn a_file_that_cannot_be_renamed_into_place_leaves_no_temporary_file() {
+    let d = scratch();
+    let dst = open_dir(&d.path().join("dst"));
+    let script = Script { files: vec![("/f", b"hello")], mkdir_during_retr: Some(dst.join("f")), ..Script::default() };
+    let port = fake_server(script);
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dst.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains(&format!("{}: ", dst.join("f").display())), "{err}");
+    assert_eq!(everything(&dst), ["f"], "only the directory in the way");
+}
+
+/// Issue 3: `--off 100 --len 50` into an existing 1000-byte file, from a
+/// server that sends the whole file (or less than asked): the copy fails,
+/// and nothing outside bytes 100-150 changes.
+#[test]
+fn a_partial_copy_writes_only_its_window_and_must_get_all_of_it() {
+    let d = scratch();
+    let dst = open_dir(&d.path().join("dst")).join("f");
+    for (sent, what) in [(&[b'X'; 1000][..], "outside the requested 100-150"), (&[b'Z'; 10][..], "got 10 of the 50")] {
+        std::fs::write(&dst, [b'S'; 1000]).unwrap();
+        let port = fake_server(Script { files: vec![("/f", &[b'S'; 1000])], eret: sent, ..Script::default() });
+        let url = format!("ftp://127.0.0.1:{port}/f");
+        let (code, err) = cp(&["--off", "100", "--len", "50", &url, dst.to_str().unwrap()]);
+        assert_ne!(code, 0, "{what}: {err}");
+        assert!(err.contains(what), "{err}");
+        let got = std::fs::read(&dst).unwrap();
+        assert_eq!(got.len(), 1000, "{what}: not grown");
+        assert!(got[..100].iter().chain(&got[150..]).all(|&b| b == b'S'), "{what}: written outside the window");
+    }
+    // Sent as asked, the window is written.
+    let port = fake_server(Script { files: vec![("/f", &[b'S'; 1000])], eret: &[b'W'; 50], ..Script::default() });
+    let (code, err) = cp(&["--off", "100", "--len", "50", &format!("ftp://127.0.0.1:{port}/f"), dst.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(&dst).unwrap()[100..150], [b'W'; 50]);
+}
+
+/// A partial copy from a lightpath server (MODE E, ERET) lands at its
+/// offset in the existing file, and nothing else changes.
+#[test]
+fn a_partial_copy_from_a_lightpath_server_lands_at_its_offset() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 300_000, 7);
+    let dst = local.join("f");
+    std::fs::write(&dst, vec![b'S'; 1000]).unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let url = format!("ftp://127.0.0.1:{port}/f");
+    assert!(lp_cp(&["--off", "100000", "--len", "150000", &url, dst.to_str().unwrap()]));
+    let (got, src) = (std::fs::read(&dst).unwrap(), std::fs::read(root.join("f")).unwrap());
+    assert_eq!(got.len(), 250_000);
+    assert!(got[..1000].iter().all(|&b| b == b'S'), "the old bytes before the hole stay");
+    assert_eq!(&got[100_000..], &src[100_000..250_000]);
 }

@@ -140,7 +140,12 @@ pub async fn copy(
     progress.files.store(plan.files.len() as u64, std::sync::atomic::Ordering::Relaxed);
     let dst_session = make_dirs(&plan, &dst, &sopts, verify).await?;
     // The planning sessions become the first worker's sessions: no second login.
-    run_workers(plan, opts, sopts, (lister, dst_session)).await
+    // A local destination directory confines what is written beneath it.
+    let root = match &dst {
+        Location::Local(p) => Some(p.clone()),
+        Location::Remote(_) => None,
+    };
+    run_workers(plan, opts, sopts, (lister, dst_session), root).await
 }
 
 /// A directory copy as one virtual file (VRET/VSTO) when every remote end
@@ -179,7 +184,7 @@ async fn try_tree(
         return Ok(None);
     }
     let files = Arc::new(AtomicU64::new(0));
-    let Some(r) = run_tree(src, &target, lister.as_mut(), dst_s.as_mut(), files.clone()).await else {
+    let Some(r) = run_tree(src, dst, &target, lister.as_mut(), dst_s.as_mut(), files.clone()).await else {
         return Ok(None);
     };
     let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: 0 }];
@@ -201,19 +206,20 @@ async fn try_tree(
 /// The tree copy itself, by the direction of the copy (`None`: local to local).
 async fn run_tree(
     src: &Location,
+    dst: &Location,
     target: &Location,
     s: Option<&mut Session>,
     d: Option<&mut Session>,
     files: Arc<AtomicU64>,
 ) -> Option<Result<u64, ClientError>> {
-    Some(match (src, target, s, d) {
-        (Location::Remote(sr), Location::Local(p), Some(s), None) => {
-            crate::vfile::get_tree(s, &sr.path, p.clone(), files).await
+    Some(match (src, dst, target, s, d) {
+        (Location::Remote(sr), Location::Local(root), Location::Local(p), Some(s), None) => {
+            crate::vfile::get_tree(s, &sr.path, root.clone(), p.clone(), files).await
         }
-        (Location::Local(p), Location::Remote(dr), None, Some(d)) => {
+        (Location::Local(p), _, Location::Remote(dr), None, Some(d)) => {
             crate::vfile::put_tree(d, p.clone(), &dr.path, files).await
         }
-        (Location::Remote(sr), Location::Remote(dr), Some(s), Some(d)) => {
+        (Location::Remote(sr), _, Location::Remote(dr), Some(s), Some(d)) => {
             crate::vfile::tpt_tree(s, d, &sr.path, &dr.path, files).await
         }
         _ => return None,
@@ -249,33 +255,6 @@ fn computed_here(verify: Option<&str>) -> Result<(), ClientError> {
 /// Create the destination directories; returns the session used for a
 /// remote destination (opened for `verify` alone too, to check its CKSM
 /// algorithms before anything is copied).
-/// Create `dir` beneath the destination `root` without following a
-/// symlink beneath it: one left there (by an earlier copy from the same
-/// server, say) could point out of the destination, and the tree's files
-/// would land there. Refused as `cp -r` does ("not a directory"); `root`
-/// itself, as the user named it, is followed.
-fn make_dir_beneath(root: &std::path::Path, dir: &std::path::Path) -> Result<(), ClientError> {
-    let fail = |p: &std::path::Path, why: String| ClientError::Local(format!("{}: {why}", p.display()));
-    let Ok(rel) = dir.strip_prefix(root) else {
-        return std::fs::create_dir_all(dir).map_err(|e| fail(dir, e.to_string()));
-    };
-    std::fs::create_dir_all(root).map_err(|e| fail(root, e.to_string()))?;
-    let mut at = root.to_path_buf();
-    for c in rel.components() {
-        at.push(c);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(fail(&at, "not a directory (a symlink or file there is not followed)".into())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(fail(&at, e.to_string())),
-                _ => {}
-            },
-            Err(e) => return Err(fail(&at, e.to_string())),
-        }
-    }
-    Ok(())
-}
-
 async fn make_dirs(
     plan: &Plan,
     dst: &Location,
@@ -289,7 +268,7 @@ async fn make_dirs(
         Location::Local(root) => {
             for d in &plan.dirs {
                 if let Location::Local(p) = d {
-                    make_dir_beneath(root, p)?;
+                    crate::local::make_dir_beneath(root, p)?;
                 }
             }
             Ok(None)
@@ -313,14 +292,15 @@ async fn run_workers(
     opts: CopyOptions,
     sopts: SessionOpts,
     first: Pair,
+    root: Option<std::path::PathBuf>,
 ) -> Result<Vec<FileResult>, ClientError> {
     let n = opts.cc.max(1).min(plan.files.len().max(1));
     let queue: Queue = Arc::new(Mutex::new(plan.files.into()));
     let mut tasks = Vec::new();
     let mut first = Some(first);
     for _ in 0..n {
-        let (q, o, s, pre) = (queue.clone(), opts.clone(), sopts.clone(), first.take());
-        tasks.push(tokio::spawn(async move { worker(q, o, s, pre).await }));
+        let (q, o, s, pre, r) = (queue.clone(), opts.clone(), sopts.clone(), first.take(), root.clone());
+        tasks.push(tokio::spawn(async move { worker(q, o, s, pre, r).await }));
     }
     let mut out = Vec::new();
     for t in tasks {
@@ -339,7 +319,13 @@ fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
     FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r, files: 1 }
 }
 
-async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pair>) -> Vec<FileResult> {
+async fn worker(
+    q: Queue,
+    opts: CopyOptions,
+    sopts: SessionOpts,
+    pre: Option<Pair>,
+    root: Option<std::path::PathBuf>,
+) -> Vec<FileResult> {
     let mut out = Vec::new();
     let mut pre = pre;
     let mut sessions: Option<Pair> = None;
@@ -360,7 +346,7 @@ async fn worker(q: Queue, opts: CopyOptions, sopts: SessionOpts, pre: Option<Pai
         }
         let Some((src_s, dst_s)) = sessions.as_mut() else { continue };
         let results = match (src_s.as_mut(), dst_s.as_mut()) {
-            (Some(s), None) => get_batch(s, &batch, &opts).await,
+            (Some(s), None) => get_batch(s, &batch, &opts, root.as_deref()).await,
             (None, Some(d)) => put_batch(d, &batch, &opts).await,
             (Some(s), Some(d)) => tpt_batch(s, d, &batch, &opts, &mut linked).await,
             (None, None) => batch.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),
@@ -423,13 +409,21 @@ fn local(l: &Location) -> &std::path::Path {
     }
 }
 
-async fn get_batch(s: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<Result<u64, ClientError>> {
+/// Download `batch` into files beneath the destination directory `root`.
+async fn get_batch(
+    s: &mut Session,
+    batch: &[Item],
+    opts: &CopyOptions,
+    root: Option<&std::path::Path>,
+) -> Vec<Result<u64, ClientError>> {
     let ops = batch
         .iter()
         .map(|i| {
             (
                 FileOp { remote: remote(&i.src).path.clone(), part: opts.part },
-                LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync, i.size),
+                LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync, i.size)
+                    .beneath(root)
+                    .window(opts.part),
             )
         })
         .collect();

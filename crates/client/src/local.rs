@@ -4,12 +4,16 @@
 
 use crate::ClientError;
 use lightpath_engine::dio::file_sink;
-use lightpath_engine::{EngineError, FileSource, NullSink, Sink, Source, ZeroSource};
+use lightpath_engine::{DataPath, EngineError, FileSource, NullSink, Sink, Source, ZeroSource};
+use lightpath_proto::ranges::RangeSet;
+use lightpath_sys::root::{Root, TempFile};
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -31,6 +35,12 @@ pub enum LocalTarget {
         size: u64,
         /// Write with direct I/O where the file system allows it.
         direct: bool,
+        /// The destination directory `path` lies beneath (see
+        /// [`LocalTarget::beneath`]).
+        root: Option<PathBuf>,
+        /// The only bytes it may receive, `(offset, len)` (see
+        /// [`LocalTarget::window`]).
+        window: Option<(u64, u64)>,
     },
 }
 
@@ -40,8 +50,35 @@ impl LocalTarget {
         if path == Path::new("/dev/null") {
             LocalTarget::Null
         } else {
-            LocalTarget::File { path: path.to_path_buf(), in_place, fsync, size, direct: false }
+            let path = path.to_path_buf();
+            LocalTarget::File { path, in_place, fsync, size, direct: false, root: None, window: None }
         }
+    }
+
+    /// The same target confined to the destination directory `root` of a
+    /// copy (`None`: not confined). Beneath `root`, no path component is
+    /// followed if it is a symlink (`openat2` with `RESOLVE_NO_SYMLINKS`):
+    /// a symlink in the destination, planted by an earlier copy from the
+    /// same server or already there, cannot lead a tree's file outside it
+    /// (`cp -r` refuses such a directory too). A symlink under the file's
+    /// own name is replaced, never written through. `root` itself, as the
+    /// user named it, is followed; a `path` that is `root` is not confined.
+    pub fn beneath(mut self, root: Option<&Path>) -> LocalTarget {
+        if let LocalTarget::File { root: r, .. } = &mut self {
+            *r = root.map(Path::to_path_buf);
+        }
+        self
+    }
+
+    /// The same target accepting only the bytes `[offset, offset + len)`
+    /// of the file (`part`, a partial copy: `--off`, `--len`; `None`: any).
+    /// A block outside fails the transfer before it is written, and
+    /// [`OpenTarget::finish`] fails unless the whole window arrived.
+    pub fn window(mut self, part: Option<(u64, u64)>) -> LocalTarget {
+        if let LocalTarget::File { window, .. } = &mut self {
+            *window = part;
+        }
+        self
     }
 
     /// The expected size (0: unknown or not a file).
@@ -67,29 +104,100 @@ impl LocalTarget {
 
     /// Open it for writing.
     pub fn open(self) -> Result<OpenTarget, ClientError> {
-        let (path, in_place, fsync, size, direct) = match self {
-            LocalTarget::Null => return Ok(OpenTarget { file: None, temp: None, fsync: false, direct: false }),
-            LocalTarget::File { path, in_place, fsync, size, direct } => (path, in_place, fsync, size, direct),
+        let LocalTarget::File { path, in_place, fsync, size, direct, root, window } = self else {
+            let out = Output::Null;
+            return Ok(OpenTarget { out, path: PathBuf::new(), fsync: false, direct: false, window: None });
         };
-        let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", path.display()));
-        if in_place {
-            let f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).map_err(err)?;
-            return Ok(OpenTarget { file: Some(f), temp: None, fsync, direct });
-        }
-        let mode = replaceable_mode(&path).map_err(err)?;
-        let tmp = temp_name(&path);
-        let f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(err)?;
-        let t = OpenTarget { file: Some(f), temp: Some((tmp, path.clone())), fsync, direct };
-        // On failure `t` is dropped, which removes the temporary file.
-        if let Some(f) = &t.file {
-            if let Some(m) = mode {
-                f.set_permissions(std::fs::Permissions::from_mode(m)).map_err(err)?;
-            }
+        let beneath = root.as_deref().and_then(|r| Some((r, rel_beneath(r, &path)?)));
+        let out = match beneath {
+            Some((r, rel)) => open_beneath(r, &rel?, &path, in_place)?,
+            None => open_path(&path, in_place)?,
+        };
+        let window = window.map(|(off, len)| Window::new(off, len));
+        let t = OpenTarget { out, path, fsync, direct, window };
+        // On failure `t` is dropped, which removes a temporary file.
+        if let (Output::Temp { .. } | Output::Beneath(_), Some(file)) = (&t.out, t.out.file()) {
             // Full size at once: `finish` sets the length it received.
-            lightpath_sys::file::preallocate_sized(f, size)
-                .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", path.display())))?;
+            lightpath_sys::file::preallocate_sized(file, size)
+                .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", t.path.display())))?;
         }
         Ok(t)
+    }
+}
+
+fn local_err(path: &Path) -> impl Fn(std::io::Error) -> ClientError + '_ {
+    move |e| ClientError::Local(format!("{}: {e}", path.display()))
+}
+
+/// Open `path` as named (following symlinks, as for any path the user gives).
+fn open_path(path: &Path, in_place: bool) -> Result<Output, ClientError> {
+    let err = local_err(path);
+    if in_place {
+        let f = OpenOptions::new().write(true).create(true).truncate(false).open(path).map_err(&err)?;
+        return Ok(Output::InPlace(f));
+    }
+    let mode = replaceable_mode(path).map_err(&err)?;
+    let tmp = temp_name(path);
+    let file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(&err)?;
+    // From here on, a failure drops `tmp`, which removes the file.
+    let tmp = TempPath(Some(tmp));
+    if let Some(m) = mode {
+        file.set_permissions(std::fs::Permissions::from_mode(m)).map_err(&err)?;
+    }
+    Ok(Output::Temp { file, tmp })
+}
+
+/// Open `rel` beneath the directory `root` without following a symlink
+/// beneath it (`path` is the same file, for messages).
+fn open_beneath(root: &Path, rel: &[u8], path: &Path, in_place: bool) -> Result<Output, ClientError> {
+    let r = Root::open(root).map_err(local_err(root))?;
+    let err = |e: std::io::Error| ClientError::Local(format!("{}: {e} beneath {}", path.display(), root.display()));
+    if in_place {
+        return Ok(Output::InPlace(r.open_write_strict(rel, 0o666).map_err(err)?));
+    }
+    Ok(Output::Beneath(r.create_temp_replacing_strict(rel, 0o666).map_err(err)?))
+}
+
+/// `path` relative to `root` as `a/b` when it lies strictly beneath it;
+/// `None` when it does not (or is `root`); an error for a `..` on the way.
+fn rel_beneath(root: &Path, path: &Path) -> Option<Result<Vec<u8>, ClientError>> {
+    let rest = path.strip_prefix(root).ok()?;
+    let mut rel = Vec::new();
+    for c in rest.components() {
+        let Component::Normal(name) = c else {
+            return Some(Err(ClientError::Local(format!("{}: not beneath {}", path.display(), root.display()))));
+        };
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name.as_bytes());
+    }
+    (!rel.is_empty()).then_some(Ok(rel))
+}
+
+/// Create the directory `dir` of a copy into the destination directory
+/// `root`: `root` and its parents as named (symlinks followed, as for any
+/// path the user gives), and beneath it real directories only, never
+/// through a symlink ([`LocalTarget::beneath`]): an existing symlink, even
+/// to a directory, is refused as "not a directory", as `cp -r` does.
+pub fn make_dir_beneath(root: &Path, dir: &Path) -> Result<(), ClientError> {
+    std::fs::create_dir_all(root).map_err(local_err(root))?;
+    let Some(rel) = rel_beneath(root, dir) else {
+        return std::fs::create_dir_all(dir).map_err(local_err(dir));
+    };
+    let r = Root::open(root).map_err(local_err(root))?;
+    r.mkdir_all_strict(&rel?, 0o777).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))
+}
+
+/// The directory `dir` of a tree copied into the destination directory
+/// `root`, created as [`make_dir_beneath`] does and opened as a
+/// [`Root`] without following a symlink beneath `root`: where a virtual
+/// file (VRET) is unpacked.
+pub fn tree_root(root: &Path, dir: &Path) -> Result<Root, ClientError> {
+    make_dir_beneath(root, dir)?;
+    match rel_beneath(root, dir).transpose()? {
+        Some(rel) => Root::open(root).and_then(|r| r.subdir_strict(&rel)).map_err(local_err(dir)),
+        None => Root::open(dir).map_err(local_err(dir)),
     }
 }
 
@@ -131,46 +239,181 @@ fn os_string(b: Vec<u8>) -> std::ffi::OsString {
     std::ffi::OsString::from_vec(b)
 }
 
+/// What an open target writes to.
+#[derive(Debug)]
+enum Output {
+    /// Nothing (`/dev/null`).
+    Null,
+    /// The file itself, at offsets.
+    InPlace(File),
+    /// A temporary file `tmp` next to the target, renamed over it by
+    /// `finish`.
+    Temp { file: File, tmp: TempPath },
+    /// The same beneath a destination root.
+    Beneath(TempFile),
+}
+
+/// The name of a temporary file, removed when dropped unless renamed away
+/// (as [`TempFile`] does by its directory).
+#[derive(Debug)]
+struct TempPath(Option<PathBuf>);
+
+impl TempPath {
+    /// Rename it to `path`; when that fails, it is removed.
+    fn rename_to(mut self, path: &Path) -> std::io::Result<()> {
+        let Some(tmp) = self.0.take() else { return Ok(()) };
+        std::fs::rename(&tmp, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        if let Some(tmp) = &self.0 {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+impl Output {
+    fn file(&self) -> Option<&File> {
+        match self {
+            Output::InPlace(f) | Output::Temp { file: f, .. } => Some(f),
+            Output::Beneath(t) => Some(t.file()),
+            Output::Null => None,
+        }
+    }
+}
+
 /// An open download target.
 #[derive(Debug)]
 pub struct OpenTarget {
-    file: Option<File>,
-    temp: Option<(PathBuf, PathBuf)>,
+    out: Output,
+    /// The final path (for messages; empty for `/dev/null`).
+    path: PathBuf,
     fsync: bool,
     direct: bool,
+    window: Option<Window>,
 }
 
 impl OpenTarget {
     /// Where blocks are written.
     pub fn sink(&self) -> Box<dyn Sink + '_> {
-        match &self.file {
+        let inner: Box<dyn Sink + '_> = match self.out.file() {
             Some(f) => file_sink(f, self.direct, "download"),
             None => Box::new(NullSink),
+        };
+        match &self.window {
+            Some(window) => Box::new(WindowSink { inner, window }),
+            None => inner,
         }
     }
 
-    /// Complete: fix the length, optionally flush to disk, rename into place.
-    pub fn finish(mut self, len: Option<u64>) -> Result<(), ClientError> {
-        let Some(f) = self.file.take() else { return Ok(()) };
-        let err = |e: std::io::Error| ClientError::Local(e.to_string());
-        if let Some(l) = len {
-            f.set_len(l).map_err(err)?;
+    /// Complete: check that a window arrived whole, fix the length,
+    /// optionally flush to disk, rename into place. A temporary file that
+    /// cannot be renamed into place is removed.
+    pub fn finish(self, len: Option<u64>) -> Result<(), ClientError> {
+        if let Some(w) = &self.window {
+            w.complete().map_err(|e| ClientError::Local(format!("{}: {e}", self.path.display())))?;
         }
-        if self.fsync {
-            f.sync_data().map_err(err)?;
+        let err = local_err(&self.path);
+        if let Some(f) = self.out.file() {
+            if let Some(l) = len {
+                f.set_len(l).map_err(&err)?;
+            }
+            if self.fsync {
+                f.sync_data().map_err(&err)?;
+            }
         }
-        if let Some((tmp, path)) = self.temp.take() {
-            std::fs::rename(&tmp, &path).map_err(|e| ClientError::Local(format!("{}: {e}", path.display())))?;
+        // Either removes the temporary file when the rename fails.
+        match self.out {
+            Output::Beneath(temp) => temp.commit().map_err(err),
+            Output::Temp { file, tmp } => {
+                drop(file);
+                tmp.rename_to(&self.path).map_err(err)
+            }
+            Output::Null | Output::InPlace(_) => Ok(()),
         }
+    }
+}
+
+/// The bytes a partial download may write, and those it wrote.
+#[derive(Debug)]
+struct Window {
+    start: u64,
+    end: u64,
+    got: Mutex<RangeSet>,
+}
+
+impl Window {
+    fn new(off: u64, len: u64) -> Window {
+        Window { start: off, end: off.saturating_add(len), got: Mutex::new(RangeSet::new()) }
+    }
+
+    fn got(&self) -> std::sync::MutexGuard<'_, RangeSet> {
+        self.got.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuse `len` bytes at `offset` unless they lie in the window.
+    fn admit(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        let end = offset.checked_add(len);
+        if offset >= self.start && end.is_some_and(|e| e <= self.end) {
+            return Ok(());
+        }
+        let (s, e) = (self.start, self.end);
+        let why = format!("the server sent bytes {offset}-{} outside the requested {s}-{e}", end.unwrap_or(u64::MAX));
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+    }
+
+    /// Whether every byte of the window was written.
+    fn complete(&self) -> Result<(), String> {
+        let got = self.got();
+        if got.contains_range(self.start, self.end) {
+            return Ok(());
+        }
+        let (n, want) = (got.covered(), self.end - self.start);
+        Err(format!("got {n} of the {want} bytes requested at offset {}; the copy is incomplete", self.start))
+    }
+}
+
+/// A sink writing only inside a [`Window`], which keeps count. It has no
+/// file to splice into: spliced bytes would pass the check by.
+struct WindowSink<'a> {
+    inner: Box<dyn Sink + 'a>,
+    window: &'a Window,
+}
+
+impl WindowSink<'_> {
+    /// `write` the `len` bytes at `offset` if they lie in the window, and count them.
+    fn checked(&self, offset: u64, len: u64, write: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+        self.window.admit(offset, len)?;
+        write()?;
+        self.window.got().insert(offset, offset + len);
         Ok(())
     }
 }
 
-impl Drop for OpenTarget {
-    fn drop(&mut self) {
-        if let Some((tmp, _)) = &self.temp {
-            let _ = std::fs::remove_file(tmp);
-        }
+impl Sink for WindowSink<'_> {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.checked(offset, buf.len() as u64, || self.inner.write_all_at(buf, offset))
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
+        self.checked(offset, len, || self.inner.write_vectored_at(bufs, offset))
+    }
+
+    fn device(&self) -> Option<u64> {
+        self.inner.device()
+    }
+
+    fn serial_writes(&self) -> bool {
+        self.inner.serial_writes()
+    }
+
+    fn data_path(&self) -> DataPath {
+        self.inner.data_path()
     }
 }
 
@@ -305,5 +548,93 @@ mod tests {
         drop(w);
         assert!(!path.exists());
         assert!(temp_files(dir.path()).is_empty());
+    }
+
+    /// A target whose rename fails (a directory appeared under its name
+    /// meanwhile) leaves no temporary file, and the error names the file.
+    #[test]
+    fn a_failed_rename_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).expect("mkdir");
+        for root in [None, Some(dir.path())] {
+            let path = dir.path().join("f");
+            let w = LocalTarget::for_path(&path, false, false, 5).beneath(root).open().expect("open");
+            w.sink().write_all_at(b"hello", 0).expect("write");
+            std::fs::create_dir(&path).expect("a directory in the way");
+            let e = w.finish(Some(5)).expect_err("cannot rename over a directory");
+            assert!(e.to_string().starts_with(&format!("{}: ", path.display())), "{e}");
+            assert!(temp_files(dir.path()).is_empty(), "{:?}", temp_files(dir.path()));
+            std::fs::remove_dir(&path).expect("rmdir");
+        }
+    }
+
+    /// Beneath a destination root nothing follows a symlink: not a file's
+    /// directory, not a directory made for a tree, not a tree's root.
+    #[test]
+    fn beneath_a_destination_no_symlink_is_followed() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let (dst, out) = (dir.path().join("dst"), dir.path().join("out"));
+        std::fs::create_dir_all(&out).expect("mkdir");
+        std::fs::create_dir_all(&dst).expect("mkdir");
+        std::os::unix::fs::symlink(&out, dst.join("sub")).expect("symlink");
+        let sub = dst.join("sub");
+        for in_place in [false, true] {
+            let t = LocalTarget::for_path(&sub.join("x"), in_place, false, 4).beneath(Some(&dst));
+            let e = t.open().expect_err("through a symlink");
+            assert!(e.to_string().contains("symlink"), "{e}");
+        }
+        let e = make_dir_beneath(&dst, &sub.join("deeper")).expect_err("through a symlink");
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        assert!(tree_root(&dst, &sub).is_err());
+        assert_eq!(std::fs::read_dir(&out).expect("out").count(), 0, "nothing written outside");
+        // Not confined, the same target follows the link (the old behaviour).
+        let w = LocalTarget::for_path(&sub.join("x"), false, false, 4).open().expect("open");
+        drop(w);
+    }
+
+    /// The destination root, as the user named it, may be a symlink; real
+    /// directories beneath it are made and written.
+    #[test]
+    fn a_destination_named_through_a_symlink_is_written_beneath() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let (real, link) = (dir.path().join("real"), dir.path().join("link"));
+        std::fs::create_dir(&real).expect("mkdir");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        make_dir_beneath(&link, &link.join("a/b")).expect("mkdir beneath");
+        let path = link.join("a/b/f");
+        let w = LocalTarget::for_path(&path, false, false, 2).beneath(Some(&link)).open().expect("open");
+        w.sink().write_all_at(b"ok", 0).expect("write");
+        w.finish(Some(2)).expect("finish");
+        assert_eq!(std::fs::read(real.join("a/b/f")).expect("read"), b"ok");
+        let root = tree_root(&link, &link.join("a")).expect("tree root");
+        assert!(root.lstat(b"b/f").is_ok());
+        let w = LocalTarget::for_path(&link, false, false, 0).beneath(Some(&link)).open();
+        assert!(w.is_err(), "the root itself is a directory, not confined");
+    }
+
+    /// A partial download writes only inside its window and fails unless
+    /// the whole window arrived.
+    #[test]
+    fn a_window_refuses_bytes_outside_it_and_must_arrive_whole() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![b'S'; 1000]).expect("write");
+        let open = || LocalTarget::for_path(&path, true, false, 50).window(Some((100, 50))).open().expect("open");
+        let w = open();
+        let e = w.sink().write_all_at(&[b'X'; 1000], 100).expect_err("too long");
+        assert!(e.to_string().contains("outside the requested 100-150"), "{e}");
+        assert!(w.sink().write_all_at(&[b'Y'; 10], 5000).is_err(), "far away");
+        assert!(w.sink().write_all_at(&[b'Y'; 10], 90).is_err(), "before");
+        w.sink().write_all_at(&[b'Z'; 10], 100).expect("inside");
+        let e = w.finish(None).expect_err("10 of 50 bytes");
+        assert!(e.to_string().contains("got 10 of the 50 bytes"), "{e}");
+        let w = open();
+        w.sink().write_vectored_at(&[&[b'A'; 20], &[b'B'; 30]], 100).expect("the whole window");
+        w.finish(None).expect("complete");
+        let got = std::fs::read(&path).expect("read");
+        assert_eq!(got.len(), 1000, "not grown");
+        assert_eq!(&got[100..150], [[b'A'; 20].as_slice(), &[b'B'; 30]].concat());
+        assert!(got[..100].iter().chain(&got[150..]).all(|&b| b == b'S'), "untouched outside the window");
     }
 }

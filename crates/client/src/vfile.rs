@@ -31,14 +31,17 @@ pub fn tree_target(src: &Location, dst: &Location) -> Location {
     }
 }
 
-fn local_root(dir: &Path) -> Result<Root, ClientError> {
-    std::fs::create_dir_all(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
-    Root::open(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))
-}
-
-/// Download the tree at `rpath` into `dir`.
+/// Download the tree at `rpath` into `dir`, in the copy's destination
+/// directory `root` (`dir` or a directory beneath it, where no symlink is
+/// followed: [`crate::local::tree_root`]).
 /// `files` receives the number of regular files rebuilt.
-pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<AtomicU64>) -> Result<u64, ClientError> {
+pub async fn get_tree(
+    s: &mut Session,
+    rpath: &[u8],
+    root: PathBuf,
+    dir: PathBuf,
+    files: Arc<AtomicU64>,
+) -> Result<u64, ClientError> {
     if !s.take_speculation(rpath) {
         s.send_vret(rpath, false).await?;
     }
@@ -51,7 +54,7 @@ pub async fn get_tree(s: &mut Session, rpath: &[u8], dir: PathBuf, files: Arc<At
     let mut dc = s.take_dc();
     let c2 = ctl.clone();
     let job = tokio::task::spawn_blocking(move || {
-        let r = local_root(&dir).and_then(|root| {
+        let r = crate::local::tree_root(&root, &dir).and_then(|root| {
             let sink = VfileSink::new(
                 Unpacker::new(Arc::new(root), UnpackOptions::default())
                     .map_err(|e| ClientError::Local(e.to_string()))?,

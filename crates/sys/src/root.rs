@@ -494,6 +494,8 @@ impl StrictDir {
     }
 }
 
+mod beneath;
+
 #[cfg(test)]
 mod strict_tests {
     use super::*;

@@ -1,0 +1,152 @@
+//! A download written file by file into a local directory (the client):
+//! the destination directory is the root, and nothing beneath it is
+//! followed as a symlink, as the virtual-file unpacker does.
+
+use super::*;
+
+/// The error for a path refused because a symlink is on the way (`ELOOP`
+/// from `RESOLVE_NO_SYMLINKS` or `O_NOFOLLOW`); others are kept.
+fn symlink_refused(e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+        return io::Error::new(io::ErrorKind::InvalidInput, "a symlink is in the way (not followed)");
+    }
+    e
+}
+
+/// The permission bits of the regular file `name` in `dir`, once this
+/// process has shown it could open it for writing (not following a
+/// symlink, not blocking, not truncating); `None` when nothing or a symlink
+/// or special file is there (the rename replaces it without following it).
+fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<u32>> {
+    let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
+        _ => return Ok(None),
+    }
+    let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).map_err(io::Error::from).map_err(symlink_refused)?;
+    Ok(Some(rustix::fs::fstat(&fd)?.st_mode & 0o777))
+}
+
+impl Root {
+    /// A new root at the directory `rel` beneath this one, resolved without
+    /// following a symlink in any component.
+    pub fn subdir_strict(&self, rel: &[u8]) -> io::Result<Root> {
+        // Not O_NOFOLLOW: with O_DIRECTORY it says ENOTDIR of a symlink,
+        // where RESOLVE_NO_SYMLINKS says ELOOP.
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT);
+        let dir = dir.map_err(io::Error::from).map_err(symlink_refused)?;
+        Ok(Root { dir, path: self.path.join(Self::rel(rel)) })
+    }
+
+    /// Create the directory `rel` and its missing parents (`mkdir -p`),
+    /// accepting existing real directories; a symlink in the way (one to a
+    /// directory too) is refused. `""` is the root itself.
+    pub fn mkdir_all_strict(&self, rel: &[u8], mode: u32) -> io::Result<()> {
+        if rel.is_empty() {
+            return Ok(());
+        }
+        let ends = rel.iter().enumerate().filter(|&(_, &b)| b == b'/').map(|(i, _)| i);
+        for end in ends.chain([rel.len()]) {
+            self.mkdir_strict(&rel[..end], mode).map_err(symlink_refused)?;
+        }
+        Ok(())
+    }
+
+    /// [`Root::create_temp_replacing`] with a strict parent: a temporary
+    /// file (`mode` less the umask) to become `rel`, refused when a
+    /// directory is there or a symlink is on the way; an old regular file's
+    /// permission bits are kept, once shown writable (an old symlink is not
+    /// followed: the commit replaces the link itself).
+    pub fn create_temp_replacing_strict(&self, rel: &[u8], mode: u32) -> io::Result<TempFile> {
+        let (dir, name) = self.parent_strict(rel).map_err(symlink_refused)?;
+        let old = replaceable_mode_in(&dir, name)?;
+        let t = TempFile::create(Arc::new(dir), name, mode)?;
+        if let Some(m) = old {
+            rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m))?;
+        }
+        Ok(t)
+    }
+
+    /// [`Root::open_write`] in place (created if missing, `mode` less the
+    /// umask), with no symlink followed in any component, the last included.
+    pub fn open_write_strict(&self, rel: &[u8], mode: u32) -> io::Result<File> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::from_raw_mode(mode), STRICT);
+        let f = File::from(fd.map_err(io::Error::from).map_err(symlink_refused)?);
+        Self::regular_only(&f)?;
+        rustix::fs::fcntl_setfl(&f, OFlags::empty())?;
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod beneath_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(tag: &str) -> (PathBuf, Root) {
+        let p = std::env::temp_dir().join(format!("lp-root-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("root/real")).unwrap();
+        std::fs::create_dir_all(p.join("out")).unwrap();
+        std::os::unix::fs::symlink(p.join("out"), p.join("root/up")).unwrap();
+        (p.clone(), Root::open(&p.join("root")).unwrap())
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<_> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn directories_are_made_beneath_without_following_symlinks() {
+        let (p, r) = scratch("mkdir-all");
+        r.mkdir_all_strict(b"a/b/c", 0o777).unwrap();
+        r.mkdir_all_strict(b"a/b/c", 0o777).unwrap();
+        r.mkdir_all_strict(b"", 0o777).unwrap();
+        assert!(p.join("root/a/b/c").is_dir());
+        let e = r.mkdir_all_strict(b"up", 0o777).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        let e = r.mkdir_all_strict(b"up/x/y", 0o777).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        let e = r.subdir_strict(b"up").unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(r.subdir_strict(b"a/b").unwrap().path(), p.join("root/a/b"));
+        assert!(names(&p.join("out")).is_empty(), "nothing made outside");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn files_are_written_beneath_without_following_symlinks() {
+        let (p, r) = scratch("write-beneath");
+        let e = r.create_temp_replacing_strict(b"up/x", 0o666).unwrap_err();
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert!(r.open_write_strict(b"up/x", 0o666).unwrap_err().to_string().contains("symlink"));
+        std::fs::write(p.join("out/victim"), b"keep").unwrap();
+        std::os::unix::fs::symlink(p.join("out/victim"), p.join("root/real/link")).unwrap();
+        assert!(r.open_write_strict(b"real/link", 0o666).unwrap_err().to_string().contains("symlink"));
+        let e = r.create_temp_replacing_strict(b"real", 0o666).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::IsADirectory);
+        let t = r.create_temp_replacing_strict(b"real/link", 0o666).unwrap();
+        t.file().set_len(3).unwrap();
+        t.commit().unwrap();
+        assert!(p.join("root/real/link").symlink_metadata().unwrap().is_file(), "the link itself is replaced");
+        std::fs::set_permissions(p.join("root/real/link"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        let t = r.create_temp_replacing_strict(b"real/link", 0o666).unwrap();
+        assert_eq!(t.file().metadata().unwrap().permissions().mode() & 0o777, 0o640);
+        drop(t);
+        assert_eq!(names(&p.join("root/real")), ["link"], "no temporary file left");
+        assert_eq!(std::fs::read(p.join("out/victim")).unwrap(), b"keep");
+        assert_eq!(names(&p.join("out")), ["victim"]);
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+}
