@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use lightpath_proto::BlockHeader;
+use lightpath_proto::{BlockHeader, Descriptor};
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
@@ -155,6 +155,13 @@ fn hostile_mode_e_uploads_leave_no_file() {
     let (code, text) = c.final_reply();
     assert_eq!(code, 426, "{text}");
     assert!(text.contains("payload"), "{text}");
+    // A block its sender flags as suspect (0x20) is not data.
+    let mut dc = start_mode_e_upload(&mut c, "suspect", None);
+    let suspect = BlockHeader { desc: Descriptor(Descriptor::ERRORS), ..BlockHeader::data(0, 3) };
+    dc.write_all(&[block(suspect, b"abc"), block(BlockHeader::eof_eod(1), b"")].concat()).unwrap();
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 426, "{text}");
+    assert!(text.contains("suspected errors"), "{text}");
     let mut dc = start_mode_e_upload(&mut c, "huge", None);
     dc.write_all(&block(BlockHeader::data(u64::MAX - 10, 100), b"")).unwrap();
     assert_eq!(c.final_reply().0, 426);

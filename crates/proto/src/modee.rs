@@ -68,6 +68,11 @@ pub enum HeaderError {
     /// bytes after it would have no offset (GCT sends 0 and ignores it).
     #[error("EOF block claims {0} payload bytes")]
     EofPayload(u64),
+    /// A block its sender flags as holding suspected errors (0x20): its
+    /// bytes are not to be written as data (GCT defines the bit and never
+    /// sends it).
+    #[error("the sender flags a block as holding suspected errors")]
+    SuspectedErrors,
 }
 
 /// Upper bound on the EOD count an EOF block may announce.
@@ -119,6 +124,9 @@ impl BlockHeader {
         let d = self.desc;
         if d.has(Descriptor::EOR) || d.has(Descriptor::RESTART) {
             return Err(HeaderError::Unsupported(d.0));
+        }
+        if d.has(Descriptor::ERRORS) {
+            return Err(HeaderError::SuspectedErrors);
         }
         if d.has(Descriptor::EOF) {
             if self.offset == 0 || self.offset > MAX_STREAMS {
@@ -186,5 +194,7 @@ mod tests {
         assert_eq!(with_payload.validate(), Err(HeaderError::EofPayload(5)));
         let r = BlockHeader { desc: Descriptor(Descriptor::RESTART), count: 0, offset: 0 };
         assert_eq!(r.validate(), Err(HeaderError::Unsupported(0x10)));
+        let suspect = BlockHeader { desc: Descriptor(Descriptor::ERRORS), ..BlockHeader::data(0, 5) };
+        assert_eq!(suspect.validate(), Err(HeaderError::SuspectedErrors));
     }
 }

@@ -84,7 +84,7 @@ fn reply_code() -> impl Strategy<Value = u16> {
 
 /// Independent statement of which headers a receiver accepts.
 fn header_model_ok(desc: u8, count: u64, offset: u64) -> bool {
-    if desc & 0x80 != 0 || desc & 0x10 != 0 {
+    if desc & 0x80 != 0 || desc & 0x10 != 0 || desc & 0x20 != 0 {
         return false;
     }
     if desc & 0x40 != 0 {
@@ -132,6 +132,8 @@ proptest! {
                 prop_assert!(!header_model_ok(h.desc.0, h.count, h.offset));
                 let expect_kind = if bytes[0] & 0x90 != 0 {
                     matches!(e, HeaderError::Unsupported(d) if d == bytes[0])
+                } else if bytes[0] & 0x20 != 0 {
+                    matches!(e, HeaderError::SuspectedErrors)
                 } else if bytes[0] & 0x40 != 0 && !(1..=MAX_STREAMS).contains(&h.offset) {
                     matches!(e, HeaderError::BadEodCount(n) if n == h.offset)
                 } else if bytes[0] & 0x40 != 0 {
