@@ -225,14 +225,61 @@ async fn digests(alg: &str, locs: &[&Location], s: Option<&mut Session>) -> Vec<
     let paths: Vec<PathBuf> =
         locs.iter().filter_map(|l| if let Location::Local(p) = l { Some(p.clone()) } else { None }).collect();
     let a = alg.to_string();
-    let job = tokio::task::spawn_blocking(move || paths.iter().map(|p| local_digest(&a, p)).collect());
+    let job = tokio::task::spawn_blocking(move || local_digests(&a, &paths));
     job.await.unwrap_or_else(|e| locs.iter().map(|_| Err(ClientError::Local(e.to_string()))).collect())
+}
+
+/// The `alg` digests of the local files `paths`, in order, read and hashed
+/// on one thread per CPU (at most 4): a tree's files are independent, and
+/// one thread left a core idle while the other end computed its CKSMs.
+fn local_digests(alg: &str, paths: &[PathBuf]) -> Vec<Result<String, ClientError>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+    let next = AtomicUsize::new(0);
+    let worker = || {
+        let mut mine = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(p) = paths.get(i) else { return mine };
+            mine.push((i, local_digest(alg, p)));
+        }
+    };
+    let mut out: Vec<Option<Result<String, ClientError>>> = paths.iter().map(|_| None).collect();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads).map(|_| sc.spawn(worker)).collect();
+        for (i, r) in hs.into_iter().flat_map(|h| h.join().unwrap_or_default()) {
+            out[i] = Some(r);
+        }
+    });
+    // A file whose thread panicked has no digest: it fails, in its place.
+    let lost = |p: &PathBuf| ClientError::Local(format!("{}: its checksum was not computed", p.display()));
+    out.into_iter().zip(paths).map(|(r, p)| r.unwrap_or_else(|| Err(lost(p)))).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io;
+
+    /// The digests of many files come back in their order, a missing file
+    /// failing in its own place.
+    #[test]
+    fn local_digests_keep_the_order_of_the_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut paths: Vec<PathBuf> = (0..40).map(|i| dir.path().join(format!("f{i}"))).collect();
+        for (i, p) in paths.iter().enumerate() {
+            std::fs::write(p, vec![i as u8; 1000 + i]).expect("write");
+        }
+        paths.insert(7, dir.path().join("missing"));
+        let got = local_digests("MD5", &paths);
+        assert_eq!(got.len(), paths.len());
+        for (p, r) in paths.iter().zip(got) {
+            match local_digest("MD5", p) {
+                Ok(want) => assert_eq!(r.expect("digest"), want, "{}", p.display()),
+                Err(_) => assert!(r.is_err(), "{}", p.display()),
+            }
+        }
+    }
 
     #[test]
     fn a_file_passes_only_with_both_digests_known_and_equal() {
