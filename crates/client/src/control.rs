@@ -40,8 +40,20 @@ pub(crate) async fn open_with(
     Err(last)
 }
 
-/// How long to wait for any reply.
+/// How long to wait for a reply to begin, and then for the whole of it to
+/// arrive (a server trickling one line of a reply every few seconds must
+/// not keep the client waiting forever). `LIGHTPATH_REPLY_TIMEOUT`
+/// (seconds) overrides it; see [`reply_timeout`].
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// [`REPLY_TIMEOUT`], or `LIGHTPATH_REPLY_TIMEOUT` seconds if set (read once).
+pub fn reply_timeout() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        let secs = std::env::var("LIGHTPATH_REPLY_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
+        secs.filter(|&s| s > 0).map_or(REPLY_TIMEOUT, Duration::from_secs)
+    })
+}
 
 /// One control connection.
 #[derive(Debug)]
@@ -65,6 +77,14 @@ pub struct ControlConn {
     pub name: String,
     /// The data path the server's last perf marker named (logged on change).
     server_path: Option<String>,
+    /// When the reply being read began to arrive (a line or part of one),
+    /// while it is unfinished: the whole reply must come by
+    /// [`reply_timeout`] after it.
+    reply_started: Option<tokio::time::Instant>,
+    /// The last command sent (redacted), and the last reply read, for
+    /// saying what a timeout waited for.
+    last_sent: String,
+    last_reply: Option<u16>,
 }
 
 impl ControlConn {
@@ -93,6 +113,9 @@ impl ControlConn {
             rtt_from_book: fastopen.is_some(),
             name,
             server_path: None,
+            reply_started: None,
+            last_sent: "(none yet: the greeting)".into(),
+            last_reply: None,
         };
         Ok(c)
     }
@@ -129,6 +152,7 @@ impl ControlConn {
     pub async fn send(&mut self, cmd: &[u8]) -> Result<(), ClientError> {
         tracing::debug!(server = %self.name, "> {}", redact(cmd));
         check_line(cmd)?;
+        self.last_sent = redact(cmd);
         let mut line = cmd.to_vec();
         line.extend_from_slice(b"\r\n");
         if let Some(out) = &mut self.corked {
@@ -160,33 +184,84 @@ impl ControlConn {
         self.stream.write_all(&out).await.map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))
     }
 
-    /// Read the next reply (preliminary ones included).
+    /// Read the next reply (preliminary ones included). A reply must begin
+    /// within [`reply_timeout`] and, once begun, end within it too.
+    /// Cancel-safe (third-party copies select over two of these): what has
+    /// arrived, and when the reply began, stay in `self`.
     pub async fn reply(&mut self) -> Result<Reply, ClientError> {
         self.uncork().await?;
         let mut buf = [0u8; 8192];
         loop {
-            while let Some(line) = self.lines.poll_line() {
-                let Line::Text(t) = line else { continue };
-                let text = String::from_utf8_lossy(&t);
-                let parsed = self
-                    .parser
-                    .handle_line(&text)
-                    .map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))?;
-                if let Some(r) = parsed {
-                    tracing::debug!(server = %self.name, "< {} {}", r.code, r.full_text());
-                    self.note_data_path(&r);
-                    return Ok(r);
-                }
+            if let Some(r) = self.parse_buffered()? {
+                return Ok(r);
             }
-            let n = tokio::time::timeout(REPLY_TIMEOUT, self.stream.read(&mut buf))
-                .await
-                .map_err(|_| ClientError::Control(self.name.clone(), "no reply (timeout)".into()))?
-                .map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))?;
-            if n == 0 {
-                return Err(ClientError::Control(self.name.clone(), "server closed the control connection".into()));
-            }
+            let n = self.read_some(&mut buf).await?;
             self.lines.handle_bytes(&buf[..n]);
         }
+    }
+
+    /// The next complete reply among the lines already received.
+    fn parse_buffered(&mut self) -> Result<Option<Reply>, ClientError> {
+        while let Some(line) = self.lines.poll_line() {
+            let Line::Text(t) = line else { continue };
+            let text = String::from_utf8_lossy(&t);
+            let parsed = self.parser.handle_line(&text).map_err(|e| self.limit_err(&e))?;
+            if let Some(r) = parsed {
+                tracing::debug!(server = %self.name, "< {} {}", r.code, r.full_text());
+                self.reply_started = None;
+                self.last_reply = Some(r.code);
+                self.note_data_path(&r);
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Read more of the control connection, by the reply's deadline.
+    async fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, ClientError> {
+        let deadline = self.deadline();
+        let n = tokio::time::timeout_at(deadline, self.stream.read(buf))
+            .await
+            .map_err(|_| self.timeout_err())?
+            .map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))?;
+        if n == 0 {
+            return Err(ClientError::Control(self.name.clone(), "server closed the control connection".into()));
+        }
+        Ok(n)
+    }
+
+    /// When the reply being waited for must have come: [`reply_timeout`]
+    /// from now if none has begun, else from when it began (so a trickle
+    /// of lines cannot stretch it).
+    fn deadline(&mut self) -> tokio::time::Instant {
+        let now = tokio::time::Instant::now();
+        if !(self.parser.in_progress() || self.lines.pending() > 0) {
+            self.reply_started = None;
+            return now + reply_timeout();
+        }
+        *self.reply_started.get_or_insert(now) + reply_timeout()
+    }
+
+    /// The error for a reply that did not come (or not whole) in time,
+    /// saying what was waited for.
+    fn timeout_err(&self) -> ClientError {
+        let secs = reply_timeout().as_secs();
+        let cmd = &self.last_sent;
+        let why = if self.reply_started.is_some() {
+            let lines = self.parser.pending_lines();
+            format!("reply not finished {secs} s after it began ({lines} lines so far; last command sent: {cmd})")
+        } else if self.last_reply.is_some_and(|c| c / 100 == 1) {
+            let code = self.last_reply.unwrap_or(0);
+            format!("no reply for {secs} s after {code}: the transfer under way stalled (last command sent: {cmd})")
+        } else {
+            format!("no reply within {secs} s (last command sent: {cmd})")
+        };
+        ClientError::Control(self.name.clone(), why)
+    }
+
+    /// The error for a reply over the parser's bounds.
+    fn limit_err(&self, e: &lightpath_proto::reply::ReplyError) -> ClientError {
+        ClientError::Limit { server: self.name.clone(), what: format!("{e} (last command sent: {})", self.last_sent) }
     }
 
     /// Say in verbose output how the server moves the bytes, as its perf

@@ -45,6 +45,15 @@ pub enum ClientError {
         /// Reply code.
         code: u16,
     },
+    /// A server's answer went past a bound that keeps the client's memory
+    /// (or time) in check: an over-long reply, a listing too large or deep.
+    #[error("{server}: {what}")]
+    Limit {
+        /// Server (or the tree's URL).
+        server: String,
+        /// What went past which bound.
+        what: String,
+    },
     /// Local file or data-channel trouble.
     #[error("{0}")]
     Local(String),

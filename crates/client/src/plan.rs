@@ -35,11 +35,20 @@ impl Plan {
     }
 }
 
+/// `loc`/`name`. The path is allocated at its exact length: a tree's plan
+/// holds two for each of its entries, and growing a copy of the parent's
+/// left up to twice the bytes in each.
 pub(crate) fn join(loc: &Location, name: &[u8]) -> Location {
     match loc {
-        Location::Local(p) => Location::Local(p.join(std::ffi::OsStr::from_bytes(name))),
+        Location::Local(p) => {
+            let mut out = PathBuf::with_capacity(p.as_os_str().len() + 1 + name.len());
+            out.push(p);
+            out.push(std::ffi::OsStr::from_bytes(name));
+            Location::Local(out)
+        }
         Location::Remote(r) => {
-            let mut p = r.path.clone();
+            let mut p = Vec::with_capacity(r.path.len() + 1 + name.len());
+            p.extend_from_slice(&r.path);
             if !p.ends_with(b"/") {
                 p.push(b'/');
             }
@@ -190,6 +199,29 @@ fn local_kind(path: &std::path::Path) -> Option<LocalKind> {
     }
 }
 
+/// Most bytes one MLSD listing may hold (the data of one directory,
+/// buffered whole before it is parsed): room for a directory of a million
+/// files with the facts GCT sends (about 150 bytes a line).
+pub const MAX_LISTING: u64 = 256 << 20;
+
+/// Most bytes a path in a remote tree may have below the tree's root:
+/// Linux's `PATH_MAX`, the longest path a local file can be opened by (and
+/// the virtual file's limit, [`lightpath_proto::manifest::check_path`]).
+/// It bounds the depth too: each level takes at least two bytes (`a/`), so
+/// at most 2048 directories deep. Without it a server whose every
+/// directory holds another was listed without end, each path longer than
+/// the last (memory growing as the square of the depth).
+pub const MAX_TREE_PATH: usize = 4096;
+
+/// Most memory the plan of a remote tree walked file by file may take
+/// ([`entry_cost`] of each file and directory). An entry holds two full
+/// paths and its own copy of the server's host, user and password: about
+/// 350 bytes with short names and 1 KB with 250-byte ones, so this is some
+/// 2 to 6 million entries. 400 000 entries of long names in each of 8
+/// directories took 3.2 GB before there was a bound; a larger tree is
+/// better copied in parts (or from a lightpath server, as one virtual file).
+pub const MAX_PLAN_BYTES: usize = 2 << 30;
+
 /// A remote tree's walk, shared by the sessions listing it.
 #[derive(Default)]
 struct Walk {
@@ -198,6 +230,65 @@ struct Walk {
     busy: usize,
     plan: Plan,
     error: Option<ClientError>,
+    /// The root's URL (for messages) and the length of its path (what
+    /// the tree's paths have above it).
+    root_name: String,
+    root_len: usize,
+    /// Entries planned, and their [`entry_cost`] in all.
+    entries: usize,
+    cost: usize,
+    /// Most `cost` allowed ([`MAX_PLAN_BYTES`]).
+    budget: usize,
+}
+
+impl Walk {
+    fn new(root: &Remote, target: &Location) -> Walk {
+        let root_len = root.path.strip_suffix(b"/").unwrap_or(&root.path).len();
+        let queue = VecDeque::from([(root.clone(), target.clone())]);
+        Walk { queue, root_name: root.display(), root_len, budget: MAX_PLAN_BYTES, ..Default::default() }
+    }
+
+    /// One directory waits to be listed, and nothing has failed.
+    fn alone(&self) -> bool {
+        self.queue.len() == 1 && self.error.is_none()
+    }
+
+    /// Count an entry at `src` (copied to `dst`) against the bounds.
+    fn admit(&mut self, src: &Remote, dst: &Location) -> Result<(), ClientError> {
+        let below = src.path.len().saturating_sub(self.root_len);
+        self.entries += 1;
+        self.cost += entry_cost(src, dst);
+        let what = if below > MAX_TREE_PATH {
+            let depth = src.path[self.root_len..].split(|&b| b == b'/').filter(|c| !c.is_empty()).count();
+            format!(
+                "a path in this tree is {below} bytes ({depth} levels) below it, more than {MAX_TREE_PATH} \
+                 (the longest local path); refusing to copy this tree"
+            )
+        } else if self.cost > self.budget {
+            format!(
+                "this tree's listing passed {} entries and {} MiB of memory to plan file by file; \
+                 refusing it (copy it in parts)",
+                self.entries,
+                self.budget >> 20
+            )
+        } else {
+            return Ok(());
+        };
+        Err(ClientError::Limit { server: self.root_name.clone(), what })
+    }
+}
+
+/// Memory a planned file or directory takes: the entry, with `src` and
+/// `dst`, and their heap blocks (paths, host, user, password; 16 bytes of
+/// allocator overhead each).
+fn entry_cost(src: &Remote, dst: &Location) -> usize {
+    const BLOCK: usize = 16;
+    let remote = |r: &Remote| r.path.len() + r.host.len() + r.user.len() + r.pass.len() + 4 * BLOCK;
+    let dst = match dst {
+        Location::Local(p) => p.as_os_str().len() + BLOCK,
+        Location::Remote(r) => remote(r),
+    };
+    std::mem::size_of::<Item>() + remote(src) + dst
 }
 
 type Shared = std::sync::Arc<(std::sync::Mutex<Walk>, tokio::sync::Notify)>;
@@ -218,11 +309,10 @@ async fn walk_remote(
     plan: &mut Plan,
 ) -> Result<(), ClientError> {
     let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
-    let shared: Shared = Default::default();
-    walk_lock(&shared).queue.push_back((root.clone(), target.clone()));
+    let shared: Shared = std::sync::Arc::new((std::sync::Mutex::new(Walk::new(root, target)), Default::default()));
     // Alone down a chain of single directories; then as many sessions as
     // there are directories waiting, up to `1 + extra`.
-    while walk_lock(&shared).queue.len() == 1 {
+    while walk_lock(&shared).alone() {
         list_one(s, &shared).await;
     }
     let helpers = extra.min(walk_lock(&shared).queue.len().saturating_sub(1));
@@ -306,9 +396,12 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.error.get_or_insert(err);
             return;
         }
-        let src = join(&Location::Remote(dir.clone()), &e.name);
+        let Location::Remote(sr) = join(&Location::Remote(dir.clone()), &e.name) else { continue };
         let dst = join(t, &e.name);
-        let Location::Remote(sr) = src else { continue };
+        if let Err(err) = w.admit(&sr, &dst) {
+            w.error.get_or_insert(err);
+            return;
+        }
         if e.is_dir {
             w.plan.dirs.push(dst.clone());
             w.queue.push_back((sr, dst));
@@ -386,5 +479,43 @@ mod tests {
         for good in [&b"a b"[..], b"..x", b"\xff\xfe", b"a\nb"] {
             assert!(listed_name_ok(&dir, good).is_ok(), "{good:?}");
         }
+    }
+
+    fn entries(n: usize) -> Vec<crate::session::Entry> {
+        let entry = |i: usize| crate::session::Entry { name: format!("f{i}").into_bytes(), is_dir: false, size: 1 };
+        (0..n).map(entry).collect()
+    }
+
+    /// A tree whose plan would pass the memory budget is refused with the
+    /// tree named, and an entry's cost counts its paths.
+    #[test]
+    fn a_remote_walk_stops_at_its_memory_budget() {
+        let Ok(Location::Remote(root)) = Location::parse("ftp://h/d/") else { panic!("url") };
+        let target = Location::Local("/dst".into());
+        let mut w = Walk::new(&root, &target);
+        add_entries(&mut w, &root, &target, entries(1000));
+        assert!(w.error.is_none() && w.plan.files.len() == 1000);
+        assert!(w.cost > 1000 * std::mem::size_of::<Item>(), "{}", w.cost);
+        let mut w = Walk::new(&root, &target);
+        w.budget = 100 * entry_cost(&root, &target);
+        add_entries(&mut w, &root, &target, entries(1000));
+        let err = w.error.expect("refused").to_string();
+        assert!(err.starts_with("ftp://h:2811/d/: ") && err.contains("entries"), "{err}");
+        assert!(w.plan.files.len() < 100, "{}", w.plan.files.len());
+    }
+
+    /// A path longer than [`MAX_TREE_PATH`] below the root is refused.
+    #[test]
+    fn a_remote_walk_stops_at_the_longest_path() {
+        let Ok(Location::Remote(root)) = Location::parse("ftp://h/d") else { panic!("url") };
+        let target = Location::Local("/dst".into());
+        let deep = root.with_path([&b"/d"[..], &b"/aaaa".repeat(MAX_TREE_PATH / 5 - 1)].concat());
+        let mut w = Walk::new(&root, &target);
+        add_entries(&mut w, &deep, &target, entries(1));
+        assert!(w.error.is_none(), "{:?}", w.error);
+        let deeper = deep.with_path([&deep.path[..], b"/aaaa"].concat());
+        add_entries(&mut w, &deeper, &target, entries(1));
+        let err = w.error.expect("refused").to_string();
+        assert!(err.contains("levels) below it") && err.contains("820 levels"), "{err}");
     }
 }

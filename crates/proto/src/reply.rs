@@ -134,18 +134,36 @@ fn clean(s: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplyError {
-    /// A multi-line reply that never ends.
-    #[error("multi-line reply longer than {0} lines")]
+    /// A multi-line reply with more lines than [`MAX_REPLY_LINES`].
+    #[error("multi-line reply longer than {0} lines; refused")]
     TooLong(usize),
+    /// A multi-line reply holding more than [`MAX_REPLY_BYTES`].
+    #[error("multi-line reply larger than {} KiB; refused", .0 >> 10)]
+    TooLarge(usize),
 }
 
-/// Most lines accepted in one multi-line reply.
-pub const MAX_REPLY_LINES: usize = 100_000;
+/// Most lines accepted in one multi-line reply. The longest a GridFTP
+/// server sends are FEAT and HELP (a few dozen lines) and the 112 perf
+/// marker (five per stripe).
+pub const MAX_REPLY_LINES: usize = 10_000;
 
-/// Assembles replies from control-channel lines (client side).
+/// Most memory one multi-line reply may take: its text plus
+/// [`LINE_COST`] per line. Each line may be as long as
+/// [`crate::line::MAX_LINE`], so without this a hostile server's FEAT of
+/// 99 000 continuation lines of 8 KB took 824 MB of the client's memory.
+pub const MAX_REPLY_BYTES: usize = 1 << 20;
+
+/// What a line costs beside its text (its `String` in [`Reply::lines`]).
+const LINE_COST: usize = std::mem::size_of::<String>();
+
+/// Assembles replies from control-channel lines (client side). A
+/// multi-line reply is bounded by [`MAX_REPLY_LINES`] and
+/// [`MAX_REPLY_BYTES`].
 #[derive(Debug, Default)]
 pub struct ReplyParser {
     pending: Option<Reply>,
+    /// What `pending` costs so far (text plus [`LINE_COST`] a line).
+    bytes: usize,
 }
 
 impl ReplyParser {
@@ -154,37 +172,60 @@ impl ReplyParser {
         Self::default()
     }
 
+    /// Whether a multi-line reply has begun and not yet ended.
+    pub fn in_progress(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Lines of the unfinished multi-line reply received so far.
+    pub fn pending_lines(&self) -> usize {
+        self.pending.as_ref().map_or(0, |p| p.lines.len())
+    }
+
     /// Feed one line (without CRLF). Returns a reply when one completes.
     /// Lines outside a reply that do not start with a code are ignored
     /// (GCT echoes raw CRLF inside some 501 texts).
     pub fn handle_line(&mut self, line: &str) -> Result<Option<Reply>, ReplyError> {
         let code = line_code(line);
-        if let Some(p) = self.pending.as_mut() {
-            if let Some((c, ' ')) = code {
-                if c == p.code {
-                    // A bare "NNN" (no text) also ends the reply.
-                    p.lines.push(line.get(4..).unwrap_or("").to_string());
-                    return Ok(self.pending.take());
-                }
-            }
-            if p.lines.len() >= MAX_REPLY_LINES {
-                return Err(ReplyError::TooLong(MAX_REPLY_LINES));
-            }
-            let body = match code {
-                Some((c, '-')) if c == p.code => &line[4..],
-                _ => line,
-            };
-            p.lines.push(body.to_string());
-            return Ok(None);
+        if self.pending.is_some() {
+            return self.continue_reply(line, code);
         }
         match code {
             Some((c, '-')) => {
+                self.bytes = line.len() + LINE_COST;
                 self.pending = Some(Reply { code: c, lines: vec![line[4..].to_string()] });
                 Ok(None)
             }
             Some((c, _)) => Ok(Some(Reply { code: c, lines: vec![line.get(4..).unwrap_or("").to_string()] })),
             None => Ok(None),
         }
+    }
+
+    /// A line inside a multi-line reply: its end, or one more line.
+    fn continue_reply(&mut self, line: &str, code: Option<(u16, char)>) -> Result<Option<Reply>, ReplyError> {
+        let Some(p) = self.pending.as_mut() else { return Ok(None) };
+        if let Some((c, ' ')) = code {
+            if c == p.code {
+                // A bare "NNN" (no text) also ends the reply.
+                p.lines.push(line.get(4..).unwrap_or("").to_string());
+                return Ok(self.pending.take());
+            }
+        }
+        if p.lines.len() >= MAX_REPLY_LINES {
+            self.pending = None;
+            return Err(ReplyError::TooLong(MAX_REPLY_LINES));
+        }
+        self.bytes += line.len() + LINE_COST;
+        if self.bytes > MAX_REPLY_BYTES {
+            self.pending = None;
+            return Err(ReplyError::TooLarge(MAX_REPLY_BYTES));
+        }
+        let body = match code {
+            Some((c, '-')) if c == p.code => &line[4..],
+            _ => line,
+        };
+        p.lines.push(body.to_string());
+        Ok(None)
     }
 }
 
@@ -275,5 +316,29 @@ mod tests {
     fn injected_newlines_are_neutralised() {
         let r = Reply::new(550, "no such file: a\r\n230 evil");
         assert_eq!(r.encode().iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+
+    /// A multi-line reply is refused once it holds 1 MiB or 10 000 lines,
+    /// whichever comes first, and then the parser starts afresh.
+    #[test]
+    fn a_multi_line_reply_is_bounded_in_bytes_and_lines() {
+        let mut p = ReplyParser::new();
+        assert_eq!(p.handle_line("211-Extensions").unwrap(), None);
+        let long = format!(" {}", "B".repeat(8000));
+        let mut fed = 1;
+        let err = loop {
+            match p.handle_line(&long) {
+                Ok(None) => fed += 1,
+                Ok(Some(r)) => panic!("no end was sent: {}", r.code),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, ReplyError::TooLarge(MAX_REPLY_BYTES));
+        assert!(fed * 8000 <= MAX_REPLY_BYTES && fed > 100, "{fed} lines");
+        assert!(!p.in_progress());
+        assert_eq!(p.handle_line("200 ok").unwrap().unwrap().code, 200);
+        assert_eq!(p.handle_line("211-x").unwrap(), None);
+        let short = (0..MAX_REPLY_LINES).map(|_| p.handle_line(" y")).find_map(Result::err);
+        assert_eq!(short, Some(ReplyError::TooLong(MAX_REPLY_LINES)));
     }
 }

@@ -1,0 +1,234 @@
+//! `lightpath cp` against a scripted plain FTP server (MODE S only, as in
+//! `hostile_server.rs`) that tries to take the client's memory or time:
+//! a FEAT reply of megabytes, a reply trickled one line at a time without
+//! end, a transfer that stalls after its 150, and a tree whose every
+//! directory holds another. Each is refused with an error naming the
+//! server, in bounded time; the same server behaving copies.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How the scripted server misbehaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trick {
+    /// Nothing: serves `/f` (5 bytes) and the tree `/d` with `/d/f`.
+    None,
+    /// A FEAT reply of 300 continuation lines of 8000 bytes (2.4 MB).
+    HugeFeat,
+    /// A FEAT reply that sends one more line every 300 ms, never ending.
+    TrickleFeat,
+    /// RETR says 150, opens the data connection and sends nothing.
+    StallRetr,
+    /// Every directory under `/d` holds a directory with a 200-byte name
+    /// (and a file), down to paths of 64 KiB.
+    Deep,
+}
+
+/// The name of each level of [`Trick::Deep`].
+fn deep_name() -> String {
+    "a".repeat(200)
+}
+
+/// Start the scripted server; its port.
+fn fake_server(trick: Trick) -> u16 {
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || session(conn, trick));
+        }
+    });
+    port
+}
+
+fn session(conn: TcpStream, trick: Trick) {
+    let mut out = conn.try_clone().unwrap();
+    let mut pasv: Option<TcpListener> = None;
+    let mut port: Option<std::net::SocketAddr> = None;
+    let _ = out.write_all(b"220 scripted\r\n");
+    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line).trim_end().to_string();
+        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
+        let verb = verb.to_ascii_uppercase();
+        let reply = match verb.as_str() {
+            "QUIT" => return,
+            "FEAT" => feat(&mut out, trick),
+            "PASV" | "EPSV" => {
+                let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = l.local_addr().unwrap().port();
+                pasv = Some(l);
+                if verb == "EPSV" {
+                    format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
+                } else {
+                    format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
+                }
+            }
+            "PORT" => {
+                let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
+                "200 PORT OK\r\n".into()
+            }
+            "RETR" | "MLSD" => {
+                let _ = out.write_all(b"150 here it comes\r\n");
+                let mut dc = match (pasv.take(), port.take()) {
+                    (Some(l), _) => l.accept().unwrap().0,
+                    (None, Some(a)) => TcpStream::connect(a).unwrap(),
+                    (None, None) => return,
+                };
+                if verb == "RETR" && trick == Trick::StallRetr {
+                    std::thread::sleep(Duration::from_secs(600));
+                }
+                let _ = dc.write_all(&if verb == "RETR" { b"hello".to_vec() } else { listing(arg, trick) });
+                drop(dc);
+                "226 Transfer complete.\r\n".into()
+            }
+            _ => simple(&verb, arg),
+        };
+        if out.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Replies to the commands that need no data connection.
+fn simple(verb: &str, arg: &str) -> String {
+    let is_dir = arg.trim_end_matches('/').starts_with("/d");
+    match verb {
+        "USER" => "331 password\r\n".into(),
+        "SIZE" if is_dir => "550 not a file\r\n".into(),
+        "SIZE" => "213 5\r\n".into(),
+        "MLST" if is_dir => format!("250-\r\n type=dir; {arg}\r\n250 End\r\n"),
+        "MLST" => format!("250-\r\n type=file;size=5; {arg}\r\n250 End\r\n"),
+        "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
+        "TYPE" | "MODE" | "PASS" | "OPTS" | "CWD" => "200 OK\r\n".into(),
+        _ => "502 not implemented\r\n".into(),
+    }
+}
+
+/// Writes the FEAT reply (as `trick` says); returns nothing more to send.
+fn feat(out: &mut TcpStream, trick: Trick) -> String {
+    let _ = out.write_all(b"211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n");
+    match trick {
+        Trick::HugeFeat => {
+            let line = format!(" {}\r\n", "B".repeat(8000));
+            for _ in 0..300 {
+                let _ = out.write_all(line.as_bytes());
+            }
+        }
+        Trick::TrickleFeat => loop {
+            std::thread::sleep(Duration::from_millis(300));
+            if out.write_all(b" X\r\n").is_err() {
+                return String::new();
+            }
+        },
+        _ => {}
+    }
+    "211 End\r\n".into()
+}
+
+/// MLSD of `dir`: `/d` holds the file `f`; under [`Trick::Deep`] also a
+/// directory, down to 64 KiB paths.
+fn listing(dir: &str, trick: Trick) -> Vec<u8> {
+    let mut out = b"type=cdir; .\r\ntype=file;size=5; f\r\n".to_vec();
+    if trick == Trick::Deep && dir.len() < 64 << 10 {
+        out.extend_from_slice(format!("type=dir; {}\r\n", deep_name()).as_bytes());
+    }
+    out
+}
+
+/// Run `lightpath cp -q args` with `env`, killed after `secs`: its exit
+/// code (`None`: killed), stderr, and how long it ran.
+fn cp_within(args: &[&str], env: &[(&str, &str)], secs: u64) -> (Option<i32>, String, Duration) {
+    own_peer_book();
+    let mut cmd = Command::new(LP);
+    cmd.args(["cp", "-q"]).args(args).envs(env.iter().copied());
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let t = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    (code, err, t.elapsed())
+}
+
+/// A download of `/f` from a fresh server playing `trick`, into `dest`.
+fn get_f(trick: Trick, dest: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String, Duration, u16) {
+    let port = fake_server(trick);
+    let (code, err, took) =
+        cp_within(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())], env, 60);
+    (code, err, took, port)
+}
+
+#[test]
+fn a_reply_of_megabytes_is_refused_naming_the_server() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let (code, err, _, port) = get_f(Trick::HugeFeat, &dest, &[]);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}: {err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}: multi-line reply larger than 1024 KiB")), "{err}");
+    assert!(err.contains("last command sent"), "{err}");
+    // The same server with a short FEAT is copied from.
+    let (code, err, _, _) = get_f(Trick::None, &dest, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"hello");
+}
+
+/// The reply deadline covers the whole reply: a line every 300 ms does
+/// not keep the client past it.
+#[test]
+fn a_reply_trickled_line_by_line_times_out_as_a_whole() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let (code, err, took, port) = get_f(Trick::TrickleFeat, &dest, &[("LIGHTPATH_REPLY_TIMEOUT", "2")]);
+    assert!(code.is_some(), "still waiting after {took:?}: {err}");
+    assert_ne!(code, Some(0), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(err.contains(&format!("control connection to 127.0.0.1:{port}: reply not finished 2 s")), "{err}");
+    assert!(err.contains("last command sent"), "{err}");
+}
+
+/// A transfer that stalls after its 150 is reported as such, not as a
+/// reply that never came.
+#[test]
+fn a_stalled_transfer_says_so() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let (code, err, took, _) = get_f(Trick::StallRetr, &dest, &[("LIGHTPATH_REPLY_TIMEOUT", "2")]);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?} after {took:?}: {err}");
+    assert!(err.contains("no reply for 2 s after 150: the transfer under way stalled"), "{err}");
+    assert!(err.contains("RETR /f"), "{err}");
+}
+
+/// A tree nested without end is refused once a path is 4096 bytes below
+/// its root (here about 20 levels), before anything is written.
+#[test]
+fn a_tree_nested_without_end_is_refused() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let port = fake_server(Trick::Deep);
+    let src = format!("ftp://127.0.0.1:{port}/d/");
+    let (code, err, took) = cp_within(&["-r", &src, &format!("{}/", dest.display())], &[], 60);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?} after {took:?}: {err}");
+    assert!(err.contains(&format!("{src}: a path in this tree is")), "{err}");
+    assert!(err.contains("levels) below it, more than 4096"), "{err}");
+    assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 0, "nothing written");
+    // The same tree cut short is copied.
+    let port = fake_server(Trick::None);
+    let src = format!("ftp://127.0.0.1:{port}/d/");
+    let (code, err, _) = cp_within(&["-r", &src, &format!("{}/", dest.display())], &[], 60);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"hello");
+}
