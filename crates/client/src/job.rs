@@ -428,7 +428,7 @@ async fn get_batch(
         })
         .collect();
     let mut results = s.get_many(ops).await;
-    verify_batch(s, opts, batch.iter().map(|i| (&i.src, &i.dst)), &mut results).await;
+    verify_batch(s, opts, batch.iter().map(|i| (&i.src, &i.dst)), Side::Local, &mut results).await;
     results
 }
 
@@ -446,25 +446,42 @@ async fn put_batch(d: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<R
         })
         .collect();
     let mut results = d.put_many(ops).await;
-    verify_batch(d, opts, batch.iter().map(|i| (&i.dst, &i.src)), &mut results).await;
+    verify_batch(d, opts, batch.iter().map(|i| (&i.dst, &i.src)), Side::Remote, &mut results).await;
     results
 }
 
+/// Which end of a two-party copy was written: the one a file that fails
+/// `--verify` is removed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Local,
+    Remote,
+}
+
 /// With `--verify`, compare each copied file's checksum on both sides;
-/// `pairs` yields (remote, local) locations in batch order.
+/// `pairs` yields (remote, local) locations in batch order, `written` says
+/// which of them is the destination. A copy whose digest differs is
+/// removed there ([`discard_local`], [`discard_remote`]).
 async fn verify_batch<'a>(
     s: &mut Session,
     opts: &CopyOptions,
     pairs: impl Iterator<Item = (&'a Location, &'a Location)>,
+    written: Side,
     results: &mut [Result<u64, ClientError>],
 ) {
     let Some(alg) = &opts.verify else { return };
     for ((r_loc, l_loc), r) in pairs.zip(results.iter_mut()) {
-        if r.is_ok() {
-            if let Err(e) = verify_local(s, alg, &remote(r_loc).path, local(l_loc)).await {
-                *r = Err(e);
-            }
+        if r.is_err() {
+            continue;
         }
+        let (rpath, lpath) = (&remote(r_loc).path, local(l_loc));
+        *r = match verify_local(s, alg, rpath, lpath).await {
+            Ok(()) => continue,
+            Err(e @ ClientError::Checksum { .. }) if opts.part.is_some() => Err(e), // a window of a file: kept
+            Err(e @ ClientError::Checksum { .. }) if written == Side::Local => Err(discard_local(e, lpath).await),
+            Err(e @ ClientError::Checksum { .. }) => Err(discard_remote(e, s, rpath).await),
+            Err(e) => Err(e),
+        };
     }
 }
 
@@ -475,6 +492,47 @@ async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::pat
         .await
         .map_err(|e| ClientError::Local(e.to_string()))??;
     compare_digests(alg, Ok(ours), Ok(theirs))
+}
+
+/// A checksum mismatch `e`, saying what became of the copy: `what`.
+fn mismatch(e: ClientError, what: String) -> ClientError {
+    match e {
+        ClientError::Checksum { alg, local, remote } => {
+            ClientError::Checksum { alg, local, remote: format!("{remote}; {what}") }
+        }
+        other => other,
+    }
+}
+
+/// A download that failed `--verify`: removed from `p`, so that it does
+/// not pose as a good copy (only a regular file: never `/dev/null`).
+async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
+    let path = p.to_path_buf();
+    let removed = tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() => std::fs::remove_file(&path).map(|()| true),
+        Ok(_) => Ok(false),
+        Err(e) => Err(e),
+    })
+    .await
+    .map_err(|e| std::io::Error::other(e.to_string()))
+    .and_then(|r| r);
+    let what = match removed {
+        Ok(true) => format!("the copy {} was removed", p.display()),
+        Ok(false) => format!("{} is not a regular file: left alone", p.display()),
+        Err(err) => format!("the copy {} could not be removed: {err}", p.display()),
+    };
+    mismatch(e, what)
+}
+
+/// An upload (or third-party copy) that failed `--verify`: deleted on
+/// the destination server `d` (DELE), or the refusal said.
+async fn discard_remote(e: ClientError, d: &mut Session, path: &[u8]) -> ClientError {
+    let name = String::from_utf8_lossy(path).into_owned();
+    let what = match d.delete(path).await {
+        Ok(()) => format!("the copy {name} was removed from {} (DELE)", d.ctl.name),
+        Err(err) => format!("the copy {name} could not be removed: {err}"),
+    };
+    mismatch(e, what)
 }
 
 /// A file's check: both digests known and equal (`src` is reported as the
@@ -521,9 +579,13 @@ async fn tpt_batch(
         if let (Ok(_), Some(alg)) = (&r, &opts.verify) {
             let a = s.checksum(alg, &remote(&i.src).path).await;
             let b = d.checksum(alg, &remote(&i.dst).path).await;
-            if let Err(e) = compare_digests(alg, a, b) {
-                r = Err(e);
-            }
+            r = match compare_digests(alg, a, b) {
+                Ok(()) => r,
+                Err(e @ ClientError::Checksum { .. }) if opts.part.is_none() => {
+                    Err(discard_remote(e, d, &remote(&i.dst).path).await)
+                }
+                Err(e) => Err(e),
+            };
         }
         let fatal = matches!(r, Err(ClientError::Control(..)));
         out.push(r);

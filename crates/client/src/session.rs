@@ -1,8 +1,10 @@
 //! A logged-in client session with one server: mode and data-channel state,
 //! listings, and the two-party transfers with pipelined commands over a
-//! reused MODE E channel: GET here, PUT in the `put` submodule.
+//! reused MODE E channel: GET in the `get` submodule, PUT in `put`.
 
+mod batch;
 mod fs;
+mod get;
 mod put;
 
 pub use fs::{parse_mlsd, Entry};
@@ -13,7 +15,7 @@ use crate::local::LocalTarget;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use fs::{stat_cmds, stat_of};
-use lightpath_engine::{Control, DataChannel, RecvOpts};
+use lightpath_engine::{Control, DataChannel};
 use lightpath_proto::{hostport, Features};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -108,6 +110,9 @@ pub struct Session {
     /// session must be reopened before its next command
     /// ([`Session::abandon_transfer`], [`Session::lost`]).
     out_of_step: bool,
+    /// The last transfer failed once begun, and its data channel with it:
+    /// the next needs a new PORT or PASV ([`Session::keep_channel`]).
+    data_lost: bool,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -173,6 +178,7 @@ impl Session {
             spec_retr: None,
             recv_window,
             out_of_step: false,
+            data_lost: false,
             opts,
         };
         if let Some(job) = pending {
@@ -374,96 +380,6 @@ impl Session {
         PeerBook::default().remember(&self.remote.host, self.remote.port, Some(peer));
     }
 
-    /// Download files, keeping up to `pipeline` RETRs in flight on the reused
-    /// MODE E channel. Returns one result per file. A `RETR` sent with the
-    /// login is the first file's when it names it, else its file is
-    /// received into nothing and forgotten.
-    pub async fn get_many(&mut self, mut ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
-        let mut out = Vec::new();
-        if let Some(path) = self.spec_retr.take() {
-            let hit = ops.first().is_some_and(|(op, _)| op.part.is_none() && op.remote == path);
-            let (op, target) =
-                if hit { ops.remove(0) } else { (FileOp { remote: path, part: None }, LocalTarget::Null) };
-            let r = self.get_speculated(&op, target).await;
-            if let Err(e @ ClientError::Control(..)) = &r {
-                let n = ops.len() + usize::from(hit);
-                return fill_err(out, n, e.clone());
-            }
-            if hit {
-                out.push(r);
-            }
-        }
-        out.extend(self.get_many_now(ops).await);
-        out
-    }
-
-    async fn get_many_now(&mut self, ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
-        if ops.is_empty() {
-            return Vec::new();
-        }
-        if !self.can_mode_e() {
-            let mut out = Vec::new();
-            for (op, t) in ops {
-                out.push(self.get_stream(op, t).await);
-            }
-            return out;
-        }
-        match self.prepare_get().await {
-            Ok(()) => {}
-            Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
-        }
-        // A name that cannot travel in a command fails alone, unsent.
-        let cmds: Vec<Result<Vec<u8>, ClientError>> =
-            ops.iter().map(|(op, _)| retr_cmd(op)).map(|c| crate::control::check_line(&c).map(|()| c)).collect();
-        let mut sent = 0;
-        let mut out = Vec::new();
-        // The first batch leaves in one piece with the first reply read.
-        self.ctl.cork();
-        for (i, (op, target)) in ops.into_iter().enumerate() {
-            while sent < cmds.len() && sent < i + self.opts.pipeline.max(1) {
-                if let Ok(cmd) = &cmds[sent] {
-                    if let Err(e) = self.ctl.send(cmd).await {
-                        return fill_err(out, cmds.len(), e);
-                    }
-                }
-                sent += 1;
-            }
-            if let Err(e) = &cmds[i] {
-                out.push(Err(e.clone()));
-                continue;
-            }
-            let r = self.get_one_e(&op, target).await;
-            if matches!(r, Err(ClientError::Control(..))) {
-                let e = r.unwrap_err();
-                return fill_err(out, cmds.len(), e);
-            }
-            out.push(r);
-        }
-        out
-    }
-
-    /// The file of the `RETR` sent with the login. A server that refused
-    /// MODE E sends it in MODE S, on one connection to the PORT it accepted.
-    async fn get_speculated(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
-        if self.can_mode_e() {
-            return self.get_one_e(op, target).await;
-        }
-        // The setup's replies one by one: MODE E comes first, so a refusal
-        // of it is the error flush reports.
-        let setup = self.ctl.flush().await;
-        if !matches!(&setup, Err(ClientError::Refused { cmd, .. }) if cmd == "MODE E") {
-            return self.get_one_e(op, target).await;
-        }
-        self.mode_e = Some(false);
-        self.parallelism = 0;
-        let first = self.ctl.reply().await?;
-        if !first.is_preliminary() {
-            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
-        }
-        let dc = self.dc.take().unwrap_or_default();
-        self.recv_stream(dc, op, target).await
-    }
-
     async fn prepare_get(&mut self) -> Result<(), ClientError> {
         self.set_mode(true).await?;
         // Once set it is this session's stream count, which cannot change
@@ -484,49 +400,6 @@ impl Session {
             tracing::info!(rtt_us, size = target.size(), "download written with direct I/O");
         }
         target.direct(direct)
-    }
-
-    /// Receive one file whose RETR was already sent.
-    async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
-        let target = self.choose_io(target);
-        let announced = target.size();
-        self.settle().await?;
-        let first = self.ctl.reply().await?;
-        if !first.is_preliminary() {
-            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
-        }
-        let base = op.part.map(|p| p.0).unwrap_or(0);
-        let ctl = self.opts.control();
-        let mut dc = self.dc.take().unwrap_or_default();
-        let c2 = ctl.clone();
-        let job = tokio::task::spawn_blocking(move || {
-            let opts = RecvOpts { base, max_offset: u64::MAX >> 1, idle: dc.idle };
-            let r = match target.open() {
-                Ok(w) => {
-                    let got = dc.recv_e(w.sink().as_ref(), &opts, &c2);
-                    got.map(|g| (w, g)).map_err(ClientError::from)
-                }
-                // Drain the file's blocks so the reused channel stays in step, then report.
-                Err(e) => Err(dc.recv_e(&lightpath_engine::NullSink, &opts, &c2).map_or_else(ClientError::from, |_| e)),
-            };
-            (dc, r)
-        });
-        let fin = self.transfer_reply(&ctl).await;
-        if !matches!(&fin, Ok(r) if r.is_ok()) {
-            ctl.cancel();
-        }
-        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
-        self.dc = Some(dc);
-        let fin = fin?;
-        if !fin.is_ok() {
-            return Err(with_local_cause(self.ctl.unexpected("RETR", &fin), &data));
-        }
-        let (w, got) = data?;
-        if op.part.is_none() {
-            check_whole(op, got.is_contiguous_from(0), got.end(), announced)?;
-        }
-        w.finish(op.part.is_none().then_some(got.covered()))?;
-        Ok(got.covered())
     }
 
     /// MODE S download (servers without PARALLEL).
@@ -563,6 +436,19 @@ impl Session {
         })
     }
 
+    /// Take `dc` back after a transfer that began. Unless it ended well
+    /// (`ok`), its cached connections are dropped and the channel is
+    /// marked lost: a server drops its own (GCT also forgets the PORT or
+    /// PASV), so the next transfer needs a new PORT or PASV
+    /// ([`Session::prepare_get`], `prepare_put`).
+    pub(crate) fn keep_channel(&mut self, mut dc: DataChannel, ok: bool) {
+        if !ok {
+            dc.drop_cache();
+            self.data_lost = true;
+        }
+        self.dc = Some(dc);
+    }
+
     /// Take the data channel for a blocking job (give it back with [`Session::put_dc`]).
     pub(crate) fn take_dc(&mut self) -> DataChannel {
         self.dc.take().unwrap_or_default()
@@ -591,11 +477,12 @@ impl Session {
         what: &str,
     ) -> Result<(T, lightpath_proto::Reply), ClientError> {
         let fin = self.transfer_reply(ctl).await;
-        if !matches!(&fin, Ok(r) if r.is_ok()) {
+        let fin_ok = matches!(&fin, Ok(r) if r.is_ok());
+        if !fin_ok {
             ctl.cancel();
         }
         let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
-        self.dc = Some(dc);
+        self.keep_channel(dc, fin_ok && data.is_ok());
         let fin = fin?;
         if !fin.is_ok() {
             return Err(with_local_cause(self.ctl.unexpected(what, &fin), &data));

@@ -70,6 +70,18 @@ impl Session {
         Ok(stat_of(&r, &Reply::new(0, "")).0)
     }
 
+    /// `DELE path`: remove a file on the server.
+    pub async fn delete(&mut self, path: &[u8]) -> Result<(), ClientError> {
+        self.ctl.flush().await?;
+        let cmd = path_cmd("DELE ", path);
+        self.ctl.send(&cmd).await?;
+        let r = self.ctl.final_reply().await?;
+        if r.is_error() {
+            return Err(self.ctl.unexpected(&String::from_utf8_lossy(&cmd), &r));
+        }
+        Ok(())
+    }
+
     /// `CKSM alg 0 -1 path`.
     pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
         let r = self.ctl.ok(&format!("CKSM {alg} 0 -1 {}", String::from_utf8_lossy(path))).await?;
@@ -134,8 +146,8 @@ impl Session {
         let mut dc = self.dc.take().unwrap_or_default();
         dc.connect_to(vec![addr]);
         let job = tokio::task::spawn_blocking(move || {
-            let sink = MemorySink::new(1 << 30);
-            let r = dc.open_stream().and_then(|c| dc.recv_s(c, &sink, 0, 1 << 30, &Control::new()));
+            let sink = MemorySink::new(crate::plan::MAX_LISTING);
+            let r = dc.open_stream().and_then(|c| dc.recv_s(c, &sink, 0, crate::plan::MAX_LISTING, &Control::new()));
             (dc, r.map(|_| sink.into_inner()))
         });
         let first = self.ctl.reply().await?;

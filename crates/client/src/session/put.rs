@@ -1,15 +1,21 @@
 //! Uploads of a session: pipelined ALLO+STOR over the reused MODE E
 //! channel (or connections opened ahead), and MODE S.
 
-use super::{fill_err, FileOp, Session};
+use super::batch::{Batch, Round};
+use super::{FileOp, Session};
 use crate::local::LocalSource;
 use crate::ClientError;
 use lightpath_engine::SendPlan;
+
+/// Files still to send, by their place in the batch.
+type Todo = Vec<(usize, LocalSource, FileOp)>;
 
 impl Session {
     /// Upload files. In MODE E, ALLO+STOR for up to `pipeline` files are
     /// sent ahead; each file's data is sent only after its own 1xx reply,
     /// so a refused STOR never puts bytes on the channel for the wrong file.
+    /// Behind a lost data channel, files go again after a new PASV
+    /// ([`super::batch`]).
     pub async fn put_many(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
         if !self.can_mode_e() {
             let mut out = Vec::new();
@@ -18,51 +24,61 @@ impl Session {
             }
             return out;
         }
-        if let Err(e) = self.prepare_put().await {
-            return ops.iter().map(|_| Err(e.clone())).collect();
-        }
-        // A source that cannot be read is reported before its STOR is sent:
-        // once the server says 150/125 it waits for that file's bytes.
-        // So is a name that cannot travel in a command.
-        let prepared: Vec<Result<(Vec<u8>, u64), ClientError>> = ops
-            .iter()
-            .map(|(s, op)| {
-                let stor = stor_cmd(op);
-                crate::control::check_line(&stor)?;
-                Ok((stor, s.clone().open()?.len()))
-            })
-            .collect();
-        let mut sent = 0;
-        let mut out = Vec::new();
-        // The first batch of ALLO+STOR leaves in one piece with the first reply read.
-        self.ctl.cork();
-        for (i, (src, op)) in ops.iter().enumerate() {
-            while sent < ops.len() && sent < i + self.opts.pipeline.max(1) {
-                if let Ok((stor, size)) = &prepared[sent] {
-                    if let Err(e) = self.send_put_cmds(&ops[sent].1, stor, *size).await {
-                        return fill_err(out, ops.len(), e);
-                    }
-                }
-                sent += 1;
-            }
-            let size = match &prepared[i] {
-                Ok((_, size)) => *size,
+        let mut batch = Batch::new(ops.len());
+        let mut todo: Todo = ops.into_iter().enumerate().map(|(i, (s, op))| (i, s, op)).collect();
+        while !todo.is_empty() {
+            match self.put_round(todo, &mut batch).await {
+                Ok(again) => todo = again,
                 Err(e) => {
-                    out.push(Err(e.clone()));
-                    continue;
+                    batch.fail_rest(&e);
+                    break;
                 }
-            };
-            let r = self.put_one_e(src.clone(), op, size).await;
-            if let Err(ClientError::Control(..)) = &r {
-                let e = r.unwrap_err();
-                return fill_err(out, ops.len(), e);
             }
-            out.push(r);
         }
         if let Err(e) = self.ctl.uncork().await {
             tracing::debug!("control: {e}");
         }
-        out
+        batch.finish()
+    }
+
+    /// Send ALLO+STOR for the files of `todo` (pipelined) and their data,
+    /// until all are done or the data channel is lost. Returns the files to
+    /// send again after a new PASV; an error is the session's.
+    async fn put_round(&mut self, todo: Todo, batch: &mut Batch) -> Result<Todo, ClientError> {
+        self.data_lost = false;
+        self.prepare_put().await?;
+        // A source that cannot be read is reported before its STOR is sent:
+        // once the server says 150/125 it waits for that file's bytes.
+        // So is a name that cannot travel in a command.
+        let prepared: Vec<Result<(Vec<u8>, u64), ClientError>> = todo.iter().map(|(_, s, op)| prepare(s, op)).collect();
+        let (mut round, mut again) = (Round::default(), Vec::new());
+        // The first batch of ALLO+STOR leaves in one piece with the first reply read.
+        self.ctl.cork();
+        for (k, (i, src, op)) in todo.into_iter().enumerate() {
+            while round.sending() && round.sent < prepared.len() && round.sent < k + self.opts.pipeline.max(1) {
+                if let Ok((stor, size)) = &prepared[round.sent] {
+                    self.send_put_cmds(stor, *size).await?;
+                }
+                round.sent += 1;
+            }
+            match &prepared[k] {
+                Err(e) => {
+                    batch.record(i, Err(e.clone()), false);
+                }
+                Ok(_) if k >= round.sent => again.push((i, src, op)),
+                Ok((_, size)) => {
+                    let r = self.put_one_e(src.clone(), &op, *size).await;
+                    if let Err(e @ ClientError::Control(..)) = r {
+                        return Err(e);
+                    }
+                    if batch.record(i, r, round.lost_at.is_some()) {
+                        again.push((i, src, op));
+                    }
+                    round.note(std::mem::take(&mut self.data_lost));
+                }
+            }
+        }
+        Ok(again)
     }
 
     async fn prepare_put(&mut self) -> Result<(), ClientError> {
@@ -80,9 +96,9 @@ impl Session {
         self.dc().cached(lightpath_engine::Direction::Send)
     }
 
-    /// ALLO (for a whole file) and the STOR line `stor`.
-    async fn send_put_cmds(&mut self, op: &FileOp, stor: &[u8], size: u64) -> Result<(), ClientError> {
-        if op.part.is_none() {
+    /// ALLO (for a whole file: `stor` is a STOR) and the STOR or ESTO line `stor`.
+    async fn send_put_cmds(&mut self, stor: &[u8], size: u64) -> Result<(), ClientError> {
+        if stor.starts_with(b"STOR ") {
             self.ctl.send(format!("ALLO {size}").as_bytes()).await?;
         }
         self.ctl.send(stor).await
@@ -129,7 +145,7 @@ impl Session {
             let r = first?;
             return Err(self.ctl.unexpected("STOR", &r));
         }
-        self.finish_stream_job(job, &ctl, "STOR").await
+        self.finish_stream_job(job, &ctl, &format!("STOR {}", String::from_utf8_lossy(&op.remote))).await
     }
 
     async fn put_stream(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
@@ -155,6 +171,14 @@ impl Session {
         });
         self.finish_stream_job(job, &ctl, "STOR").await
     }
+}
+
+/// The STOR (or ESTO) line of `op` and the size of `src`, or why the file
+/// cannot be sent.
+fn prepare(src: &LocalSource, op: &FileOp) -> Result<(Vec<u8>, u64), ClientError> {
+    let stor = stor_cmd(op);
+    crate::control::check_line(&stor)?;
+    Ok((stor, src.clone().open()?.len()))
 }
 
 fn stor_cmd(op: &FileOp) -> Vec<u8> {

@@ -1,0 +1,331 @@
+//! How `lightpath cp` recovers from one bad file: a transfer that fails
+//! once begun must not take the files pipelined behind it down (or stall
+//! them), and a file that fails `--verify` must not stay under its final
+//! name. The servers: a scripted GridFTP-like server (MODE E, one data
+//! connection, and like GCT it forgets its PORT or PASV after a failed
+//! transfer, answering "500 Command failed" until it gets a new one), and
+//! the real GCT server.
+
+mod common;
+use common::*;
+use lightpath_proto::modee::{BlockHeader, HEADER_LEN};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// md5 of `hello\n`.
+const HELLO_MD5: &str = "b1946ac92492d2347c6235b4d2611184";
+
+/// What the scripted server serves and how it misbehaves.
+#[derive(Default)]
+struct Script {
+    /// Files (absolute) and their bytes; uploads land here too.
+    files: Mutex<HashMap<String, Vec<u8>>>,
+    /// Directories (absolute, no trailing `/`).
+    dirs: Vec<&'static str>,
+    /// Paths whose RETR or STOR fails once begun (150, then 451).
+    failing: Vec<&'static str>,
+    /// What CKSM answers, whatever the file (`None`: the md5 of `hello\n`).
+    cksm: Option<&'static str>,
+    /// DELE is refused.
+    refuse_dele: bool,
+    /// Paths DELE removed.
+    deleted: Mutex<Vec<String>>,
+}
+
+impl Script {
+    fn with_files(files: &[(&str, &[u8])]) -> Script {
+        let files = files.iter().map(|(p, d)| (p.to_string(), d.to_vec())).collect();
+        Script { files: Mutex::new(files), dirs: vec!["/d"], ..Script::default() }
+    }
+
+    fn file(&self, path: &str) -> Option<Vec<u8>> {
+        self.files.lock().unwrap().get(path).cloned()
+    }
+}
+
+/// Start the scripted server; its port.
+fn fake_server(script: Arc<Script>) -> u16 {
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let s = script.clone();
+            std::thread::spawn(move || session(conn, &s));
+        }
+    });
+    port
+}
+
+/// The data channel: where new connections come from, and the one cached.
+#[derive(Default)]
+struct Data {
+    pasv: Option<TcpListener>,
+    port: Option<SocketAddr>,
+    cached: Option<TcpStream>,
+}
+
+impl Data {
+    /// The connection of the next transfer, and whether it is reused.
+    fn conn(&mut self) -> Option<(TcpStream, bool)> {
+        if let Some(c) = self.cached.take() {
+            return Some((c, true));
+        }
+        match (&self.pasv, self.port) {
+            (Some(l), _) => l.accept().ok().map(|c| (c.0, false)),
+            (None, Some(a)) => TcpStream::connect(a).ok().map(|c| (c, false)),
+            (None, None) => None,
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.cached.is_some() || self.pasv.is_some() || self.port.is_some()
+    }
+}
+
+fn session(conn: TcpStream, script: &Script) {
+    let mut out = conn.try_clone().unwrap();
+    let mut data = Data::default();
+    let _ = out.write_all(b"220 scripted GridFTP\r\n");
+    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line).trim_end().to_string();
+        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
+        let verb = verb.to_ascii_uppercase();
+        let reply = match verb.as_str() {
+            "QUIT" => return,
+            "RETR" | "STOR" => transfer(&mut out, &mut data, script, &verb, arg),
+            "PASV" | "PORT" => data_end(&mut data, &verb, arg),
+            _ => command(script, &verb, arg),
+        };
+        if out.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn command(script: &Script, verb: &str, arg: &str) -> String {
+    let path = arg.trim_end_matches('/');
+    match (verb, script.file(path)) {
+        ("USER", _) => "331 password\r\n".into(),
+        ("SIZE", Some(d)) => format!("213 {}\r\n", d.len()),
+        ("MLST", Some(d)) => format!("250-\r\n type=file;size={}; {path}\r\n250 End\r\n", d.len()),
+        ("MLST", None) if script.dirs.contains(&path) => format!("250-\r\n type=dir; {path}\r\n250 End\r\n"),
+        ("SIZE" | "MLST", _) => "550 no such file\r\n".into(),
+        ("FEAT", _) => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n PARALLEL\r\n211 End\r\n".into(),
+        ("CKSM", _) => format!("213 {}\r\n", script.cksm.unwrap_or(HELLO_MD5)),
+        ("DELE", _) if script.refuse_dele => "550 DELE: permission denied\r\n".into(),
+        ("DELE", _) => {
+            let p = arg.to_string();
+            script.files.lock().unwrap().remove(&p);
+            script.deleted.lock().unwrap().push(p);
+            "250 deleted\r\n".into()
+        }
+        ("TYPE" | "MODE" | "PASS" | "OPTS" | "ALLO" | "CWD", _) => "200 OK\r\n".into(),
+        _ => "502 not implemented\r\n".into(),
+    }
+}
+
+/// PORT or PASV: a new endpoint drops the cached connection.
+fn data_end(data: &mut Data, verb: &str, arg: &str) -> String {
+    *data = Data::default();
+    if verb == "PORT" {
+        let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        data.port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
+        return "200 PORT OK\r\n".into();
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = l.local_addr().unwrap().port();
+    data.pasv = Some(l);
+    format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
+}
+
+/// RETR or STOR in MODE E on one connection. A failing file forgets the
+/// data channel, as GCT does; without one, the transfer is refused.
+fn transfer(out: &mut TcpStream, data: &mut Data, script: &Script, verb: &str, path: &str) -> String {
+    let body = script.file(path);
+    if verb == "RETR" && body.is_none() {
+        return "550 no such file\r\n".into();
+    }
+    if !data.ready() {
+        return "500 Command failed\r\n".into();
+    }
+    let Some((mut dc, reused)) = data.conn() else { return "425 no data connection\r\n".into() };
+    let _ = out.write_all(if reused { b"125 reusing\r\n" } else { b"150 opening\r\n" });
+    let got = match verb {
+        "RETR" => send_e(&mut dc, &body.unwrap_or_default(), script.failing.contains(&path)),
+        _ => recv_e(&mut dc),
+    };
+    if script.failing.contains(&path) || got.is_none() {
+        *data = Data::default();
+        return "451 Command failed. : callback failed.\r\n".into();
+    }
+    if let Some(bytes) = got.filter(|_| verb == "STOR") {
+        script.files.lock().unwrap().insert(path.to_string(), bytes);
+    }
+    data.cached = Some(dc);
+    "226 Transfer Complete.\r\n".into()
+}
+
+/// Send `body` as one block and EOF|EOD; a failing file stops halfway.
+fn send_e(dc: &mut TcpStream, body: &[u8], fail: bool) -> Option<Vec<u8>> {
+    let _ = dc.write_all(&BlockHeader::data(0, body.len() as u64).encode());
+    if fail {
+        let _ = dc.write_all(&body[..body.len() / 2]);
+        return None;
+    }
+    let _ = dc.write_all(body);
+    dc.write_all(&BlockHeader::eof_eod(1).encode()).ok().map(|_| Vec::new())
+}
+
+/// Blocks up to EOD.
+fn recv_e(dc: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut file = Vec::new();
+    loop {
+        let mut h = [0u8; HEADER_LEN];
+        dc.read_exact(&mut h).ok()?;
+        let h = BlockHeader::parse(&h).ok()?;
+        let mut payload = vec![0; h.payload_len() as usize];
+        dc.read_exact(&mut payload).ok()?;
+        if !payload.is_empty() {
+            let end = h.offset as usize + payload.len();
+            file.resize(file.len().max(end), 0);
+            file[h.offset as usize..end].copy_from_slice(&payload);
+        }
+        if h.is_eod() {
+            return Some(file);
+        }
+    }
+}
+
+/// `lightpath cp -q --cc 1 -p 1 ARGS`, timed: exit code, stderr, seconds.
+fn timed_cp(args: &[&str]) -> (i32, String, Duration) {
+    let t = Instant::now();
+    let (code, err) = cp(&[&["--cc", "1", "-p", "1"][..], args].concat());
+    (code, err, t.elapsed())
+}
+
+fn five_files() -> Vec<(String, Vec<u8>)> {
+    (1..=5).map(|i| (format!("/d/f{i}"), format!("file {i}\n").repeat(1000 * i).into_bytes())).collect()
+}
+
+/// Task: one file of five fails once begun (150, then 451) on a server
+/// that then forgets its PORT: the other four arrive, in seconds, and the
+/// failure is reported with the server's reply.
+#[test]
+fn a_download_failing_once_begun_does_not_sink_the_files_pipelined_behind_it() {
+    let files = five_files();
+    let list: Vec<(&str, &[u8])> = files.iter().map(|(p, d)| (p.as_str(), d.as_slice())).collect();
+    let script = Arc::new(Script { failing: vec!["/d/f2"], ..Script::with_files(&list) });
+    let port = fake_server(script);
+    let d = scratch();
+    let dst = open_dir(&d.path().join("dst"));
+    let urls: Vec<String> = files.iter().map(|(p, _)| format!("ftp://127.0.0.1:{port}{p}")).collect();
+    let mut args: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let dst_arg = format!("{}/", dst.display());
+    args.push(&dst_arg);
+    let (code, err, took) = timed_cp(&args);
+    assert_ne!(code, 0, "{err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {err}");
+    for (p, data) in files.iter().filter(|(p, _)| p != "/d/f2") {
+        let name = p.rsplit('/').next().unwrap();
+        assert_eq!(std::fs::read(dst.join(name)).ok().as_ref(), Some(data), "{name}: {err}");
+    }
+    assert!(!dst.join("f2").exists());
+    assert!(err.contains("RETR /d/f2 refused: Command failed. : callback failed"), "with the server's reply: {err}");
+}
+
+/// The same for uploads: the server fails the second STOR once its data
+/// came, then forgets its PASV.
+#[test]
+fn an_upload_failing_once_begun_does_not_sink_the_files_pipelined_behind_it() {
+    let script = Arc::new(Script { failing: vec!["/d/f2"], ..Script::with_files(&[]) });
+    let port = fake_server(script.clone());
+    let d = scratch();
+    let files = five_files();
+    let mut args = Vec::new();
+    for (p, data) in &files {
+        let local = d.path().join(p.rsplit('/').next().unwrap());
+        std::fs::write(&local, data).unwrap();
+        args.push(local.display().to_string());
+    }
+    args.push(format!("ftp://127.0.0.1:{port}/d/"));
+    let (code, err, took) = timed_cp(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(code, 0, "{err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {err}");
+    for (p, data) in files.iter().filter(|(p, _)| p != "/d/f2") {
+        assert_eq!(script.file(p).as_ref(), Some(data), "{p}: {err}");
+    }
+    assert!(err.contains("STOR /d/f2 refused: Command failed. : callback failed"), "{err}");
+}
+
+/// Against the real GCT server: an upload into `/dev/full` (a symlink in
+/// the destination) fails once begun, and GCT then refuses every STOR
+/// until a new PASV. The files behind it must still arrive.
+#[test]
+fn uploads_behind_a_failed_one_reach_a_gct_server() {
+    let home = scratch();
+    let (src, dst) = (open_dir(&home.path().join("src")), open_dir(&home.path().join("dst")));
+    std::os::unix::fs::symlink("/dev/full", dst.join("f2")).unwrap();
+    let mut args = Vec::new();
+    for i in 1..=5 {
+        write_random(&src.join(format!("f{i}")), 100_000 * i, i as u64);
+        args.push(src.join(format!("f{i}")).display().to_string());
+    }
+    let (_g, port) = gct_server(home.path());
+    args.push(format!("ftp://127.0.0.1:{port}{}/", dst.display()));
+    let (code, err, took) = timed_cp(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("f2"), "{err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}: {err}");
+    for i in [1, 3, 4, 5] {
+        assert_same_file(&src.join(format!("f{i}")), &dst.join(format!("f{i}")));
+    }
+}
+
+/// Task: `--verify md5` of a download whose server's CKSM disagrees: the
+/// copy fails, says so, and the file is not left under its final name.
+#[test]
+fn a_download_failing_verify_is_removed() {
+    let script = Arc::new(Script { cksm: Some("0123456789abcdef0123456789abcdef"), ..Script::with_files(&[]) });
+    script.files.lock().unwrap().insert("/d/f".into(), b"hello\n".to_vec());
+    let port = fake_server(script);
+    let d = scratch();
+    let dst = open_dir(&d.path().join("dst"));
+    let (code, err, _) = timed_cp(&["--verify", "md5", &format!("ftp://127.0.0.1:{port}/d/f"), dst.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("checksum mismatch") && err.contains("removed"), "{err}");
+    assert!(!dst.join("f").exists(), "the bad copy stays: {err}");
+    // With the right digest the copy stays.
+    let port = fake_server(Arc::new(Script::with_files(&[("/d/f", b"hello\n")])));
+    let (code, err, _) = timed_cp(&["--verify", "md5", &format!("ftp://127.0.0.1:{port}/d/f"), dst.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"hello\n");
+}
+
+/// `--verify md5` of an upload whose server's CKSM disagrees: the remote
+/// copy is deleted, and a refused DELE is reported.
+#[test]
+fn an_upload_failing_verify_is_deleted_on_the_server() {
+    let d = scratch();
+    let src = d.path().join("f");
+    std::fs::write(&src, b"hello\n").unwrap();
+    for refuse_dele in [false, true] {
+        let wrong = Some("0123456789abcdef0123456789abcdef");
+        let script = Arc::new(Script { cksm: wrong, refuse_dele, ..Script::with_files(&[]) });
+        let port = fake_server(script.clone());
+        let (code, err, _) =
+            timed_cp(&["--verify", "md5", src.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/d/f")]);
+        assert_ne!(code, 0, "{err}");
+        assert!(err.contains("checksum mismatch"), "{err}");
+        if refuse_dele {
+            assert!(err.contains("DELE") && err.contains("permission denied"), "{err}");
+            assert!(script.file("/d/f").is_some());
+        } else {
+            assert!(err.contains("removed"), "{err}");
+            assert_eq!(*script.deleted.lock().unwrap(), ["/d/f"]);
+            assert!(script.file("/d/f").is_none());
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Downloads of a session: pipelined RETRs over the reused MODE E channel,
+//! sent again behind a lost data channel ([`super::batch`]).
+
+use super::batch::{Batch, Round};
+use super::{check_whole, fill_err, retr_cmd, with_local_cause, FileOp, Session};
+use crate::local::LocalTarget;
+use crate::ClientError;
+use lightpath_engine::{Direction, RecvOpts};
+
+/// Files still to fetch, by their place in the batch.
+type Todo = Vec<(usize, FileOp, LocalTarget)>;
+
+impl Session {
+    /// Download files, keeping up to `pipeline` RETRs in flight on the reused
+    /// MODE E channel. Returns one result per file. A `RETR` sent with the
+    /// login is the first file's when it names it, else its file is
+    /// received into nothing and forgotten.
+    pub async fn get_many(&mut self, mut ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
+        let mut out = Vec::new();
+        if let Some(path) = self.spec_retr.take() {
+            let hit = ops.first().is_some_and(|(op, _)| op.part.is_none() && op.remote == path);
+            let (op, target) =
+                if hit { ops.remove(0) } else { (FileOp { remote: path, part: None }, LocalTarget::Null) };
+            let r = self.get_speculated(&op, target).await;
+            if let Err(e @ ClientError::Control(..)) = &r {
+                let n = ops.len() + usize::from(hit);
+                return fill_err(out, n, e.clone());
+            }
+            if hit {
+                out.push(r);
+            }
+        }
+        out.extend(self.get_many_now(ops).await);
+        out
+    }
+
+    async fn get_many_now(&mut self, ops: Vec<(FileOp, LocalTarget)>) -> Vec<Result<u64, ClientError>> {
+        if !self.can_mode_e() {
+            let mut out = Vec::new();
+            for (op, t) in ops {
+                out.push(self.get_stream(op, t).await);
+            }
+            return out;
+        }
+        let mut batch = Batch::new(ops.len());
+        let mut todo: Todo = ops.into_iter().enumerate().map(|(i, (op, t))| (i, op, t)).collect();
+        while !todo.is_empty() {
+            match self.get_round(todo, &mut batch).await {
+                Ok(again) => todo = again,
+                Err(e) => {
+                    batch.fail_rest(&e);
+                    break;
+                }
+            }
+        }
+        batch.finish()
+    }
+
+    /// Send the RETRs of `todo` (pipelined) and receive their files, until
+    /// all are done or the data channel is lost. Returns the files to send
+    /// again after a new PORT; an error is the session's (control channel).
+    async fn get_round(&mut self, todo: Todo, batch: &mut Batch) -> Result<Todo, ClientError> {
+        self.data_lost = false;
+        self.prepare_get().await?;
+        // A name that cannot travel in a command fails alone, unsent.
+        let cmds: Vec<Result<Vec<u8>, ClientError>> =
+            todo.iter().map(|(_, op, _)| retr_cmd(op)).map(|c| crate::control::check_line(&c).map(|()| c)).collect();
+        let (mut round, mut again) = (Round::default(), Vec::new());
+        // The first commands leave in one piece with the first reply read.
+        self.ctl.cork();
+        for (k, (i, op, target)) in todo.into_iter().enumerate() {
+            while round.sending() && round.sent < cmds.len() && round.sent < k + self.opts.pipeline.max(1) {
+                if let Ok(cmd) = &cmds[round.sent] {
+                    self.ctl.send(cmd).await?;
+                }
+                round.sent += 1;
+            }
+            if let Err(e) = &cmds[k] {
+                batch.record(i, Err(e.clone()), false);
+            } else if k >= round.sent {
+                again.push((i, op, target)); // not sent: the channel was lost
+            } else {
+                let r = self.get_one_e(&op, target.clone()).await;
+                if let Err(e @ ClientError::Control(..)) = r {
+                    return Err(e);
+                }
+                if batch.record(i, r, round.lost_at.is_some()) {
+                    again.push((i, op, target));
+                }
+                round.note(std::mem::take(&mut self.data_lost));
+            }
+        }
+        Ok(again)
+    }
+
+    /// The file of the `RETR` sent with the login. A server that refused
+    /// MODE E sends it in MODE S, on one connection to the PORT it accepted.
+    async fn get_speculated(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        if self.can_mode_e() {
+            return self.get_one_e(op, target).await;
+        }
+        // The setup's replies one by one: MODE E comes first, so a refusal
+        // of it is the error flush reports.
+        let setup = self.ctl.flush().await;
+        if !matches!(&setup, Err(ClientError::Refused { cmd, .. }) if cmd == "MODE E") {
+            return self.get_one_e(op, target).await;
+        }
+        self.mode_e = Some(false);
+        self.parallelism = 0;
+        let first = self.ctl.reply().await?;
+        if !first.is_preliminary() {
+            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
+        }
+        let dc = self.dc.take().unwrap_or_default();
+        self.recv_stream(dc, op, target).await
+    }
+
+    /// Receive one file whose RETR was already sent.
+    async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
+        let target = self.choose_io(target);
+        let announced = target.size();
+        self.settle().await?;
+        let first = self.ctl.reply().await?;
+        if !first.is_preliminary() {
+            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
+        }
+        let base = op.part.map(|p| p.0).unwrap_or(0);
+        let ctl = self.opts.control();
+        let mut dc = self.dc.take().unwrap_or_default();
+        let c2 = ctl.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let opts = RecvOpts { base, max_offset: u64::MAX >> 1, idle: dc.idle };
+            let r = match target.open() {
+                Ok(w) => {
+                    let got = dc.recv_e(w.sink().as_ref(), &opts, &c2);
+                    got.map(|g| (w, g)).map_err(ClientError::from)
+                }
+                // Drain the file's blocks so the reused channel stays in step, then report.
+                Err(e) => Err(dc.recv_e(&lightpath_engine::NullSink, &opts, &c2).map_or_else(ClientError::from, |_| e)),
+            };
+            (dc, r)
+        });
+        let fin = self.transfer_reply(&ctl).await;
+        let fin_ok = matches!(&fin, Ok(r) if r.is_ok());
+        if !fin_ok {
+            ctl.cancel();
+        }
+        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
+        let ok = fin_ok && dc.cached(Direction::Recv) > 0;
+        self.keep_channel(dc, ok);
+        let fin = fin?;
+        if !fin.is_ok() {
+            let what = format!("RETR {}", String::from_utf8_lossy(&op.remote));
+            return Err(with_local_cause(self.ctl.unexpected(&what, &fin), &data));
+        }
+        let (w, got) = data?;
+        if op.part.is_none() {
+            check_whole(op, got.is_contiguous_from(0), got.end(), announced)?;
+        }
+        w.finish(op.part.is_none().then_some(got.covered()))?;
+        Ok(got.covered())
+    }
+}
