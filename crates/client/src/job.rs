@@ -506,7 +506,7 @@ fn mismatch(e: ClientError, what: String) -> ClientError {
 
 /// A download that failed `--verify`: removed from `p`, so that it does
 /// not pose as a good copy (only a regular file: never `/dev/null`).
-async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
+pub(crate) async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
     let path = p.to_path_buf();
     let removed = tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&path) {
         Ok(m) if m.is_file() => std::fs::remove_file(&path).map(|()| true),
@@ -526,7 +526,7 @@ async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
 
 /// An upload (or third-party copy) that failed `--verify`: deleted on
 /// the destination server `d` (DELE), or the refusal said.
-async fn discard_remote(e: ClientError, d: &mut Session, path: &[u8]) -> ClientError {
+pub(crate) async fn discard_remote(e: ClientError, d: &mut Session, path: &[u8]) -> ClientError {
     let name = String::from_utf8_lossy(path).into_owned();
     let what = match d.delete(path).await {
         Ok(()) => format!("the copy {name} was removed from {} (DELE)", d.ctl.name),

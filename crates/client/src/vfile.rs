@@ -4,7 +4,7 @@
 //! `openat2` too, so a hostile server's manifest cannot write outside the
 //! destination.
 
-use crate::job::{compare_digests, local_digest, FileResult};
+use crate::job::{compare_digests, discard_local, discard_remote, local_digest, FileResult};
 use crate::plan::{base_name, describe, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
@@ -199,18 +199,31 @@ pub(crate) async fn verify_tree(
     target: &Location,
     alg: &str,
     mut s: Option<&mut Session>,
-    d: Option<&mut Session>,
+    mut d: Option<&mut Session>,
 ) -> Result<Vec<FileResult>, ClientError> {
     let items = crate::plan::tree_files(src, target, s.as_deref_mut()).await?;
     tracing::info!(files = items.len(), alg, "verifying the tree's files");
     let srcs: Vec<&Location> = items.iter().map(|i| &i.src).collect();
     let dsts: Vec<&Location> = items.iter().map(|i| &i.dst).collect();
-    let (a, b) = tokio::join!(digests(alg, &srcs, s), digests(alg, &dsts, d));
-    let failed = items.iter().zip(a.into_iter().zip(b)).filter_map(|(i, (a, b))| {
-        let e = compare_digests(alg, a, b).err()?;
-        Some(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: 1 })
-    });
-    Ok(failed.collect())
+    let (a, b) = tokio::join!(digests(alg, &srcs, s), digests(alg, &dsts, d.as_deref_mut()));
+    let mut failed = Vec::new();
+    for (i, (a, b)) in items.iter().zip(a.into_iter().zip(b)) {
+        let Err(e) = compare_digests(alg, a, b) else { continue };
+        let e = discard_copy(e, &i.dst, d.as_deref_mut()).await;
+        failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: 1 });
+    }
+    Ok(failed)
+}
+
+/// A tree's file whose copy at `dst` differs from its source (`e`, a
+/// checksum mismatch): removed, here or on the destination server `d`,
+/// so that it does not pose as a good copy. Other errors leave it.
+async fn discard_copy(e: ClientError, dst: &Location, d: Option<&mut Session>) -> ClientError {
+    match (&e, dst, d) {
+        (ClientError::Checksum { .. }, Location::Local(p), _) => discard_local(e, p).await,
+        (ClientError::Checksum { .. }, Location::Remote(r), Some(d)) => discard_remote(e, d, &r.path).await,
+        _ => e,
+    }
 }
 
 /// The `alg` digests of `locs`: by CKSM on `s` for remote ones, else read here.
@@ -260,6 +273,22 @@ fn local_digests(alg: &str, paths: &[PathBuf]) -> Vec<Result<String, ClientError
 mod tests {
     use super::*;
     use std::io;
+
+    /// A tree's file whose digest differs is removed, named in the error;
+    /// a file that could not be checked for another reason stays.
+    #[tokio::test]
+    async fn a_tree_file_failing_verify_is_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"bad copy").expect("write");
+        let unread = ClientError::Local("CKSM refused".into());
+        let e = discard_copy(unread, &Location::Local(f.clone()), None).await;
+        assert!(f.exists() && e.to_string().contains("CKSM refused"), "{e}");
+        let differs = compare_digests("MD5", Ok("ab".into()), Ok("cd".into())).expect_err("differs");
+        let e = discard_copy(differs, &Location::Local(f.clone()), None).await.to_string();
+        assert!(!f.exists(), "the bad copy stays");
+        assert!(e.contains("mismatch") && e.contains(&format!("the copy {} was removed", f.display())), "{e}");
+    }
 
     /// The digests of many files come back in their order, a missing file
     /// failing in its own place.
