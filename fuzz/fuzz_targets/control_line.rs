@@ -20,11 +20,12 @@ fuzz_target!(|data: &[u8]| {
         version: "0.0.0".into(),
         cksum_algs: vec!["MD5".into(), "ADLER32".into()],
         dcon_port: Some(2912),
+        data_peer: None,
     });
     let greeting = drain(&mut pi, read_only);
     assert_eq!(greeting, 1);
 
-    let mut lb = LineBuffer::new();
+    let mut lb = LineBuffer::telnet();
     let chunk = usize::from(cfg >> 2) + 1;
     for piece in data.chunks(chunk) {
         lb.handle_bytes(piece);
@@ -69,9 +70,16 @@ fn drain(pi: &mut ServerPi, read_only: bool) -> usize {
                         FsOp::Mkd(_) | FsOp::Rmd(_) | FsOp::Dele(_) | FsOp::Rename { .. } | FsOp::Chmod { .. }
                     ));
                 }
-                if let FsOp::Cwd(p) = op {
-                    check_path(&p);
-                    pi.set_cwd(p);
+                match op {
+                    FsOp::Cwd(p) => {
+                        check_path(&p);
+                        pi.set_cwd(p);
+                    }
+                    FsOp::RenameFrom(p) => {
+                        check_path(&p);
+                        pi.set_rename_from(p);
+                    }
+                    _ => {}
                 }
             }
             Output::Action(Action::Transfer(t)) => {

@@ -2,6 +2,11 @@
 //! Bytes go in as they arrive; complete lines come out. Over-long lines are
 //! reported once and discarded up to their end, so a hostile peer cannot make
 //! us buffer without bound.
+//!
+//! A server's buffer ([`LineBuffer::telnet`]) also removes Telnet commands
+//! (RFC 854) from the stream, as RFC 959 asks of a server-PI: clients
+//! abort with the urgent sequence `IAC IP IAC DM ABOR` (RFC 959 section
+//! 4.1.3), and `IAC IAC` stands for one literal 0xFF byte.
 
 use std::collections::VecDeque;
 
@@ -17,11 +22,29 @@ pub enum Line {
     TooLong,
 }
 
+/// Telnet's "interpret as command" byte.
+const IAC: u8 = 0xFF;
+
+/// Where the Telnet filter is between two chunks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Telnet {
+    /// Not interpreting Telnet at all (a client reading replies).
+    #[default]
+    Off,
+    /// Ordinary data.
+    Data,
+    /// After an IAC.
+    Iac,
+    /// After IAC WILL/WONT/DO/DONT: the option byte comes next.
+    Option,
+}
+
 /// Splits a byte stream into lines.
 #[derive(Debug, Default)]
 pub struct LineBuffer {
     buf: Vec<u8>,
     discarding: bool,
+    telnet: Telnet,
     out: VecDeque<Line>,
 }
 
@@ -31,8 +54,37 @@ impl LineBuffer {
         Self::default()
     }
 
+    /// A buffer for a server's control connection: Telnet commands are
+    /// taken out of the stream. `IAC IAC` is a 0xFF byte; IAC and a byte
+    /// that is no Telnet command (below 0xF0) are kept as they are, for
+    /// clients that send a raw 0xFF in a name without doubling it.
+    pub fn telnet() -> Self {
+        LineBuffer { telnet: Telnet::Data, ..Self::default() }
+    }
+
     /// Feed bytes received from the peer.
-    pub fn handle_bytes(&mut self, mut data: &[u8]) {
+    pub fn handle_bytes(&mut self, data: &[u8]) {
+        if self.telnet == Telnet::Off {
+            return self.handle_text(data);
+        }
+        let mut text = Vec::with_capacity(data.len());
+        for &b in data {
+            self.telnet = match (self.telnet, b) {
+                (Telnet::Iac, IAC) => keep(&mut text, &[IAC]),
+                // SE, NOP, DM, BRK, IP, AO, AYT, EC, EL, GA, SB: dropped.
+                (Telnet::Iac, 0xF0..=0xFA) => Telnet::Data,
+                // WILL, WONT, DO, DONT: dropped with their option byte.
+                (Telnet::Iac, 0xFB..=0xFE) => Telnet::Option,
+                (Telnet::Iac, _) => keep(&mut text, &[IAC, b]),
+                (Telnet::Option, _) => Telnet::Data,
+                (_, IAC) => Telnet::Iac,
+                _ => keep(&mut text, &[b]),
+            };
+        }
+        self.handle_text(&text);
+    }
+
+    fn handle_text(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             match data.iter().position(|&b| b == b'\n') {
                 Some(i) => {
@@ -84,6 +136,11 @@ impl LineBuffer {
     }
 }
 
+fn keep(text: &mut Vec<u8>, bytes: &[u8]) -> Telnet {
+    text.extend_from_slice(bytes);
+    Telnet::Data
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +157,21 @@ mod tests {
         assert_eq!(lb.poll_line(), Some(Line::TooLong));
         assert_eq!(lb.poll_line(), Some(Line::Text(b"NOOP".to_vec())));
         assert_eq!(lb.poll_line(), None);
+    }
+
+    #[test]
+    fn telnet_commands_are_taken_out_on_a_server() {
+        let wire = b"\xff\xf4\xff\xf2ABOR\r\nMKD a\xff\xffb\r\nMKD c \xff d\r\n\xff\xfd\x01NOOP\r\n";
+        let want = [&b"ABOR"[..], b"MKD a\xffb", b"MKD c \xff d", b"NOOP"];
+        for split in 0..wire.len() {
+            let mut lb = LineBuffer::telnet();
+            lb.handle_bytes(&wire[..split]);
+            lb.handle_bytes(&wire[split..]);
+            let got: Vec<_> = std::iter::from_fn(|| lb.poll_line()).collect();
+            assert_eq!(got, want.map(|w| Line::Text(w.to_vec())), "split at {split}");
+        }
+        let mut plain = LineBuffer::new();
+        plain.handle_bytes(b"\xff\xf4x\r\n");
+        assert_eq!(plain.poll_line(), Some(Line::Text(b"\xff\xf4x".to_vec())), "a client's buffer keeps every byte");
     }
 }

@@ -159,9 +159,23 @@ pub enum FsOp {
     Mkd(VPath),
     Rmd(VPath),
     Dele(VPath),
-    Rename { from: VPath, to: VPath },
-    Cksm { alg: String, offset: u64, len: Option<u64>, path: VPath },
-    Chmod { mode: u32, path: VPath },
+    /// RNFR: check that the name exists (not following a final symlink),
+    /// answer 350 and call [`ServerPi::set_rename_from`], or answer 550.
+    RenameFrom(VPath),
+    Rename {
+        from: VPath,
+        to: VPath,
+    },
+    Cksm {
+        alg: String,
+        offset: u64,
+        len: Option<u64>,
+        path: VPath,
+    },
+    Chmod {
+        mode: u32,
+        path: VPath,
+    },
 }
 
 /// Work for the driver.
@@ -218,6 +232,9 @@ pub struct ServerPi {
     restart: Option<Restart>,
     allo: Option<u64>,
     rnfr: Option<VPath>,
+    /// EPSV ALL was given (RFC 2428 section 3): EPSV is the only data
+    /// connection setup command left for this session.
+    epsv_all: bool,
     out: VecDeque<Output>,
 }
 
@@ -231,6 +248,7 @@ impl ServerPi {
             restart: None,
             allo: None,
             rnfr: None,
+            epsv_all: false,
             out: VecDeque::new(),
             cfg,
         };
@@ -278,13 +296,28 @@ impl ServerPi {
         self.cwd = dir;
     }
 
+    /// The driver checked an [`FsOp::RenameFrom`] name (and answered 350):
+    /// an RNTO that comes next renames it.
+    pub fn set_rename_from(&mut self, from: VPath) {
+        self.rnfr = Some(from);
+    }
+
     /// Feed one framed control line.
     pub fn handle_line(&mut self, line: Line) {
         let bytes = match line {
-            Line::TooLong => return self.reply(500, "Command line too long."),
+            Line::TooLong => {
+                self.rnfr = None;
+                return self.reply(500, "Command line too long.");
+            }
             Line::Text(b) => b,
         };
-        match Command::parse(&bytes) {
+        let cmd = Command::parse(&bytes);
+        // RFC 959 4.1.3: RNTO must come right after its RNFR; any other
+        // command in between (NOOP too) cancels the rename.
+        if !matches!(cmd, Ok(Command::Rnto(_))) {
+            self.rnfr = None;
+        }
+        match cmd {
             Ok(cmd) => self.handle_command(cmd),
             Err(e) => self.reply_error(&e),
         }
@@ -312,8 +345,9 @@ impl ServerPi {
         if self.cfg.read_only && writes(&cmd) {
             return self.reply(550, "Permission denied: this server is read-only.");
         }
-        if !matches!(cmd, Command::Rnto(_)) {
-            self.rnfr = None;
+        if self.epsv_all && sets_up_data(&cmd) {
+            let verb = cmd.verb();
+            return self.reply(503, format!("{verb} refused after EPSV ALL (RFC 2428): use EPSV."));
         }
         self.handle_logged_in(cmd);
     }
@@ -434,7 +468,10 @@ impl ServerPi {
 
     fn handle_epsv(&mut self, arg: Option<String>) {
         match arg.as_deref().map(str::trim) {
-            Some(a) if a.eq_ignore_ascii_case("ALL") => self.reply(229, "EPSV ALL Successful."),
+            Some(a) if a.eq_ignore_ascii_case("ALL") => {
+                self.epsv_all = true;
+                self.reply(229, "EPSV ALL Successful.")
+            }
             None | Some("1") | Some("2") => self.action(Action::Passive(PassiveKind::Epsv)),
             Some(_) => self.reply(522, "Network protocol not supported, use (1,2)"),
         }
@@ -562,13 +599,7 @@ impl ServerPi {
     }
 
     fn handle_rnfr(&mut self, raw: &[u8]) {
-        match self.cwd.join(raw) {
-            Ok(p) => {
-                self.rnfr = Some(p);
-                self.reply(350, "OK. Send RNTO with destination name.");
-            }
-            Err(e) => self.reply(553, format!("Bad path: {e}.")),
-        }
+        self.with_path(raw, |p| Action::Fs(FsOp::RenameFrom(p)));
     }
 
     fn handle_rnto(&mut self, raw: &[u8]) {
@@ -612,6 +643,13 @@ fn writes(cmd: &Command) -> bool {
             | C::Rnfr(_)
             | C::Rnto(_)
     ) || matches!(cmd, C::Site(Site::Chmod(..)))
+}
+
+/// Data connection setup commands other than EPSV (RFC 2428 section 3:
+/// "EPRT, PORT, PASV, et al."; SPAS, SPOR and DCON are GridFTP's).
+fn sets_up_data(cmd: &Command) -> bool {
+    use Command as C;
+    matches!(cmd, C::Pasv | C::Spas | C::Port(_) | C::Eprt(_) | C::Spor(_) | C::Dcon(_))
 }
 
 fn site_help(code: u16) -> Reply {

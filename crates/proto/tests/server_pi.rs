@@ -35,7 +35,8 @@ struct Session {
 
 impl Session {
     fn new(cfg: PiConfig) -> (Session, Vec<Output>) {
-        let mut s = Session { pi: ServerPi::new(cfg), lb: LineBuffer::new(), auto: true };
+        // As the server's driver: Telnet commands are taken out.
+        let mut s = Session { pi: ServerPi::new(cfg), lb: LineBuffer::telnet(), auto: true };
         let mut greeting = Vec::new();
         s.drain(&mut greeting);
         (s, greeting)
@@ -75,6 +76,7 @@ impl Session {
                         self.pi.handle_login(&user, ok);
                     }
                     Output::Action(Action::Fs(FsOp::Cwd(p))) => self.pi.set_cwd(p.clone()),
+                    Output::Action(Action::Fs(FsOp::RenameFrom(p))) => self.pi.set_rename_from(p.clone()),
                     _ => {}
                 }
             }
@@ -341,13 +343,22 @@ fn allo_is_consumed_by_the_next_transfer() {
 fn rnfr_rnto_ordering() {
     let mut s = Session::logged_in(cfg(false, false));
     assert_eq!(codes(&s.send(b"RNTO /b\r\n")), [503]);
-    assert_eq!(codes(&s.send(b"RNFR a\r\n")), [350]);
+    // The driver checks that the name is there, answers 350 (or 550) and
+    // reports it back (the test driver says every name is there).
+    assert_eq!(actions(&s.send(b"RNFR a\r\n")), [&Action::Fs(FsOp::RenameFrom(vp("/a")))]);
     let out = s.send(b"RNTO sub/b\r\n");
     assert_eq!(actions(&out), [&Action::Fs(FsOp::Rename { from: vp("/a"), to: vp("/sub/b") })]);
     // Used up.
     assert_eq!(codes(&s.send(b"RNTO /c\r\n")), [503]);
-    // Anything else in between cancels the RNFR.
-    assert_eq!(codes(&s.send(b"RNFR a\r\nPWD\r\nRNTO b\r\n")), [350, 257, 503]);
+    // Anything else in between cancels the RNFR, NOOP and junk too.
+    assert_eq!(codes(&s.send(b"RNFR a\r\nPWD\r\nRNTO b\r\n")), [257, 503]);
+    assert_eq!(codes(&s.send(b"RNFR a\r\nNOOP\r\nRNTO b\r\n")), [200, 503]);
+    assert_eq!(codes(&s.send(b"RNFR a\r\nXYZZY\r\nRNTO b\r\n")), [500, 503]);
+    // A name the driver did not find (it answered 550) is not renamed.
+    s.auto = false;
+    assert_eq!(actions(&s.send(b"RNFR missing\r\n")), [&Action::Fs(FsOp::RenameFrom(vp("/missing")))]);
+    assert_eq!(codes(&s.send(b"RNTO b\r\n")), [503]);
+    s.auto = true;
     // A bad RNFR path leaves nothing to rename.
     assert_eq!(codes(&s.send(b"RNFR a\tb\r\nRNTO c\r\n")), [553, 503]);
     // A second RNFR replaces the first.
@@ -412,7 +423,6 @@ fn passive_and_active_actions() {
     assert_eq!(s.send(b"EPSV 2\r\n"), vec![Output::Action(Action::Passive(PassiveKind::Epsv))]);
     assert_eq!(s.send(b"SPAS\r\n"), vec![Output::Action(Action::Passive(PassiveKind::Spas))]);
     assert_eq!(codes(&s.send(b"EPSV 3\r\n")), [522]);
-    assert_eq!(codes(&s.send(b"EPSV ALL\r\n")), [229]);
 
     // Active: answered here, then the address goes to the driver.
     let a: SocketAddr = "127.0.0.1:1025".parse().unwrap();
@@ -430,6 +440,43 @@ fn passive_and_active_actions() {
     assert_eq!(codes(&out), [501]);
     assert!(actions(&out).is_empty());
     assert!(actions(&s.send(b"EPRT |1|10.0.0.1|22|\r\n")).is_empty());
+}
+
+/// RFC 2428 section 3: "Upon receipt of an EPSV ALL command, the server
+/// MUST reject all data connection setup commands other than EPSV (i.e.,
+/// EPRT, PORT, PASV, et al.)", for the rest of the session.
+#[test]
+fn epsv_all_leaves_only_epsv() {
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"EPSV ALL\r\n")), [229]);
+    let refused = [
+        &b"PASV"[..],
+        b"SPAS",
+        b"PORT 127,0,0,1,4,1",
+        b"EPRT |1|127.0.0.1|5001|",
+        b"SPOR 127,0,0,1,4,1",
+        b"DCON 0123456789abcdef0123456789abcdef 4",
+    ];
+    for line in refused {
+        let out = s.send(&[line, b"\r\n"].concat());
+        assert_eq!(codes(&out), [503], "{}", String::from_utf8_lossy(line));
+        assert!(actions(&out).is_empty(), "{}", String::from_utf8_lossy(line));
+        assert!(replies(&out)[0].lines[0].contains("EPSV ALL"));
+    }
+    assert_eq!(s.send(b"EPSV\r\n"), vec![Output::Action(Action::Passive(PassiveKind::Epsv))]);
+    assert_eq!(s.send(b"EPSV 1\r\n"), vec![Output::Action(Action::Passive(PassiveKind::Epsv))]);
+    assert_eq!(codes(&s.send(b"PASV\r\n")), [503], "still refused after EPSV");
+}
+
+/// RFC 959 4.1.3: the urgent abort `IAC IP IAC DM ABOR`; Telnet commands
+/// are taken out of the line, `IAC IAC` is one 0xFF byte.
+#[test]
+fn telnet_abort_sequence_is_abor() {
+    let mut s = Session::logged_in(cfg(false, false));
+    let out = s.send(b"\xff\xf4\xff\xf2ABOR\r\n");
+    assert_eq!((codes(&out), actions(&out)), (vec![226], vec![&Action::Abort]));
+    let out = s.send(b"\xff\xfb\x18\xff\xf1DELE a\xff\xffb\r\n");
+    assert_eq!(actions(&out), [&Action::Fs(FsOp::Dele(VPath::root().join(b"a\xffb").unwrap()))]);
 }
 
 #[test]

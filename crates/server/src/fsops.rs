@@ -1,7 +1,7 @@
 //! File-system commands (SIZE, MDTM, MLST, STAT, CWD, MKD, RMD, DELE,
 //! RNFR/RNTO, CKSM, SITE CHMOD), always through the confined [`Root`].
 
-use crate::listing::{facts, ftp_time, list_line};
+use crate::listing::{facts, ftp_time, list_line, Rights};
 use lightpath_engine::checksum::checksum;
 use lightpath_engine::{FileSource, ZeroSource};
 use lightpath_proto::{FsOp, Reply, VPath};
@@ -28,15 +28,26 @@ pub fn io_reply(p: &VPath, e: &io::Error) -> Reply {
     Reply::new(code, format!("{}: {what}", p.display()))
 }
 
-/// Run one file-system request. Returns the reply and, for CWD, the new cwd.
-pub fn run(root: &Root, memory: bool, op: FsOp) -> (Reply, Option<VPath>) {
+/// What the session's PI must be told after a request succeeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// CWD: the new working directory ([`lightpath_proto::ServerPi::set_cwd`]).
+    Cwd(VPath),
+    /// RNFR: the name to rename ([`lightpath_proto::ServerPi::set_rename_from`]).
+    RenameFrom(VPath),
+}
+
+/// Run one file-system request (`writable`: the server takes writes).
+/// Returns the reply and what the PI must hear.
+pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp) -> (Reply, Option<Effect>) {
     let r = match op {
         FsOp::Cwd(p) => return cwd(root, p),
+        FsOp::RenameFrom(p) => return rename_from(root, p),
         FsOp::Size(p) => size(root, memory, &p),
         FsOp::Mdtm(p) => {
             root.stat(p.relative()).map(|st| Reply::new(213, ftp_time(st.st_mtime))).map_err(|e| io_reply(&p, &e))
         }
-        FsOp::Mlst(p) => mlst(root, &p),
+        FsOp::Mlst(p) => mlst(root, writable, &p),
         FsOp::Stat(p) => stat(root, &p),
         FsOp::Mkd(p) => {
             let msg = format!("Directory \"{}\" created successfully.", p.display().replace('"', "\"\""));
@@ -63,12 +74,25 @@ fn chmod(root: &Root, mode: u32, p: &VPath) -> Result<Reply, Reply> {
     root.chmod(p.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
 }
 
-fn cwd(root: &Root, p: VPath) -> (Reply, Option<VPath>) {
+fn cwd(root: &Root, p: VPath) -> (Reply, Option<Effect>) {
     match root.stat(p.relative()) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-            (Reply::new(250, "CWD command successful."), Some(p))
+            (Reply::new(250, "CWD command successful."), Some(Effect::Cwd(p)))
         }
         Ok(_) => (Reply::new(550, format!("{}: Not a directory", p.display())), None),
+        Err(e) => (io_reply(&p, &e), None),
+    }
+}
+
+/// RNFR: the name must exist (RFC 959: 350 means "pending further
+/// information", so a missing file is refused now, with 550). A final
+/// symlink is the name itself, as the rename acts on it, not its target.
+fn rename_from(root: &Root, p: VPath) -> (Reply, Option<Effect>) {
+    if p.is_root() {
+        return (Reply::new(550, "/: the served root cannot be renamed"), None);
+    }
+    match root.lstat(p.relative()) {
+        Ok(_) => (Reply::new(350, "File exists, ready for destination name."), Some(Effect::RenameFrom(p))),
         Err(e) => (io_reply(&p, &e), None),
     }
 }
@@ -81,17 +105,20 @@ fn size(root: &Root, memory: bool, p: &VPath) -> Result<Reply, Reply> {
     Ok(Reply::new(213, st.st_size.to_string()))
 }
 
+/// DELE removes the name itself: a symlink (to a directory too) goes,
+/// its target stays; only a real directory needs RMD.
 fn dele(root: &Root, p: &VPath) -> Result<Reply, Reply> {
-    let st = root.stat(p.relative()).ok();
+    let st = root.lstat(p.relative()).ok();
     if st.is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory) {
         return Err(Reply::new(550, format!("{}: Is a directory (use RMD)", p.display())));
     }
     root.unlink(p.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
 }
 
-fn mlst(root: &Root, p: &VPath) -> Result<Reply, Reply> {
-    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
-    let line = format!(" {} {}", facts(&st, p.file_name(), true), p.display());
+fn mlst(root: &Root, writable: bool, p: &VPath) -> Result<Reply, Reply> {
+    let (st, own, parent) = root.stat_allowed(p.relative()).map_err(|e| io_reply(p, &e))?;
+    let rights = Rights { own, parent, writable };
+    let line = format!(" {} {}", facts(&st, p.file_name(), rights), p.display());
     Ok(Reply::multi(250, &format!("status of {}", p.display()), vec![line]))
 }
 

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod ahead;
 pub mod fsops;
 pub mod listing;
+pub mod reserve;
 pub mod session;
 pub mod transfer;
 pub mod users;

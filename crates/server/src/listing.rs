@@ -1,7 +1,7 @@
 //! Directory listings and facts: MLST/MLSD (RFC 3659 section 7), LIST, NLST,
 //! and the `YYYYMMDDHHMMSS` UTC times of MDTM/Modify.
 
-use lightpath_sys::root::{FileType, Stat};
+use lightpath_sys::root::{Allowed, FileType, Stat};
 
 /// `YYYYMMDDHHMMSS` in UTC for seconds since the epoch.
 pub fn ftp_time(secs: i64) -> String {
@@ -32,15 +32,53 @@ fn type_fact(st: &Stat, name: &[u8]) -> &'static str {
     }
 }
 
+/// What the session may do with an entry: the `Perm` fact (RFC 3659
+/// 7.5.5) says only what the server's user really may.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rights {
+    /// The file or directory itself.
+    pub own: Allowed,
+    /// The directory holding its name (`None`: the root, or unknown).
+    pub parent: Option<Allowed>,
+    /// The server takes writes (not `--read-only`).
+    pub writable: bool,
+}
+
+impl Rights {
+    /// Entries can be made and removed in a directory with these rights.
+    fn changes(&self, dir: Allowed) -> bool {
+        self.writable && dir.write && dir.search
+    }
+
+    /// The `Perm` letters for an entry of type `t`. A STOR replaces a file
+    /// by renaming a new one over it (in its directory), once the server
+    /// has shown it could write the old one (`Root::replaceable_mode`).
+    fn perm(&self, t: &str) -> String {
+        let (own, name) = (self.own, self.parent.is_some_and(|p| self.changes(p)));
+        let letters = match t {
+            "file" => {
+                let write = self.writable && own.write;
+                vec![('a', write), ('d', name), ('f', name), ('r', own.read), ('w', write && name)]
+            }
+            "dir" | "cdir" => vec![
+                ('c', self.changes(own)),
+                ('d', name),
+                ('e', own.search),
+                ('f', name),
+                ('l', own.read && own.search),
+                ('m', self.changes(own)),
+                ('p', self.changes(own)),
+            ],
+            _ => vec![('d', name), ('f', name)],
+        };
+        letters.into_iter().filter(|l| l.1).map(|l| l.0).collect()
+    }
+}
+
 /// MLST/MLSD facts for one entry (without the name).
-pub fn facts(st: &Stat, name: &[u8], writable: bool) -> String {
+pub fn facts(st: &Stat, name: &[u8], rights: Rights) -> String {
     let t = type_fact(st, name);
-    let perm = match (t, writable) {
-        ("file", true) => "adfrw",
-        ("file", false) => "r",
-        (_, true) => "cdeflmp",
-        _ => "el",
-    };
+    let perm = rights.perm(t);
     format!(
         "Type={t};Size={};Modify={};Perm={perm};UNIX.mode=0{:o};Unique={:x}-{:x};",
         st.st_size,

@@ -82,6 +82,12 @@ fn fixed_buffer(n: u64) -> Option<usize> {
 pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admission::Ticket) {
     let peer = stream.peer_addr().ok();
     let Ok(local) = stream.local_addr() else { return };
+    // The urgent byte of an abort (`IAC IP IAC DM ABOR`, RFC 959 4.1.3;
+    // clients send the DM or the IAC before it as TCP urgent data) stays
+    // in the stream, where the line buffer takes the Telnet commands out.
+    if let Err(e) = lightpath_sys::net::set_oobinline(&stream) {
+        tracing::debug!(?peer, "SO_OOBINLINE: {e}");
+    }
     // Unknown (0) means buffered uploads.
     let rtt = lightpath_sys::net::tcp_rtt(&stream).unwrap_or_default();
     let (rd, out) = stream.into_split();
@@ -102,26 +108,47 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
 }
 
 async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Line>, current: Current) {
-    let mut lb = LineBuffer::new();
+    let mut lb = LineBuffer::telnet();
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
+    'reading: loop {
         let n = match rd.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         lb.handle_bytes(&buf[..n]);
-        while let Some(line) = lb.poll_line() {
-            if is_abor(&line) {
-                if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    c.cancel();
-                }
+        if !forward(&mut lb, &tx, &current).await {
+            return;
+        }
+        loop {
+            match lightpath_sys::net::recv_now(rd.as_ref(), &mut buf) {
+                Some(0) => break 'reading,
+                Some(n) => lb.handle_bytes(&buf[..n]),
+                None => break,
             }
-            if tx.send(line).await.is_err() {
+            if !forward(&mut lb, &tx, &current).await {
                 return;
             }
         }
     }
     // The control connection is gone: stop whatever transfer runs.
+    cancel(&current);
+}
+
+/// Hand the complete lines on, cancelling the running transfer at an
+/// ABOR. Returns false when the session is gone.
+async fn forward(lb: &mut LineBuffer, tx: &mpsc::Sender<Line>, current: &Current) -> bool {
+    while let Some(line) = lb.poll_line() {
+        if is_abor(&line) {
+            cancel(current);
+        }
+        if tx.send(line).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+fn cancel(current: &Current) {
     if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         c.cancel();
     }
@@ -253,12 +280,14 @@ impl Session {
             Action::Adopt(a) => self.adopt(a).await?,
             Action::Transfer(t) => self.transfer(t).await?,
             Action::Fs(op) => {
-                let (ctx, memory) = (self.ctx.clone(), self.ctx.cfg.memory_paths);
-                let (reply, cwd) = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, op))
+                let (ctx, memory, writable) = (self.ctx.clone(), self.ctx.cfg.memory_paths, !self.ctx.cfg.read_only);
+                let (reply, cwd) = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op))
                     .await
                     .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));
-                if let Some(c) = cwd {
-                    self.pi.set_cwd(c);
+                match cwd {
+                    Some(fsops::Effect::Cwd(c)) => self.pi.set_cwd(c),
+                    Some(fsops::Effect::RenameFrom(p)) => self.pi.set_rename_from(p),
+                    None => {}
                 }
                 self.hold(&reply);
             }

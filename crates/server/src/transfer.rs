@@ -3,14 +3,15 @@
 //! upload visible under its name only when it is complete.
 
 use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
-use crate::listing::{facts, list_line};
+use crate::listing::{facts, list_line, Rights};
+use crate::reserve::Reservation;
 use lightpath_engine::dio::{file_sink, DirectFileSource};
 use lightpath_engine::{
     BytesSource, Control, DataChannel, EngineError, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source, ZeroSource,
     DEFAULT_BLOCK,
 };
 use lightpath_proto::{Mode, Reply, Restart, Transfer, TransferKind, VPath};
-use lightpath_sys::root::{FileType, Root, TempFile, WriteMode};
+use lightpath_sys::root::{Allowed, FileType, Root, Stat, TempFile, WriteMode};
 use std::fs::File;
 use tokio::sync::oneshot;
 
@@ -76,8 +77,9 @@ pub fn execute(
             Ok(t) => t,
             Err(r) => return fail_early(ready, r),
         };
+        // A reservation ALLO made lasts as long as the transfer.
         match open_target(root, memory, &t) {
-            Ok(target) => {
+            Ok((target, _reserved)) => {
                 let size = t.allo.unwrap_or(0);
                 let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt.as_micros() as u64, size, cfg.fsync);
                 if direct {
@@ -88,7 +90,7 @@ pub fn execute(
             Err(r) => fail_early(ready, r),
         }
     } else {
-        match open_source(root, memory, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
+        match open_source(root, cfg, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
             Ok(src) => send(dc, &t, src.as_ref(), ctl, ready),
             Err(r) => fail_early(ready, r),
         }
@@ -111,10 +113,11 @@ enum Opened {
     File(File),
 }
 
-fn open_source(root: &Root, memory: bool, t: &Transfer) -> Result<Opened, Reply> {
+fn open_source(root: &Root, cfg: &crate::ServerConfig, t: &Transfer) -> Result<Opened, Reply> {
+    let memory = cfg.memory_paths;
     match t.kind {
         TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst => {
-            return listing(root, t).map(|b| Opened::Ready(Box::new(BytesSource(b))))
+            return listing(root, !cfg.read_only, t).map(|b| Opened::Ready(Box::new(BytesSource(b))))
         }
         _ => {}
     }
@@ -196,24 +199,27 @@ fn whole_stor(mut t: Transfer) -> Result<Transfer, Reply> {
     Ok(t)
 }
 
-fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<Target, Reply> {
+fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<(Target, Option<Reservation>), Reply> {
     if is_mem(memory, &t.path, DEV_NULL) {
-        return Ok(Target::Null);
+        return Ok((Target::Null, None));
     }
     let rel = t.path.relative();
     let in_place = matches!(t.kind, TransferKind::Esto { .. } | TransferKind::Appe) || t.restart.is_some();
     let r = if in_place {
-        root.open_write(rel, WriteMode::InPlace).map(Target::InPlace)
+        root.open_write(rel, WriteMode::InPlace).map(|f| (Target::InPlace(f), None))
     } else {
         // Refused if the server could not write the old file in place.
         root.create_temp_replacing(rel).and_then(|tmp| {
             // Full size at once: a STOR with ALLO must cover it all
             // (`check_complete`), or the temporary file is removed.
-            lightpath_sys::file::preallocate_sized(tmp.file(), t.allo.unwrap_or(0))?;
-            Ok(Target::Temp(tmp))
+            let held = crate::reserve::size_upload(&tmp, t.allo.unwrap_or(0))?;
+            Ok((Target::Temp(tmp), held))
         })
     };
-    r.map_err(|e| io_reply(&t.path, &e))
+    r.map_err(|e| match e.kind() {
+        std::io::ErrorKind::StorageFull => Reply::new(552, format!("{}: {e}", t.path.display())),
+        _ => io_reply(&t.path, &e),
+    })
 }
 
 /// File ranges to send and the wire offset base.
@@ -339,9 +345,9 @@ fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
     }
 }
 
-fn listing(root: &Root, t: &Transfer) -> Result<Vec<u8>, Reply> {
+fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<Vec<u8>, Reply> {
     let p = &t.path;
-    let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    let (st, own, parent) = root.stat_allowed(p.relative()).map_err(|e| io_reply(p, &e))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return match t.kind {
             TransferKind::Mlsd => Err(Reply::new(501, format!("{}: Not a directory", p.display()))),
@@ -351,9 +357,11 @@ fn listing(root: &Root, t: &Transfer) -> Result<Vec<u8>, Reply> {
     }
     let mut out = Vec::new();
     if t.kind == TransferKind::Mlsd {
-        out.extend_from_slice(format!("{} .\r\n", facts(&st, b".", true)).as_bytes());
+        out.extend_from_slice(format!("{} .\r\n", facts(&st, b".", Rights { own, parent, writable })).as_bytes());
     }
-    for (name, lst) in root.read_dir(p.relative()).map_err(|e| io_reply(p, &e))? {
+    // The entries' names are in this directory: it decides DELE and RNFR.
+    let here = Some(own);
+    for (name, lst, allowed) in entries(root, t).map_err(|e| io_reply(p, &e))? {
         if name.iter().any(|&b| b == b'\r' || b == b'\n') {
             // A listing line per name: this one would end early and make its
             // tail a forged entry of its own, so it is not listed.
@@ -362,23 +370,32 @@ fn listing(root: &Root, t: &Transfer) -> Result<Vec<u8>, Reply> {
             continue;
         }
         let child = [p.relative(), b"/", &name].concat();
-        let st = if FileType::from_raw_mode(lst.st_mode) == FileType::Symlink {
-            match root.stat(&child) {
-                Ok(st) => st,
+        let (st, own) = if FileType::from_raw_mode(lst.st_mode) == FileType::Symlink {
+            match root.stat_allowed(&child) {
+                Ok((st, own, _)) => (st, own),
                 Err(_) => continue, // dangling or leaving the root: not shown
             }
         } else {
-            lst
+            (lst, allowed)
         };
-        entry_line(&mut out, t.kind.clone(), &st, &name);
+        entry_line(&mut out, t.kind.clone(), &st, &name, Rights { own, parent: here, writable });
     }
     Ok(out)
 }
 
-fn entry_line(out: &mut Vec<u8>, kind: TransferKind, st: &lightpath_sys::root::Stat, name: &[u8]) {
+/// A directory's entries, with the rights MLSD shows (LIST and NLST do not
+/// need them).
+fn entries(root: &Root, t: &Transfer) -> std::io::Result<Vec<(Vec<u8>, Stat, Allowed)>> {
+    if t.kind == TransferKind::Mlsd {
+        return root.read_dir_allowed(t.path.relative());
+    }
+    Ok(root.read_dir(t.path.relative())?.into_iter().map(|(n, st)| (n, st, Allowed::default())).collect())
+}
+
+fn entry_line(out: &mut Vec<u8>, kind: TransferKind, st: &Stat, name: &[u8], r: Rights) {
     match kind {
         TransferKind::Mlsd => {
-            out.extend_from_slice(facts(st, name, true).as_bytes());
+            out.extend_from_slice(facts(st, name, r).as_bytes());
             out.push(b' ');
             out.extend_from_slice(name);
             out.extend_from_slice(b"\r\n");

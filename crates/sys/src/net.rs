@@ -282,6 +282,27 @@ pub fn recv_queued(sock: &impl AsFd) -> io::Result<usize> {
     Ok(rustix::io::ioctl_fionread(sock)? as usize)
 }
 
+/// Keep TCP urgent data in the stream (`SO_OOBINLINE`): the Telnet Synch
+/// that clients send as urgent data with an FTP abort (RFC 959 4.1.3) is
+/// then read with the line it precedes.
+pub fn set_oobinline(sock: &impl AsFd) -> io::Result<()> {
+    Ok(rustix::net::sockopt::set_socket_oobinline(sock, true)?)
+}
+
+/// Read what is queued on `sock` now, without waiting: `None` when nothing
+/// is (or on an error, which the next blocking read reports). A read stops
+/// short at the urgent mark, and an async runtime then takes the socket
+/// for drained while the rest is queued already.
+pub fn recv_now(sock: &impl AsFd, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        match rustix::net::recv(sock, &mut *buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok((n, _)) => return Some(n),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
 /// TCP Fast Open for a socket about to connect (`TCP_FASTOPEN_CONNECT`):
 /// `connect` returns at once and the first write goes out with the SYN.
 /// With a cookie from an earlier connection to the same server, the server

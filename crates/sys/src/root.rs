@@ -12,7 +12,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write as _};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,6 +175,24 @@ impl Root {
 
     /// Entries of a directory with their `lstat`, sorted by name.
     pub fn read_dir(&self, rel: &[u8]) -> io::Result<Vec<(Vec<u8>, Stat)>> {
+        let list = self.read_dir_with(rel, |_, _, _| ())?;
+        Ok(list.into_iter().map(|(name, st, ())| (name, st)).collect())
+    }
+
+    /// [`Root::read_dir`] with what this process may do with each entry
+    /// itself (a symlink is not followed: its [`Allowed`] says nothing).
+    pub fn read_dir_allowed(&self, rel: &[u8]) -> io::Result<Vec<(Vec<u8>, Stat, Allowed)>> {
+        self.read_dir_with(rel, |fd, name, st| {
+            let dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+            Allowed::at(fd.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW, dir)
+        })
+    }
+
+    fn read_dir_with<T>(
+        &self,
+        rel: &[u8],
+        mut more: impl FnMut(&OwnedFd, &std::ffi::CStr, &Stat) -> T,
+    ) -> io::Result<Vec<(Vec<u8>, Stat, T)>> {
         let fd = self.open_dir(rel)?;
         let mut out = Vec::new();
         for entry in rustix::fs::Dir::read_from(&fd)? {
@@ -184,11 +202,26 @@ impl Root {
                 continue;
             }
             if let Ok(st) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
-                out.push((name.to_vec(), st));
+                let t = more(&fd, entry.file_name(), &st);
+                out.push((name.to_vec(), st, t));
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
+    }
+
+    /// [`Root::stat`] with what this process may do with the file or
+    /// directory `rel` resolves to, and with the directory holding the
+    /// name (`None` for the root itself, which has none beneath the root).
+    pub fn stat_allowed(&self, rel: &[u8]) -> io::Result<(Stat, Allowed, Option<Allowed>)> {
+        let fd = self.open_at(rel, OFlags::PATH, 0)?;
+        let st = rustix::fs::fstat(&fd)?;
+        let own = Allowed::of(&fd, FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+        let parent = match rel {
+            b"" | b"." => None,
+            _ => Some(Allowed::of(&self.parent(rel)?.0, true)),
+        };
+        Ok((st, own, parent))
     }
 
     /// Create a hidden temporary file next to `rel`; it becomes `rel` with
@@ -196,6 +229,42 @@ impl Root {
     pub fn create_temp(&self, rel: &[u8]) -> io::Result<TempFile> {
         let (dir, name) = self.parent(rel)?;
         TempFile::create(Arc::new(dir), name, 0o644)
+    }
+}
+
+/// What this process may do with a file, as `faccessat(2)` with its
+/// effective ids answers: ACLs, read-only mounts and capabilities count,
+/// which permission bits alone do not show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Allowed {
+    /// Read it (list a directory).
+    pub read: bool,
+    /// Write it (make and remove entries in a directory).
+    pub write: bool,
+    /// Search a directory (always `false` for a file: not asked).
+    pub search: bool,
+}
+
+impl Allowed {
+    /// The entry `name` of `dir`; `search` is asked only for a directory.
+    /// One call when everything is allowed (the usual case), else one a right.
+    fn at<P: rustix::path::Arg + Copy>(dir: BorrowedFd<'_>, name: P, flags: AtFlags, is_dir: bool) -> Allowed {
+        use rustix::fs::Access;
+        let ok = |a| rustix::fs::accessat(dir, name, a, flags | AtFlags::EACCESS).is_ok();
+        let all = Access::READ_OK | Access::WRITE_OK | if is_dir { Access::EXEC_OK } else { Access::empty() };
+        if ok(all) {
+            return Allowed { read: true, write: true, search: is_dir };
+        }
+        Allowed { read: ok(Access::READ_OK), write: ok(Access::WRITE_OK), search: is_dir && ok(Access::EXEC_OK) }
+    }
+
+    /// The file `fd` (`O_PATH` will do) names: through its `/proc/self/fd`
+    /// link, which leads to that very file and nowhere else. Nothing is
+    /// allowed when `/proc` is not there.
+    fn of(fd: &OwnedFd, is_dir: bool) -> Allowed {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        Allowed::at(rustix::fs::CWD, link.as_str(), AtFlags::empty(), is_dir)
     }
 }
 
@@ -220,6 +289,14 @@ impl TempFile {
     /// The open file.
     pub fn file(&self) -> &File {
         self.file.as_ref().expect("file present until commit")
+    }
+
+    /// The file system the file is on (`st_dev`) and the bytes available
+    /// there to this process (`statvfs`'s `f_bavail`).
+    pub fn space(&self) -> io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(self.file())?;
+        let vfs = rustix::fs::fstatvfs(self.file())?;
+        Ok((st.st_dev, vfs.f_bavail.saturating_mul(vfs.f_frsize)))
     }
 
     /// Give the file its final name (atomically replacing an old one).
