@@ -6,11 +6,11 @@
 //! temporary file behind.
 
 mod common;
+use common::scripted::{self, DataEnd};
 use common::*;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the scripted server serves.
@@ -52,55 +52,16 @@ impl Script {
 
 /// Start the scripted server; its port.
 fn fake_server(script: Script) -> u16 {
-    let port = free_port();
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let script = Arc::new(script);
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let s = script.clone();
-            std::thread::spawn(move || session(conn, &s));
-        }
-    });
-    port
-}
-
-/// The data connection of a transfer: to the PORT given, or from the PASV listener.
-#[derive(Default)]
-struct DataEnd {
-    pasv: Option<TcpListener>,
-    port: Option<std::net::SocketAddr>,
-}
-
-impl DataEnd {
-    fn open(&mut self) -> Option<TcpStream> {
-        match (self.pasv.take(), self.port.take()) {
-            (Some(l), _) => l.accept().ok().map(|c| c.0),
-            (None, Some(a)) => TcpStream::connect(a).ok(),
-            (None, None) => None,
-        }
-    }
-}
-
-fn session(conn: TcpStream, script: &Script) {
-    let mut out = conn.try_clone().unwrap();
-    let mut data = DataEnd::default();
-    let _ = out.write_all(b"220 scripted\r\n");
-    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
-        let line = String::from_utf8_lossy(&line).trim_end().to_string();
-        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
-        let verb = verb.to_ascii_uppercase();
-        if verb == "QUIT" {
-            return;
-        }
-        let reply = match verb.as_str() {
-            "RETR" | "MLSD" | "ERET" => transfer(&mut out, &mut data, script, &verb, arg),
-            "PASV" | "EPSV" | "PORT" => data_end(&mut data, &verb, arg),
-            _ => command(script, &verb, arg),
-        };
-        if out.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
+    scripted::serve(move |conn| {
+        let mut data = DataEnd::default();
+        scripted::commands(conn, "scripted", |out, verb, arg| {
+            Some(match verb {
+                "RETR" | "MLSD" | "ERET" => transfer(out, &mut data, &script, verb, arg),
+                "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
+                _ => command(&script, verb, arg),
+            })
+        })
+    })
 }
 
 /// A path as the server knows it: no trailing `/`.
@@ -125,22 +86,6 @@ fn command(script: &Script, verb: &str, arg: &str) -> String {
         ("MODE", _) if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
         ("TYPE" | "MODE" | "PASS" | "OPTS" | "CWD", _) => "200 OK\r\n".into(),
         _ => "502 not implemented\r\n".into(),
-    }
-}
-
-fn data_end(data: &mut DataEnd, verb: &str, arg: &str) -> String {
-    if verb == "PORT" {
-        let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-        data.port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
-        return "200 PORT OK\r\n".into();
-    }
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = l.local_addr().unwrap().port();
-    data.pasv = Some(l);
-    if verb == "EPSV" {
-        format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
-    } else {
-        format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
     }
 }
 

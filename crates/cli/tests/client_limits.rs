@@ -6,9 +6,10 @@
 //! server, in bounded time; the same server behaving copies.
 
 mod common;
+use common::scripted::{self, DataEnd};
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,63 +36,28 @@ fn deep_name() -> String {
 
 /// Start the scripted server; its port.
 fn fake_server(trick: Trick) -> u16 {
-    let port = free_port();
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || session(conn, trick));
-        }
-    });
-    port
+    scripted::serve(move |conn| {
+        let mut data = DataEnd::default();
+        scripted::commands(conn, "scripted", |out, verb, arg| answer(out, &mut data, trick, verb, arg))
+    })
 }
 
-fn session(conn: TcpStream, trick: Trick) {
-    let mut out = conn.try_clone().unwrap();
-    let mut pasv: Option<TcpListener> = None;
-    let mut port: Option<std::net::SocketAddr> = None;
-    let _ = out.write_all(b"220 scripted\r\n");
-    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
-        let line = String::from_utf8_lossy(&line).trim_end().to_string();
-        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
-        let verb = verb.to_ascii_uppercase();
-        let reply = match verb.as_str() {
-            "QUIT" => return,
-            "FEAT" => feat(&mut out, trick),
-            "PASV" | "EPSV" => {
-                let l = TcpListener::bind("127.0.0.1:0").unwrap();
-                let p = l.local_addr().unwrap().port();
-                pasv = Some(l);
-                if verb == "EPSV" {
-                    format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
-                } else {
-                    format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
-                }
+fn answer(out: &mut TcpStream, data: &mut DataEnd, trick: Trick, verb: &str, arg: &str) -> Option<String> {
+    Some(match verb {
+        "FEAT" => feat(out, trick),
+        "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
+        "RETR" | "MLSD" => {
+            let _ = out.write_all(b"150 here it comes\r\n");
+            let mut dc = data.open()?;
+            if verb == "RETR" && trick == Trick::StallRetr {
+                std::thread::sleep(Duration::from_secs(600));
             }
-            "PORT" => {
-                let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-                port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
-                "200 PORT OK\r\n".into()
-            }
-            "RETR" | "MLSD" => {
-                let _ = out.write_all(b"150 here it comes\r\n");
-                let mut dc = match (pasv.take(), port.take()) {
-                    (Some(l), _) => l.accept().unwrap().0,
-                    (None, Some(a)) => TcpStream::connect(a).unwrap(),
-                    (None, None) => return,
-                };
-                if verb == "RETR" && trick == Trick::StallRetr {
-                    std::thread::sleep(Duration::from_secs(600));
-                }
-                let _ = dc.write_all(&if verb == "RETR" { b"hello".to_vec() } else { listing(arg, trick) });
-                drop(dc);
-                "226 Transfer complete.\r\n".into()
-            }
-            _ => simple(&verb, arg),
-        };
-        if out.write_all(reply.as_bytes()).is_err() {
-            return;
+            let _ = dc.write_all(&if verb == "RETR" { b"hello".to_vec() } else { listing(arg, trick) });
+            drop(dc);
+            "226 Transfer complete.\r\n".into()
         }
-    }
+        _ => simple(verb, arg),
+    })
 }
 
 /// Replies to the commands that need no data connection.

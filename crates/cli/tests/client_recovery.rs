@@ -7,11 +7,12 @@
 //! the real GCT server.
 
 mod common;
+use common::scripted::{self, DataEnd};
 use common::*;
 use lightpath_proto::modee::{BlockHeader, HEADER_LEN};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,22 +49,26 @@ impl Script {
 
 /// Start the scripted server; its port.
 fn fake_server(script: Arc<Script>) -> u16 {
-    let port = free_port();
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let s = script.clone();
-            std::thread::spawn(move || session(conn, &s));
-        }
-    });
-    port
+    scripted::serve(move |conn| {
+        let mut data = Data::default();
+        scripted::commands(conn, "scripted GridFTP", |out, verb, arg| {
+            Some(match verb {
+                "RETR" | "STOR" => transfer(out, &mut data, &script, verb, arg),
+                "PASV" | "PORT" => {
+                    // A new endpoint drops the cached connection.
+                    data = Data::default();
+                    data.end.set(verb, arg)
+                }
+                _ => command(&script, verb, arg),
+            })
+        })
+    })
 }
 
 /// The data channel: where new connections come from, and the one cached.
 #[derive(Default)]
 struct Data {
-    pasv: Option<TcpListener>,
-    port: Option<SocketAddr>,
+    end: DataEnd,
     cached: Option<TcpStream>,
 }
 
@@ -73,35 +78,11 @@ impl Data {
         if let Some(c) = self.cached.take() {
             return Some((c, true));
         }
-        match (&self.pasv, self.port) {
-            (Some(l), _) => l.accept().ok().map(|c| (c.0, false)),
-            (None, Some(a)) => TcpStream::connect(a).ok().map(|c| (c, false)),
-            (None, None) => None,
-        }
+        self.end.connect().map(|c| (c, false))
     }
 
     fn ready(&self) -> bool {
-        self.cached.is_some() || self.pasv.is_some() || self.port.is_some()
-    }
-}
-
-fn session(conn: TcpStream, script: &Script) {
-    let mut out = conn.try_clone().unwrap();
-    let mut data = Data::default();
-    let _ = out.write_all(b"220 scripted GridFTP\r\n");
-    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
-        let line = String::from_utf8_lossy(&line).trim_end().to_string();
-        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
-        let verb = verb.to_ascii_uppercase();
-        let reply = match verb.as_str() {
-            "QUIT" => return,
-            "RETR" | "STOR" => transfer(&mut out, &mut data, script, &verb, arg),
-            "PASV" | "PORT" => data_end(&mut data, &verb, arg),
-            _ => command(script, &verb, arg),
-        };
-        if out.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
+        self.cached.is_some() || self.end.is_set()
     }
 }
 
@@ -125,20 +106,6 @@ fn command(script: &Script, verb: &str, arg: &str) -> String {
         ("TYPE" | "MODE" | "PASS" | "OPTS" | "ALLO" | "CWD", _) => "200 OK\r\n".into(),
         _ => "502 not implemented\r\n".into(),
     }
-}
-
-/// PORT or PASV: a new endpoint drops the cached connection.
-fn data_end(data: &mut Data, verb: &str, arg: &str) -> String {
-    *data = Data::default();
-    if verb == "PORT" {
-        let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-        data.port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
-        return "200 PORT OK\r\n".into();
-    }
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = l.local_addr().unwrap().port();
-    data.pasv = Some(l);
-    format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
 }
 
 /// RETR or STOR in MODE E on one connection. A failing file forgets the

@@ -6,9 +6,10 @@
 //! which would split an FTP command in two, is refused before it is sent.
 
 mod common;
+use common::scripted::{self, DataEnd};
 use common::*;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpStream;
 use std::path::Path;
 
 /// What the scripted server says about its one directory `/d` and its one
@@ -25,67 +26,33 @@ struct Script {
 
 /// Start the scripted server; its port.
 fn fake_server(script: Script) -> u16 {
-    let port = free_port();
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || session(conn, script));
-        }
-    });
-    port
+    scripted::serve(move |conn| {
+        let mut data = DataEnd::default();
+        scripted::commands(conn, "scripted", |out, verb, arg| answer(out, &mut data, script, verb, arg))
+    })
 }
 
-fn session(conn: TcpStream, script: Script) {
-    let mut out = conn.try_clone().unwrap();
-    let mut pasv: Option<TcpListener> = None;
-    let mut port: Option<std::net::SocketAddr> = None;
-    let _ = out.write_all(b"220 scripted\r\n");
-    for line in BufReader::new(conn).split(b'\n').map_while(Result::ok) {
-        let line = String::from_utf8_lossy(&line).trim_end().to_string();
-        let (verb, arg) = line.split_once(' ').unwrap_or((&line, ""));
-        let reply = match verb.to_ascii_uppercase().as_str() {
-            "USER" => "331 password\r\n".to_string(),
-            "QUIT" => return,
-            "SIZE" if arg.ends_with("/d") || arg.ends_with("/d/") => "550 not a file\r\n".into(),
-            "SIZE" => format!("213 {}\r\n", script.size),
-            "MLST" if arg.trim_end_matches('/').ends_with("/d") => "250-\r\n type=dir; /d\r\n250 End\r\n".into(),
-            "MLST" => format!("250-\r\n type=file;size={}; {arg}\r\n250 End\r\n", script.size),
-            "PASV" | "EPSV" => {
-                let l = TcpListener::bind("127.0.0.1:0").unwrap();
-                let p = l.local_addr().unwrap().port();
-                pasv = Some(l);
-                if verb.eq_ignore_ascii_case("EPSV") {
-                    format!("229 Entering Extended Passive Mode (|||{p}|)\r\n")
-                } else {
-                    format!("227 Entering Passive Mode (127,0,0,1,{},{})\r\n", p >> 8, p & 255)
-                }
-            }
-            "PORT" => {
-                let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-                port = Some(([127, 0, 0, 1], (n[4] << 8) | n[5]).into());
-                "200 PORT OK\r\n".into()
-            }
-            "RETR" | "MLSD" | "LIST" => {
-                let body = if verb.eq_ignore_ascii_case("RETR") { script.data.to_vec() } else { listing(script) };
-                let _ = out.write_all(b"150 here it comes\r\n");
-                let mut dc = match (pasv.take(), port.take()) {
-                    (Some(l), _) => l.accept().unwrap().0,
-                    (None, Some(a)) => TcpStream::connect(a).unwrap(),
-                    (None, None) => return,
-                };
-                let _ = dc.write_all(&body);
-                drop(dc);
-                "226 Transfer complete.\r\n".into()
-            }
-            "FEAT" => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n211 End\r\n".into(),
-            "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
-            "TYPE" | "MODE" | "PASS" | "OPTS" | "CWD" => "200 OK\r\n".into(),
-            _ => "502 not implemented\r\n".into(),
-        };
-        if out.write_all(reply.as_bytes()).is_err() {
-            return;
+fn answer(out: &mut TcpStream, data: &mut DataEnd, script: Script, verb: &str, arg: &str) -> Option<String> {
+    Some(match verb {
+        "USER" => "331 password\r\n".to_string(),
+        "SIZE" if arg.ends_with("/d") || arg.ends_with("/d/") => "550 not a file\r\n".into(),
+        "SIZE" => format!("213 {}\r\n", script.size),
+        "MLST" if arg.trim_end_matches('/').ends_with("/d") => "250-\r\n type=dir; /d\r\n250 End\r\n".into(),
+        "MLST" => format!("250-\r\n type=file;size={}; {arg}\r\n250 End\r\n", script.size),
+        "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
+        "RETR" | "MLSD" | "LIST" => {
+            let body = if verb == "RETR" { script.data.to_vec() } else { listing(script) };
+            let _ = out.write_all(b"150 here it comes\r\n");
+            let mut dc = data.open()?;
+            let _ = dc.write_all(&body);
+            drop(dc);
+            "226 Transfer complete.\r\n".into()
         }
-    }
+        "FEAT" => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n211 End\r\n".into(),
+        "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
+        "TYPE" | "MODE" | "PASS" | "OPTS" | "CWD" => "200 OK\r\n".into(),
+        _ => "502 not implemented\r\n".into(),
+    })
 }
 
 fn listing(script: Script) -> Vec<u8> {

@@ -7,6 +7,8 @@
 //! hint instead of skipping it.
 #![allow(dead_code)]
 
+pub mod scripted;
+
 use rand::{Rng, RngCore, SeedableRng};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
