@@ -461,7 +461,7 @@ enum Side {
 /// With `--verify`, compare each copied file's checksum on both sides;
 /// `pairs` yields (remote, local) locations in batch order, `written` says
 /// which of them is the destination. A copy whose digest differs is
-/// removed there ([`discard_local`], [`discard_remote`]).
+/// removed there ([`discard_copy`]).
 async fn verify_batch<'a>(
     s: &mut Session,
     opts: &CopyOptions,
@@ -475,12 +475,11 @@ async fn verify_batch<'a>(
             continue;
         }
         let (rpath, lpath) = (&remote(r_loc).path, local(l_loc));
+        let dst = if written == Side::Local { l_loc } else { r_loc };
         *r = match verify_local(s, alg, rpath, lpath).await {
             Ok(()) => continue,
-            Err(e @ ClientError::Checksum { .. }) if opts.part.is_some() => Err(e), // a window of a file: kept
-            Err(e @ ClientError::Checksum { .. }) if written == Side::Local => Err(discard_local(e, lpath).await),
-            Err(e @ ClientError::Checksum { .. }) => Err(discard_remote(e, s, rpath).await),
-            Err(e) => Err(e),
+            Err(e) if opts.part.is_some() => Err(e), // a window of a file: kept
+            Err(e) => Err(discard_copy(e, dst, Some(s)).await),
         };
     }
 }
@@ -504,9 +503,20 @@ fn mismatch(e: ClientError, what: String) -> ClientError {
     }
 }
 
+/// A copy at `dst` whose digest differs from its source's (`e`, a
+/// checksum mismatch): removed, here or on the destination server `d`,
+/// so that it does not pose as a good copy. Other errors leave it.
+pub(crate) async fn discard_copy(e: ClientError, dst: &Location, d: Option<&mut Session>) -> ClientError {
+    match (&e, dst, d) {
+        (ClientError::Checksum { .. }, Location::Local(p), _) => discard_local(e, p).await,
+        (ClientError::Checksum { .. }, Location::Remote(r), Some(d)) => discard_remote(e, d, &r.path).await,
+        _ => e,
+    }
+}
+
 /// A download that failed `--verify`: removed from `p`, so that it does
 /// not pose as a good copy (only a regular file: never `/dev/null`).
-pub(crate) async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
+async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
     let path = p.to_path_buf();
     let removed = tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&path) {
         Ok(m) if m.is_file() => std::fs::remove_file(&path).map(|()| true),
@@ -526,7 +536,7 @@ pub(crate) async fn discard_local(e: ClientError, p: &std::path::Path) -> Client
 
 /// An upload (or third-party copy) that failed `--verify`: deleted on
 /// the destination server `d` (DELE), or the refusal said.
-pub(crate) async fn discard_remote(e: ClientError, d: &mut Session, path: &[u8]) -> ClientError {
+async fn discard_remote(e: ClientError, d: &mut Session, path: &[u8]) -> ClientError {
     let name = String::from_utf8_lossy(path).into_owned();
     let what = match d.delete(path).await {
         Ok(()) => format!("the copy {name} was removed from {} (DELE)", d.ctl.name),
@@ -581,9 +591,7 @@ async fn tpt_batch(
             let b = d.checksum(alg, &remote(&i.dst).path).await;
             r = match compare_digests(alg, a, b) {
                 Ok(()) => r,
-                Err(e @ ClientError::Checksum { .. }) if opts.part.is_none() => {
-                    Err(discard_remote(e, d, &remote(&i.dst).path).await)
-                }
+                Err(e) if opts.part.is_none() => Err(discard_copy(e, &i.dst, Some(d)).await),
                 Err(e) => Err(e),
             };
         }

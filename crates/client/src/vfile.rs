@@ -4,7 +4,7 @@
 //! `openat2` too, so a hostile server's manifest cannot write outside the
 //! destination.
 
-use crate::job::{compare_digests, discard_local, discard_remote, local_digest, FileResult};
+use crate::job::{compare_digests, discard_copy, local_digest, FileResult};
 use crate::plan::{base_name, describe, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
@@ -213,17 +213,6 @@ pub(crate) async fn verify_tree(
         failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: 1 });
     }
     Ok(failed)
-}
-
-/// A tree's file whose copy at `dst` differs from its source (`e`, a
-/// checksum mismatch): removed, here or on the destination server `d`,
-/// so that it does not pose as a good copy. Other errors leave it.
-async fn discard_copy(e: ClientError, dst: &Location, d: Option<&mut Session>) -> ClientError {
-    match (&e, dst, d) {
-        (ClientError::Checksum { .. }, Location::Local(p), _) => discard_local(e, p).await,
-        (ClientError::Checksum { .. }, Location::Remote(r), Some(d)) => discard_remote(e, d, &r.path).await,
-        _ => e,
-    }
 }
 
 /// The `alg` digests of `locs`: by CKSM on `s` for remote ones, else read here.
