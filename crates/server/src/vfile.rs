@@ -7,8 +7,10 @@ use crate::transfer::{data_reply, fail_early, Ready};
 use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError, DEFAULT_BLOCK};
+use lightpath_proto::manifest::show;
 use lightpath_proto::{Mode, Reply, Transfer, VPath};
-use lightpath_sys::root::{FileType, Root};
+use lightpath_sys::root::{FileType, OnHidden, Root};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn need_mode_e(t: &Transfer) -> Result<(), Reply> {
@@ -20,24 +22,41 @@ fn need_mode_e(t: &Transfer) -> Result<(), Reply> {
 }
 
 /// The root to pack and the items in it: a directory's contents, or one
-/// file (unless `dir_only`: the path was written `dir/`).
-fn pack_root(root: &Root, p: &VPath, dir_only: bool) -> Result<(Root, Vec<Vec<u8>>), Reply> {
+/// file (unless `dir_only`: the path was written `dir/`). Symlinks leaving
+/// the served root are left out of its listings, as LIST and MLSD leave
+/// them out, and reported to `hidden`.
+fn pack_root(root: &Root, p: &VPath, dir_only: bool, hidden: OnHidden) -> Result<(Root, Vec<Vec<u8>>), Reply> {
     let st = root.stat(p.relative()).map_err(|e| io_reply(p, &e))?;
     if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-        return root.subdir(p.relative()).map(|r| (r, vec![Vec::new()])).map_err(|e| io_reply(p, &e));
+        let sub = root.subdir_fenced(p.relative(), hidden);
+        return sub.map(|r| (r, vec![Vec::new()])).map_err(|e| io_reply(p, &e));
     }
     if dir_only {
         return Err(Reply::new(550, format!("{}: Not a directory.", p.display())));
     }
     let parent = p.parent();
-    let sub = root.subdir(parent.relative()).map_err(|e| io_reply(p, &e))?;
+    let sub = root.subdir_fenced(parent.relative(), hidden).map_err(|e| io_reply(p, &e))?;
     Ok((sub, vec![p.file_name().to_vec()]))
+}
+
+/// Counts (and logs) the symlinks a VRET of `tree` leaves out because they
+/// leave the served root; they are reported with the special files skipped.
+fn hidden_links(tree: &VPath) -> (OnHidden, Arc<AtomicU64>) {
+    let n = Arc::new(AtomicU64::new(0));
+    let (count, tree) = (n.clone(), tree.display());
+    let on_hidden: OnHidden = Arc::new(move |link: &[u8]| {
+        count.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(tree = %tree, link = %show(link), "skipping a symlink that leaves the served root");
+    });
+    (on_hidden, n)
 }
 
 /// VRET: walk, pack and send. The files sent and the special files the
 /// walk left out go to `ctl`, for the final reply ([`Reply::tree_complete`]).
 pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
-    let prepared = need_mode_e(t).and_then(|_| pack_root(root, &t.path, t.dir_only)).and_then(|(sub, items)| {
+    let (on_hidden, hidden) = hidden_links(&t.path);
+    let packed = need_mode_e(t).and_then(|_| pack_root(root, &t.path, t.dir_only, on_hidden));
+    let prepared = packed.and_then(|(sub, items)| {
         pack(Arc::new(sub), items, PackOptions::default())
             .map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
     });
@@ -51,9 +70,10 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     }
     let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl);
     let (bytes, stats) = outcome(sent, pk.wait(), &t.path)?;
+    let skipped = stats.skipped + hidden.load(Ordering::Relaxed);
     ctl.set_files(stats.files);
-    ctl.set_skipped(stats.skipped);
-    tracing::info!(files = stats.files, dirs = stats.dirs, skipped = stats.skipped, "VRET {}", t.path.display());
+    ctl.set_skipped(skipped);
+    tracing::info!(files = stats.files, dirs = stats.dirs, skipped, "VRET {}", t.path.display());
     Ok(bytes)
 }
 
@@ -70,13 +90,14 @@ fn outcome(
     })
 }
 
-/// Create `p` and its parents inside the root.
-fn mkdir_all(root: &Root, p: &VPath) -> Result<(), Reply> {
+/// Create `p` and its parents inside the root; those this call created
+/// are added to `made`, outermost first.
+fn mkdir_all(root: &Root, p: &VPath, made: &mut Vec<VPath>) -> Result<(), Reply> {
     let mut cur = VPath::root();
     for c in p.components() {
         cur = cur.join(c).map_err(|e| Reply::new(553, e.to_string()))?;
         match root.mkdir(cur.relative()) {
-            Ok(()) => {}
+            Ok(()) => made.push(cur.clone()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_reply(&cur, &e)),
         }
@@ -84,20 +105,58 @@ fn mkdir_all(root: &Root, p: &VPath) -> Result<(), Reply> {
     Ok(())
 }
 
-/// VSTO: receive and rebuild the tree under the target directory.
+/// After a failed VSTO: remove the directories it created that are still
+/// empty, innermost first (`rmdir` removes only an empty one; a directory
+/// holding something keeps its parents too).
+fn remove_made(root: &Root, made: &[VPath]) {
+    for d in made.iter().rev() {
+        match root.rmdir(d.relative()) {
+            Ok(()) => tracing::info!("VSTO failed: removed the empty directory {} it created", d.display()),
+            Err(e) => {
+                tracing::debug!("VSTO failed: keeping {}: {e}", d.display());
+                return;
+            }
+        }
+    }
+}
+
+/// VSTO: receive and rebuild the tree under the target directory. The
+/// directories it created are removed again, before the reply, if it
+/// fails before putting anything in them.
 pub fn receive(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
-    let prepared = need_mode_e(t).and_then(|_| mkdir_all(root, &t.path)).and_then(|_| {
-        let sub = root.subdir(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
-        Unpacker::new(Arc::new(sub), UnpackOptions::default()).map_err(|e| Reply::new(451, e.to_string()))
+    let mut made = Vec::new();
+    let prepared = unpack_sink(root, t, &mut made).and_then(|sink| {
+        let reused = dc.prepare_recv().map_err(|e| Reply::new(425, format!("Can't open data connection: {e}")))?;
+        Ok((sink, reused))
     });
     let sink = match prepared {
-        Ok(u) => VfileSink::new(u),
-        Err(r) => return fail_early(ready, r),
+        Ok((sink, reused)) => {
+            drop(ready.send(Ok(reused)));
+            sink
+        }
+        Err(r) => {
+            remove_made(root, &made);
+            return fail_early(ready, r);
+        }
     };
-    match dc.prepare_recv() {
-        Ok(reused) => drop(ready.send(Ok(reused))),
-        Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
+    let r = receive_tree(dc, sink, t, ctl);
+    if r.is_err() {
+        remove_made(root, &made);
     }
+    r
+}
+
+/// The sink rebuilding the tree under the target directory, made with its
+/// parents as needed (those made are added to `made`).
+fn unpack_sink(root: &Root, t: &Transfer, made: &mut Vec<VPath>) -> Result<VfileSink, Reply> {
+    need_mode_e(t)?;
+    mkdir_all(root, &t.path, made)?;
+    let sub = root.subdir(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
+    let u = Unpacker::new(Arc::new(sub), UnpackOptions::default()).map_err(|e| Reply::new(451, e.to_string()))?;
+    Ok(VfileSink::new(u))
+}
+
+fn receive_tree(dc: &mut DataChannel, sink: VfileSink, t: &Transfer, ctl: &Control) -> Result<u64, Reply> {
     let got = dc.recv_e(&sink, &recv_opts(dc.idle), ctl).map_err(data_reply)?;
     let stats = sink.finish().map_err(|e| Reply::new(451, format!("Tree incomplete: {e}")))?;
     ctl.set_files(stats.files);

@@ -27,6 +27,8 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGIC
 pub struct Root {
     dir: OwnedFd,
     path: PathBuf,
+    /// Set by [`Root::subdir_fenced`]: listings hide symlinks leaving an outer root.
+    fence: Option<fence::Fence>,
 }
 
 /// How to open a file for writing.
@@ -44,7 +46,7 @@ impl Root {
     /// Open `path` as the root.
     pub fn open(path: &Path) -> io::Result<Root> {
         let dir = rustix::fs::open(path, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-        Ok(Root { dir, path: path.to_path_buf() })
+        Ok(Root { dir, path: path.to_path_buf(), fence: None })
     }
 
     /// The root's path on the local file system (for logs).
@@ -106,7 +108,8 @@ impl Root {
     /// subtree: paths stay confined to it).
     pub fn subdir(&self, rel: &[u8]) -> io::Result<Root> {
         let dir = self.open_at(rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
-        Ok(Root { dir, path: self.path.join(OsStr::from_bytes(rel)) })
+        let fence = self.fence.as_ref().map(|f| f.child(rel));
+        Ok(Root { dir, path: self.path.join(OsStr::from_bytes(rel)), fence })
     }
 
     /// Open a directory (for listing).
@@ -202,6 +205,9 @@ impl Root {
                 continue;
             }
             if let Ok(st) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                if self.fenced_out(rel, name, &st) {
+                    continue;
+                }
                 let t = more(&fd, entry.file_name(), &st);
                 out.push((name.to_vec(), st, t));
             }
@@ -572,6 +578,8 @@ impl StrictDir {
 }
 
 mod beneath;
+mod fence;
+pub use fence::OnHidden;
 
 #[cfg(test)]
 mod strict_tests {

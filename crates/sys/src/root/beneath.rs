@@ -42,7 +42,8 @@ impl Root {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let dir = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT);
         let dir = dir.map_err(io::Error::from).map_err(symlink_refused)?;
-        Ok(Root { dir, path: self.path.join(Self::rel(rel)) })
+        let fence = self.fence.as_ref().map(|f| f.child(rel));
+        Ok(Root { dir, path: self.path.join(Self::rel(rel)), fence })
     }
 
     /// Create the directory `rel` and its missing parents (`mkdir -p`),
