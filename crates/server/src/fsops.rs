@@ -55,9 +55,7 @@ pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp) -> (Reply, Optio
         }
         FsOp::Rmd(p) => root.rmdir(p.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&p, &e)),
         FsOp::Dele(p) => dele(root, &p),
-        FsOp::Rename { from, to } => {
-            root.rename(from.relative(), to.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&from, &e))
-        }
+        FsOp::Rename { from, to } => rename(root, &from, &to),
         FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, &alg, offset, len, &path),
         FsOp::Chmod { mode, path } => chmod(root, mode, &path),
     };
@@ -74,14 +72,42 @@ fn chmod(root: &Root, mode: u32, p: &VPath) -> Result<Reply, Reply> {
     root.chmod(p.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
 }
 
+/// CWD (and CDUP): the path must be a directory the session's user can
+/// search (`x`), or nothing in it could be opened afterwards. Resolving
+/// `dir/.` looks a name up in it, which takes that very permission (root
+/// has it everywhere, as everything else it does).
 fn cwd(root: &Root, p: VPath) -> (Reply, Option<Effect>) {
     match root.stat(p.relative()) {
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-            (Reply::new(250, "CWD command successful."), Some(Effect::Cwd(p)))
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
+        Ok(_) => return (Reply::new(550, format!("{}: Not a directory", p.display())), None),
+        Err(e) => return (io_reply(&p, &e), None),
+    }
+    let inside = if p.is_root() { b".".to_vec() } else { [p.relative(), b"/."].concat() };
+    match root.stat(&inside) {
+        Ok(_) => (Reply::new(250, "CWD command successful."), Some(Effect::Cwd(p))),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let why = "Permission denied: the directory cannot be searched (no x permission), so it cannot be entered";
+            (Reply::new(550, format!("{}: {why}", p.display())), None)
         }
-        Ok(_) => (Reply::new(550, format!("{}: Not a directory", p.display())), None),
         Err(e) => (io_reply(&p, &e), None),
     }
+}
+
+/// RNTO: the reply names what failed: the source if it has gone since RNFR
+/// or its directory cannot be changed, else the target (its directory
+/// missing or not writable, a directory in the way...).
+fn rename(root: &Root, from: &VPath, to: &VPath) -> Result<Reply, Reply> {
+    root.rename(from.relative(), to.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| {
+        let source_gone = root.lstat(from.relative()).is_err();
+        let denied = e.kind() == io::ErrorKind::PermissionDenied;
+        let culprit = if source_gone || (denied && !changeable(root, &from.parent())) { from } else { to };
+        io_reply(culprit, &e)
+    })
+}
+
+/// Whether entries can be made and removed in the directory `dir`.
+fn changeable(root: &Root, dir: &VPath) -> bool {
+    root.stat_allowed(dir.relative()).is_ok_and(|(_, own, _)| own.write && own.search)
 }
 
 /// RNFR: the name must exist (RFC 959: 350 means "pending further
@@ -138,4 +164,36 @@ fn cksm(root: &Root, memory: bool, alg: &str, offset: u64, len: Option<u64>, p: 
         checksum(&src, alg, offset, len)
     };
     sum.map(|s| Reply::new(213, s)).map_err(|e| Reply::new(501, format!("{}: {e}", p.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vp(s: &str) -> VPath {
+        VPath::root().join(s.as_bytes()).unwrap()
+    }
+
+    fn rnto(root: &Root, from: &str, to: &str) -> Reply {
+        run(root, false, true, FsOp::Rename { from: vp(from), to: vp(to) }).0
+    }
+
+    /// The reply names what failed: the target when it is the target's
+    /// fault, the source only when the source has gone.
+    #[test]
+    fn a_failed_rnto_names_what_failed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("full")).unwrap();
+        std::fs::write(d.path().join("full/x"), b"x").unwrap();
+        std::fs::write(d.path().join("f"), b"f").unwrap();
+        let root = Root::open(d.path()).unwrap();
+        for (to, why) in [("/nodir/g", "No such file"), ("/full", "Is a directory"), ("/f/g", "Not a directory")] {
+            let r = rnto(&root, "/f", to);
+            assert_eq!(r.code, 550, "{}", r.text());
+            assert!(r.text().starts_with(&format!("{to}: {why}")), "RNTO {to}: {}", r.text());
+        }
+        let r = rnto(&root, "/gone", "/g");
+        assert!(r.code == 550 && r.text().starts_with("/gone: No such file"), "{}", r.text());
+        assert_eq!(rnto(&root, "/f", "/full/y").code, 250);
+    }
 }

@@ -1,0 +1,157 @@
+//! More rules a server must keep: CWD/CDUP only into a directory the
+//! session's user can search, RNTO errors naming what failed, STOR onto a
+//! directory refused before any data, a refused VSTO leaving no directory
+//! behind, and VRET leaving out symlinks that leave the served root (as
+//! LIST and MLSD do).
+
+mod common;
+use common::*;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+
+/// A scratch directory with an empty root (mode 0777) in it.
+fn with_root() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    (d, root)
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A server running as `gftp` (root may search any directory): a
+/// directory it cannot search is refused at CWD, and at CDUP, with 550,
+/// and the working directory stays.
+#[test]
+fn cwd_and_cdup_need_search_permission() {
+    let (_d, root) = with_root();
+    std::fs::create_dir(root.join("locked")).unwrap();
+    chmod(&root.join("locked"), 0o700); // root's: gftp may not search it
+    open_dir(&root.join("a/b"));
+    let (_s, port) = lp_server(&root, &["--anonymous", "--run-as", "gftp"]);
+    let mut c = Raw::login(port);
+    let (code, text) = c.cmd("CWD locked");
+    assert_eq!(code, 550, "{text}");
+    assert!(text.contains("/locked") && text.contains("cannot be searched"), "{text}");
+    assert!(c.cmd("PWD").1.contains("\"/\""), "the working directory stays");
+    assert_eq!(c.cmd("CWD a/b").0, 250);
+    chmod(&root.join("a"), 0o766); // no x for gftp (others) any more
+    let (code, text) = c.cmd("CDUP");
+    assert_eq!(code, 550, "{text}");
+    assert!(text.contains("/a:") && text.contains("cannot be searched"), "{text}");
+    assert!(c.cmd("PWD").1.contains("\"/a/b\""));
+    assert_eq!(c.cmd("CWD /").0, 250, "the root itself");
+    chmod(&root.join("a"), 0o777);
+    assert_eq!(c.cmd("CWD a").0, 250);
+}
+
+/// RNTO's reply names the target that could not be made, not the source.
+#[test]
+fn rnto_errors_name_the_target() {
+    let (_d, root) = with_root();
+    std::fs::write(root.join("f"), b"x").unwrap();
+    open_dir(&root.join("full"));
+    std::fs::write(root.join("full/x"), b"x").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    for to in ["nodir/g", "full"] {
+        assert_eq!(c.cmd("RNFR f").0, 350);
+        let (code, text) = c.cmd(&format!("RNTO {to}"));
+        assert_eq!(code, 550, "{text}");
+        assert!(text.starts_with(&format!("550 /{to}: ")), "RNTO {to}: {text}");
+    }
+    assert_eq!(std::fs::read(root.join("f")).unwrap(), b"x");
+}
+
+/// STOR (APPE, ESTO) onto a directory, or a symlink to one, is refused at
+/// once: no 150, no data connection waited for.
+#[test]
+fn stor_onto_a_directory_is_refused_before_any_data() {
+    let (_d, root) = with_root();
+    open_dir(&root.join("d"));
+    std::fs::write(root.join("d/keep"), b"keep").unwrap();
+    symlink("d", root.join("to-d")).unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    for mode in ["S", "E"] {
+        assert_eq!(c.cmd(&format!("MODE {mode}")).0, 200);
+        for verb in ["STOR d", "STOR to-d", "STOR d/", "STOR /", "APPE d", "ESTO A 0 d", "ALLO 10\r\nSTOR d"] {
+            c.pasv(); // never connected: a server that waited for data would time out the reply
+            let (code, text) = c.cmd(verb);
+            let (code, text) = if verb.starts_with("ALLO") { c.reply() } else { (code, text) };
+            assert_eq!(code, 550, "MODE {mode} {verb}: {text}");
+            assert!(text.to_lowercase().contains("is a directory"), "{verb}: {text}");
+        }
+    }
+    assert_eq!(c.cmd("NOOP").0, 200);
+    assert_eq!(std::fs::read(root.join("d/keep")).unwrap(), b"keep");
+    assert_eq!(std::fs::read_dir(root.join("d")).unwrap().count(), 1, "nothing left in d");
+}
+
+/// A VSTO refused before any data (here: no data connection set up) removes
+/// the directories it created, and only those.
+#[test]
+fn a_refused_vsto_leaves_no_directory_behind() {
+    let (_d, root) = with_root();
+    open_dir(&root.join("keep"));
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("VSTO new").0, 501, "MODE S: refused before anything is made");
+    assert_eq!(c.cmd("MODE E").0, 200);
+    for (path, gone) in [("new", "new"), ("deep/er/tree", "deep"), ("keep/sub", "keep/sub"), ("keep", "")] {
+        let (code, text) = c.cmd(&format!("VSTO {path}"));
+        assert_eq!(code, 425, "VSTO {path}: {text}");
+        if !gone.is_empty() {
+            assert!(root.join(gone).symlink_metadata().is_err(), "VSTO {path} left {gone} behind");
+        }
+    }
+    assert!(root.join("keep").is_dir(), "a directory that was there stays");
+    // Started, then the data connection closes with nothing sent.
+    let at = c.pasv();
+    c.send(b"VSTO started");
+    drop(std::net::TcpStream::connect(at).unwrap());
+    let (code, text) = c.final_reply();
+    assert!(code >= 400, "{text}");
+    assert!(root.join("started").symlink_metadata().is_err(), "VSTO left its empty directory behind");
+    let names: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["keep"]);
+}
+
+/// VRET (`cp -r` from a lightpath server) leaves out the symlinks that
+/// leave the served root, as LIST and MLSD do: counted with the skipped
+/// special files, logged by the server, and not made at the destination.
+/// Links that stay beneath the root (outside the tree too) still travel.
+#[test]
+fn vret_skips_symlinks_leaving_the_served_root() {
+    let (d, root, local) = root_and_local();
+    std::fs::write(d.path().join("secret"), b"outside").unwrap();
+    let tree = open_dir(&root.join("tree"));
+    open_dir(&root.join("other"));
+    open_dir(&tree.join("sub"));
+    write_random(&tree.join("a"), 5_000, 1);
+    symlink(d.path().join("secret"), tree.join("abs-out")).unwrap();
+    symlink("../../secret", tree.join("rel-out")).unwrap();
+    symlink("../../../secret", tree.join("sub/deep-out")).unwrap();
+    symlink("a", tree.join("in")).unwrap();
+    symlink("../other", tree.join("sibling")).unwrap();
+    let log = d.path().join("server.log");
+    let (_s, port) = logged_server(&root, &log, &[]);
+    let got = local.join("got");
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree/"), &format!("{}/", got.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_file(&tree.join("a"), &got.join("a"));
+    for kept in ["in", "sibling"] {
+        let want = std::fs::read_link(tree.join(kept)).unwrap();
+        assert_eq!(std::fs::read_link(got.join(kept)).unwrap(), want, "{kept} travels");
+    }
+    for gone in ["abs-out", "rel-out", "sub/deep-out"] {
+        assert!(got.join(gone).symlink_metadata().is_err(), "{gone} must not be sent");
+    }
+    assert!(err.contains("warning: 3 special file(s) skipped on the server"), "{err}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    for gone in ["abs-out", "rel-out", "sub/deep-out"] {
+        let line = said.lines().find(|l| l.contains("leaves the served root") && l.contains(gone));
+        assert!(line.is_some(), "the server logs {gone}: {said}");
+    }
+}
