@@ -148,13 +148,13 @@ impl ControlConn {
         self.stream.peer_addr()
     }
 
-    /// Send one command line (or hold it back while corked).
+    /// Send one command line (or hold it back while corked), a 0xFF byte
+    /// in it doubled ([`lightpath_proto::command::wire_line`]).
     pub async fn send(&mut self, cmd: &[u8]) -> Result<(), ClientError> {
         tracing::debug!(server = %self.name, "> {}", redact(cmd));
         check_line(cmd)?;
         self.last_sent = redact(cmd);
-        let mut line = cmd.to_vec();
-        line.extend_from_slice(b"\r\n");
+        let line = lightpath_proto::command::wire_line(cmd);
         if let Some(out) = &mut self.corked {
             out.extend_from_slice(&line);
             return Ok(());
@@ -286,19 +286,19 @@ impl ControlConn {
 
     /// Send a command without waiting: its reply is checked by the next
     /// [`ControlConn::flush`] (pipelining saves a round trip per command).
-    pub async fn queue(&mut self, cmd: &str) -> Result<(), ClientError> {
-        self.queue_as(cmd, false).await
+    pub async fn queue(&mut self, cmd: impl AsRef<[u8]>) -> Result<(), ClientError> {
+        self.queue_as(cmd.as_ref(), false).await
     }
 
     /// [`ControlConn::queue`] a command whose refusal is no error: the next
     /// flush notes it for [`ControlConn::take_refused_optional`].
-    pub async fn queue_optional(&mut self, cmd: &str) -> Result<(), ClientError> {
-        self.queue_as(cmd, true).await
+    pub async fn queue_optional(&mut self, cmd: impl AsRef<[u8]>) -> Result<(), ClientError> {
+        self.queue_as(cmd.as_ref(), true).await
     }
 
-    async fn queue_as(&mut self, cmd: &str, optional: bool) -> Result<(), ClientError> {
-        self.send(cmd.as_bytes()).await?;
-        self.pending.push_back((redact(cmd.as_bytes()), optional));
+    async fn queue_as(&mut self, cmd: &[u8], optional: bool) -> Result<(), ClientError> {
+        self.send(cmd).await?;
+        self.pending.push_back((redact(cmd), optional));
         Ok(())
     }
 
@@ -323,20 +323,22 @@ impl ControlConn {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Send a command and return its final reply.
-    pub async fn cmd(&mut self, cmd: &str) -> Result<Reply, ClientError> {
+    /// Send a command (any bytes: names need not be UTF-8) and return its
+    /// final reply.
+    pub async fn cmd(&mut self, cmd: impl AsRef<[u8]>) -> Result<Reply, ClientError> {
         self.flush().await?;
-        self.send(cmd.as_bytes()).await?;
+        self.send(cmd.as_ref()).await?;
         self.final_reply().await
     }
 
     /// Send a command that must succeed (2yz, or 3yz where that is progress).
-    pub async fn ok(&mut self, cmd: &str) -> Result<Reply, ClientError> {
+    pub async fn ok(&mut self, cmd: impl AsRef<[u8]>) -> Result<Reply, ClientError> {
+        let cmd = cmd.as_ref();
         let r = self.cmd(cmd).await?;
         if r.is_error() {
             return Err(ClientError::Refused {
                 server: self.name.clone(),
-                cmd: redact(cmd.as_bytes()),
+                cmd: redact(cmd),
                 reply: r.full_text(),
                 code: r.code,
             });
@@ -355,7 +357,7 @@ impl ControlConn {
         &mut self,
         user: &str,
         pass: &str,
-        extra: &[String],
+        extra: &[Vec<u8>],
     ) -> Result<(Features, Vec<Reply>), ClientError> {
         self.login_send(user, pass, extra).await?;
         self.login_read(extra.len()).await
@@ -364,7 +366,7 @@ impl ControlConn {
     /// The sending half of [`ControlConn::login`]: more commands may follow
     /// in the same flight before [`ControlConn::login_read`].
     /// The flight is corked: it leaves with the first read of a reply.
-    pub async fn login_send(&mut self, user: &str, pass: &str, extra: &[String]) -> Result<(), ClientError> {
+    pub async fn login_send(&mut self, user: &str, pass: &str, extra: &[Vec<u8>]) -> Result<(), ClientError> {
         self.cork();
         self.send(format!("USER {user}").as_bytes()).await?;
         self.send(format!("PASS {pass}").as_bytes()).await?;
@@ -372,7 +374,7 @@ impl ControlConn {
         self.send(b"TYPE I").await?;
         self.send(b"SITE CLIENTINFO appname=\"lightpath\";appver=\"0.1\";").await?;
         for cmd in extra {
-            self.send(cmd.as_bytes()).await?;
+            self.send(cmd).await?;
         }
         Ok(())
     }

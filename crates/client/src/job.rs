@@ -493,12 +493,10 @@ async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::pat
     compare_digests(alg, Ok(ours), Ok(theirs))
 }
 
-/// A checksum mismatch `e`, saying what became of the copy: `what`.
-fn mismatch(e: ClientError, what: String) -> ClientError {
+/// A checksum mismatch `e`, saying what became of the copy: `outcome`.
+fn mismatch(e: ClientError, outcome: String) -> ClientError {
     match e {
-        ClientError::Checksum { alg, local, remote } => {
-            ClientError::Checksum { alg, local, remote: format!("{remote}; {what}") }
-        }
+        ClientError::Checksum { alg, local, remote } => ClientError::VerifyFailed { alg, local, remote, outcome },
         other => other,
     }
 }

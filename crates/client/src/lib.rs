@@ -67,6 +67,20 @@ pub enum ClientError {
         /// Other side.
         remote: String,
     },
+    /// A copy failed `--verify` (a [`ClientError::Checksum`] mismatch)
+    /// and was dealt with so that it does not pose as a good copy:
+    /// `outcome` says whether it was removed.
+    #[error("{alg} checksum mismatch: {local} != {remote}; {outcome}")]
+    VerifyFailed {
+        /// Algorithm.
+        alg: String,
+        /// One side's digest.
+        local: String,
+        /// The other side's digest.
+        remote: String,
+        /// What became of the copy: removed, or why not.
+        outcome: String,
+    },
 }
 
 impl From<lightpath_engine::EngineError> for ClientError {

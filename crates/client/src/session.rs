@@ -3,6 +3,7 @@
 //! reused MODE E channel: GET in the `get` submodule, PUT in `put`.
 
 mod batch;
+mod end;
 mod fs;
 mod get;
 mod put;
@@ -161,7 +162,7 @@ impl Session {
             }
             (ctl, _) => ctl?,
         };
-        let extra: Vec<String> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
+        let extra: Vec<Vec<u8>> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let rtt_us = ctl.rtt.as_micros() as u64;
         let recv_window =
@@ -459,49 +460,6 @@ impl Session {
         self.dc = Some(dc);
     }
 
-    /// Wait for a transfer's final reply and its data job together.
-    pub(crate) async fn finish_stream_job<T: Send + 'static>(
-        &mut self,
-        job: tokio::task::JoinHandle<(DataChannel, Result<T, ClientError>)>,
-        ctl: &Control,
-        what: &str,
-    ) -> Result<T, ClientError> {
-        self.finish_job_with_reply(job, ctl, what).await.map(|(t, _)| t)
-    }
-
-    /// [`Session::finish_stream_job`], also giving the final (positive) reply.
-    pub(crate) async fn finish_job_with_reply<T: Send + 'static>(
-        &mut self,
-        job: tokio::task::JoinHandle<(DataChannel, Result<T, ClientError>)>,
-        ctl: &Control,
-        what: &str,
-    ) -> Result<(T, lightpath_proto::Reply), ClientError> {
-        let fin = self.transfer_reply(ctl).await;
-        let fin_ok = matches!(&fin, Ok(r) if r.is_ok());
-        if !fin_ok {
-            ctl.cancel();
-        }
-        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
-        self.keep_channel(dc, fin_ok && data.is_ok());
-        let fin = fin?;
-        if !fin.is_ok() {
-            return Err(with_local_cause(self.ctl.unexpected(what, &fin), &data));
-        }
-        data.map(|t| (t, fin))
-    }
-
-    /// The final reply of the running transfer that `ctl` drives. If the
-    /// job is stopped first (Ctrl-C), the transfer is aborted with ABOR:
-    /// the server stops sending or drops what it received.
-    pub(crate) async fn transfer_reply(&mut self, ctl: &Control) -> Result<lightpath_proto::Reply, ClientError> {
-        tokio::select! {
-            r = self.ctl.final_reply() => return r,
-            _ = cancelled(ctl) => {}
-        }
-        self.abort().await;
-        Err(ClientError::Local("interrupted".into()))
-    }
-
     /// ABOR the running transfer, reading its reply and ABOR's (426 and
     /// 226) for at most [`ABORT_WAIT`].
     pub(crate) async fn abort(&mut self) {
@@ -530,8 +488,9 @@ impl Session {
         }
     }
 
-    /// The control connection failed in the middle of a third-party
-    /// transfer whose error may be reported as the other server's: the
+    /// The control connection failed (or a reply never came) in the
+    /// middle of a transfer, whose error may be reported as another's (the
+    /// other server's of a third-party copy, the data channel's): the
     /// session is reopened before its next command.
     pub(crate) fn lost(&mut self) {
         self.out_of_step = true;
@@ -596,18 +555,6 @@ fn retr_cmd(op: &FileOp) -> Vec<u8> {
     };
     c.extend_from_slice(&op.remote);
     c
-}
-
-/// A server's refusal, with our own failure beside it when that came first
-/// (a full local disk shows on the server as a broken data connection).
-fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientError>) -> ClientError {
-    if let (ClientError::Refused { reply, .. }, Err(local)) = (&mut e, data) {
-        let l = local.to_string();
-        if !l.ends_with("transfer aborted") {
-            reply.push_str(&format!(" (here: {l})"));
-        }
-    }
-    e
 }
 
 /// A data channel whose connections start with a receive window of

@@ -279,6 +279,21 @@ mod tests {
         assert!(e.contains("mismatch") && e.contains(&format!("the copy {} was removed", f.display())), "{e}");
     }
 
+    /// A copy failing `--verify` keeps each digest in its own field and
+    /// what became of the copy in another (not appended to a digest).
+    #[tokio::test]
+    async fn a_failed_verify_keeps_the_digests_apart_from_the_outcome() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"bad copy").expect("write");
+        let differs = compare_digests("MD5", Ok("ab".into()), Ok("cd".into())).expect_err("differs");
+        let e = discard_copy(differs, &Location::Local(f.clone()), None).await;
+        let ClientError::VerifyFailed { alg, local, remote, outcome } = &e else { panic!("{e:?}") };
+        assert_eq!((alg.as_str(), local.as_str(), remote.as_str()), ("MD5", "ab", "cd"));
+        assert_eq!(outcome, &format!("the copy {} was removed", f.display()));
+        assert_eq!(e.to_string(), format!("MD5 checksum mismatch: ab != cd; {outcome}"));
+    }
+
     /// The digests of many files come back in their order, a missing file
     /// failing in its own place.
     #[test]

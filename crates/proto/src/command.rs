@@ -190,6 +190,28 @@ impl Command {
     }
 }
 
+/// Telnet's "interpret as command" byte (RFC 854).
+const IAC: u8 = 0xFF;
+
+/// A command line as a client puts it on the wire. RFC 959 commands are
+/// Telnet lines, and RFC 854 sends a data byte 255 as `IAC IAC`: a 0xFF in
+/// an argument (a name need not be UTF-8) is doubled, or a server that
+/// interprets Telnet (ours: [`crate::LineBuffer::telnet`]) would take it
+/// and the byte after it for a Telnet command. CR LF ends the line. The
+/// caller keeps CR, LF and NUL out of `line` (they cannot travel in a
+/// command at all).
+pub fn wire_line(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + 2);
+    for &b in line {
+        out.push(b);
+        if b == IAC {
+            out.push(IAC);
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
 fn text(arg: &[u8]) -> Result<String, CommandError> {
     String::from_utf8(arg.to_vec()).map_err(|_| CommandError::Syntax("argument is not UTF-8".into()))
 }
@@ -491,6 +513,34 @@ mod tests {
         assert_eq!(c, Command::Cksm(CksumArgs { alg: "ADLER32".into(), offset: 0, len: None, path: b"/f".to_vec() }));
         assert_eq!(Command::parse(b"SITE RETRBUFSIZE 1048576").unwrap(), Command::Site(Site::BufSize(1 << 20)));
         assert_eq!(Command::parse(b"SPOR 127,0,0,1,4,1 127,0,0,1,4,2").unwrap().verb(), "SPOR");
+    }
+
+    /// What a client sends, a server that interprets Telnet reads back
+    /// byte for byte, 0xFF and the bytes after it included.
+    #[test]
+    fn wire_lines_double_iac() {
+        assert_eq!(wire_line(b"RETR a\xff\xfbz"), b"RETR a\xff\xff\xfbz\r\n");
+        assert_eq!(wire_line(b"NOOP"), b"NOOP\r\n");
+        for name in [&b"a\xff\xfbz"[..], b"x\xff", b"\xff\xff\xf4", b"\xff"] {
+            let mut cmd = b"STOR ".to_vec();
+            cmd.extend_from_slice(name);
+            let mut lb = crate::LineBuffer::telnet();
+            lb.handle_bytes(&wire_line(&cmd));
+            assert_eq!(lb.poll_line(), Some(crate::Line::Text(cmd.clone())));
+            assert_eq!(Command::parse(&cmd).unwrap(), Command::Stor(name.to_vec()));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_line_survives_the_servers_telnet_filter(
+            line in proptest::collection::vec(proptest::num::u8::ANY, 0..64)
+        ) {
+            let line: Vec<u8> = line.into_iter().filter(|b| !matches!(b, b'\r' | b'\n')).collect();
+            let mut lb = crate::LineBuffer::telnet();
+            lb.handle_bytes(&wire_line(&line));
+            proptest::prop_assert_eq!(lb.poll_line(), Some(crate::Line::Text(line)));
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ impl Session {
         }
         self.ctl.flush().await?;
         for cmd in stat_cmds(path) {
-            self.ctl.send(cmd.as_bytes()).await?;
+            self.ctl.send(&cmd).await?;
         }
         let mlst = self.ctl.final_reply().await?;
         let size = self.ctl.final_reply().await?;
@@ -37,30 +37,33 @@ impl Session {
 
     /// `SIZE path`, if the server supports it and the file exists.
     pub async fn remote_size(&mut self, path: &[u8]) -> Result<Option<u64>, ClientError> {
-        let r = self.ctl.cmd(&format!("SIZE {}", String::from_utf8_lossy(path))).await?;
+        let r = self.ctl.cmd(path_cmd("SIZE ", path)).await?;
         Ok(if r.code == 213 { r.text().trim().parse().ok() } else { None })
     }
 
     /// `MKD path`. A refusal (550, 553, 521) is also what servers say of a
     /// directory that exists, so it is no error when MLST finds the
-    /// directory there; otherwise the MKD's reply is the error (a directory
-    /// that cannot be made fails the copy once, not each file's STOR).
-    /// Without MLST a refusal cannot be told apart and is passed over.
+    /// directory there. A server without MLST is taken at its word: a
+    /// reply saying the name exists ([`says_exists`]) is no error, any
+    /// other refusal (550 permission denied, a missing parent) is. The
+    /// error names the directory, and fails the copy once, not each
+    /// file's STOR.
     pub async fn mkdir(&mut self, path: &[u8]) -> Result<(), ClientError> {
         self.ctl.flush().await?;
         self.ctl.send(&path_cmd("MKD ", path)).await?;
         let r = self.ctl.final_reply().await?;
-        let what = || format!("MKD {}", String::from_utf8_lossy(path));
         if !r.is_error() {
             return Ok(());
         }
-        if !matches!(r.code, 550 | 553 | 521) {
-            return Err(self.ctl.unexpected(&what(), &r));
-        }
-        if !self.feat.mlst || self.is_dir(path).await? {
+        let exists = match r.code {
+            550 | 553 | 521 if self.feat.mlst => self.is_dir(path).await?,
+            550 | 553 | 521 => says_exists(&r),
+            _ => false,
+        };
+        if exists {
             return Ok(());
         }
-        Err(self.ctl.unexpected(&what(), &r))
+        Err(self.ctl.unexpected(&format!("MKD {}", String::from_utf8_lossy(path)), &r))
     }
 
     /// Whether MLST finds a directory at `path` (asked afresh, not cached).
@@ -82,9 +85,9 @@ impl Session {
         Ok(())
     }
 
-    /// `CKSM alg 0 -1 path`.
+    /// `CKSM alg 0 -1 path`, the path as its bytes (names need not be UTF-8).
     pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
-        let r = self.ctl.ok(&format!("CKSM {alg} 0 -1 {}", String::from_utf8_lossy(path))).await?;
+        let r = self.ctl.ok(path_cmd(&format!("CKSM {alg} 0 -1 "), path)).await?;
         Ok(r.text().trim().to_ascii_lowercase())
     }
 
@@ -188,9 +191,19 @@ pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
     out
 }
 
-pub(super) fn stat_cmds(path: &[u8]) -> [String; 2] {
-    let p = String::from_utf8_lossy(path);
-    [format!("MLST {p}"), format!("SIZE {p}")]
+/// `MLST path` and `SIZE path`, the path as its bytes.
+pub(super) fn stat_cmds(path: &[u8]) -> [Vec<u8>; 2] {
+    [path_cmd("MLST ", path), path_cmd("SIZE ", path)]
+}
+
+/// Whether a refused MKD says the name exists already: RFC 959's 521
+/// ("already exists"), or a reply naming it, as GCT's (`553-GlobusError:
+/// v=1 c=PATH_EXISTS`, `GridFTP-Error-String: File exists`) and ours
+/// (`553 /d: File exists`) do. "No such file", "does not exist" do not.
+fn says_exists(r: &Reply) -> bool {
+    let t = r.full_text().to_ascii_lowercase();
+    let missing = ["not exist", "n't exist", "nonexist", "non-exist", "no such"].iter().any(|w| t.contains(w));
+    r.code == 521 || (t.contains("exist") && !missing)
 }
 
 /// (is a directory, size) from the replies to MLST and SIZE.
@@ -205,4 +218,22 @@ fn path_cmd(verb: &str, path: &[u8]) -> Vec<u8> {
     let mut c = verb.as_bytes().to_vec();
     c.extend_from_slice(path);
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::says_exists;
+    use lightpath_proto::Reply;
+
+    #[test]
+    fn an_mkd_refusal_says_whether_the_name_exists() {
+        let gct = ["GlobusError: v=1 c=PATH_EXISTS", "GridFTP-Errno: 17", "GridFTP-Error-String: File exists", "End."];
+        assert!(says_exists(&Reply { code: 553, lines: gct.map(String::from).to_vec() }));
+        assert!(says_exists(&Reply::new(553, "/d: File exists (os error 17)")));
+        assert!(says_exists(&Reply::new(521, "\"/d\" directory already present; taking no action")));
+        assert!(says_exists(&Reply::new(550, "/d: File exists")));
+        for refusal in ["/d: Permission denied", "/a/d: No such file or directory", "parent does not exist", "x"] {
+            assert!(!says_exists(&Reply::new(550, refusal)), "{refusal}");
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! sent again behind a lost data channel ([`super::batch`]).
 
 use super::batch::{Batch, Round};
-use super::{check_whole, fill_err, retr_cmd, with_local_cause, FileOp, Session};
+use super::{check_whole, fill_err, retr_cmd, FileOp, Session};
 use crate::local::LocalTarget;
 use crate::ClientError;
 use lightpath_engine::{Direction, RecvOpts};
@@ -140,20 +140,12 @@ impl Session {
             };
             (dc, r)
         });
-        let fin = self.transfer_reply(&ctl).await;
-        let fin_ok = matches!(&fin, Ok(r) if r.is_ok());
-        if !fin_ok {
-            ctl.cancel();
-        }
-        let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
-        let ok = fin_ok && dc.cached(Direction::Recv) > 0;
-        self.keep_channel(dc, ok);
-        let fin = fin?;
-        if !fin.is_ok() {
-            let what = format!("RETR {}", String::from_utf8_lossy(&op.remote));
-            return Err(with_local_cause(self.ctl.unexpected(&what, &fin), &data));
-        }
-        let (w, got) = data?;
+        let end = self.end_transfer(job, &ctl).await?;
+        let fin = end.checked_reply(self, &format!("RETR {}", String::from_utf8_lossy(&op.remote)));
+        let ok = fin.is_ok() && end.dc.cached(Direction::Recv) > 0;
+        self.keep_channel(end.dc, ok);
+        fin?;
+        let (w, got) = end.data?;
         if op.part.is_none() {
             check_whole(op, got.is_contiguous_from(0), got.end(), announced)?;
         }
