@@ -92,6 +92,11 @@ pub struct PathConfig {
     /// default (1) allows it to clients only. Only lightpath uses it.
     #[serde(default)]
     pub tcp_fastopen: bool,
+    /// Segmentation and checksum offload on the emulated interfaces (TSO,
+    /// GRO), as the NICs of data transfer nodes have: the same path, less
+    /// per-packet work in the hosts (`lab up --offload`). Clean paths only.
+    #[serde(default)]
+    pub offload: bool,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -344,10 +349,11 @@ impl PathConfig {
                     || self.reorder_percent > 0.0
                     || self.corrupt_percent > 0.0
                     || self.queue.is_some()
-                    || self.mtu.is_some();
+                    || self.mtu.is_some()
+                    || self.offload;
                 ensure!(
                     !shaped,
-                    "a loopback path is not shaped: remove rate/rtt/loss/mtu/queue or use kind = \"emulated\""
+                    "a loopback path is not shaped: remove rate/rtt/loss/mtu/queue/offload or use kind = \"emulated\""
                 );
             }
         }
@@ -369,6 +375,9 @@ impl PathConfig {
         }
         if let Some(m) = self.mtu {
             s += &format!(", MTU {m}");
+        }
+        if self.offload {
+            s += ", TSO/GRO offload";
         }
         s
     }

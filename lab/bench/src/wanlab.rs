@@ -45,6 +45,7 @@ pub fn spec(cfg: &PathConfig) -> PathSpec {
         corrupt: cfg.corrupt_percent / 100.0,
         mtu: cfg.mtu.unwrap_or(1500),
         queue_bytes: cfg.queue.map(|q| q.0),
+        offload: cfg.offload,
     }
 }
 

@@ -106,7 +106,7 @@ impl Lab {
 
     /// Opens a TUN device, moves it into the side's namespace, configures it.
     fn make_tun(&self, side: Side) -> Result<Arc<Tun>, LabError> {
-        let opts = TunOptions { nonblocking: true, multi_queue: false };
+        let opts = TunOptions { nonblocking: true, multi_queue: false, offload: self.spec.offload };
         let tun = Tun::open("lpt%d", opts).map_err(|e| LabError::NoTun(e.to_string()))?;
         let ns = self.ns(side);
         let (me, peer) = (self.addr(side), self.addr(other(side)));
@@ -125,14 +125,16 @@ impl Lab {
 
     fn spawn_lines(&mut self, tuns: [Arc<Tun>; 2]) -> Result<(), LabError> {
         let s = &self.spec;
-        let max_pkt = s.mtu as usize;
+        // With offload a read may be one 64 KiB segment and its header.
+        let max_pkt = if s.offload { 65_536 + lightpath_sys::tun::VNET_HDR_LEN } else { s.mtu as usize };
         for (i, name) in ["wan-a2b", "wan-b2a"].into_iter().enumerate() {
             let model = LinkModel::new(s.rate_bps, s.one_way_ns(), s.queue_limit());
             let seed = 0x5eed_0000 + i as u64;
             let impair = Impair::new(s.loss, s.reorder, s.corrupt, seed);
             let ring = PacketRing::new(s.ring_bytes() as usize, max_pkt);
             let (input, output) = (tuns[i].clone(), tuns[1 - i].clone());
-            let line = Line::new(input, output, model, impair, ring, self.shared.clone(), max_pkt);
+            let line =
+                Line::new(input, output, model, impair, ring, self.shared.clone(), max_pkt).with_offload(s.offload);
             self.live[i] = line.counters.clone();
             let handle = std::thread::Builder::new().name(name.into()).spawn(move || line.run())?;
             self.threads.push(handle);

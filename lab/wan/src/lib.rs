@@ -8,6 +8,7 @@
 
 mod cli;
 mod counters;
+mod gso;
 mod impair;
 mod lab;
 mod line;

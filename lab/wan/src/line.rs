@@ -16,6 +16,7 @@ use lightpath_sys::tun::Tun;
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use crate::counters::{bump, LiveCounters};
+use crate::gso::{self, Wire};
 use crate::impair::Impair;
 use crate::link::{LinkModel, Verdict};
 use crate::ring::{Meta, PacketRing};
@@ -97,6 +98,16 @@ struct Held {
     deliver_at: u64,
 }
 
+/// What the packet `raw` is on the wire: with `offload`, what its virtio
+/// header says ([`gso::wire`]); else itself.
+fn wire_of(offload: bool, raw: &[u8]) -> Wire {
+    if offload {
+        gso::wire(raw)
+    } else {
+        Wire { bytes: raw.len(), packets: 1 }
+    }
+}
+
 /// One direction of the emulated link.
 pub(crate) struct Line {
     pub input: Arc<Tun>,
@@ -108,6 +119,8 @@ pub(crate) struct Line {
     pub shared: Arc<Shared>,
     held: Option<Held>,
     scratch: Vec<u8>,
+    /// The TUN devices carry offloaded segments ([`Line::with_offload`]).
+    offload: bool,
 }
 
 impl Line {
@@ -130,7 +143,21 @@ impl Line {
             shared,
             held: None,
             scratch: vec![0; max_pkt],
+            offload: false,
         }
+    }
+
+    /// Packets carry a virtio header and may be TCP segments standing for
+    /// many packets of the MTU ([`gso::wire`]): the link model and the
+    /// counters see those packets.
+    pub fn with_offload(mut self, offload: bool) -> Line {
+        self.offload = offload;
+        self
+    }
+
+    /// What the packet `raw` (as read from the TUN device) is on the wire.
+    fn wire(&self, raw: &[u8]) -> Wire {
+        wire_of(self.offload, raw)
     }
 
     /// Runs until `shared.stop` is set.
@@ -167,11 +194,13 @@ impl Line {
     }
 
     fn forward(&self, m: Meta, late: u64) {
-        match self.output.write(self.ring.bytes_of(&m)) {
+        let raw = self.ring.bytes_of(&m);
+        match self.output.write(raw) {
             Ok(_) => {
                 let c = &self.counters;
-                bump(&c.forwarded_packets, 1);
-                bump(&c.forwarded_bytes, m.len as u64);
+                let w = self.wire(raw);
+                bump(&c.forwarded_packets, w.packets as u64);
+                bump(&c.forwarded_bytes, w.bytes as u64);
                 bump(&c.late_sum_ns, late);
                 if late > 1_000_000 {
                     bump(&c.late_over_1ms, 1);
@@ -224,17 +253,18 @@ impl Line {
     /// Decides the fate of the packet of `len` bytes just read into the slot.
     fn admit(&mut self, len: usize) {
         let now = self.shared.now();
+        let w = wire_of(self.offload, &self.ring.slot().expect("slot still reserved")[..len]);
         let c = &*self.counters;
-        bump(&c.packets_in, 1);
-        bump(&c.bytes_in, len as u64);
+        bump(&c.packets_in, w.packets as u64);
+        bump(&c.bytes_in, w.bytes as u64);
         if self.shared.link_down(now) {
             return bump(&c.dropped_outage, 1);
         }
         if self.impair.lose() {
             return bump(&c.dropped_loss, 1);
         }
-        let Verdict::Send { tx_start, deliver_at } = self.model.offer(now, len) else {
-            return bump(&c.dropped_queue, 1);
+        let Verdict::Send { tx_start, deliver_at } = self.model.offer(now, w.bytes) else {
+            return bump(&c.dropped_queue, w.packets as u64);
         };
         c.busy_ns.store(self.model.busy_ns(), Relaxed);
         c.queue_peak_bytes.store(self.model.peak_backlog(), Relaxed);

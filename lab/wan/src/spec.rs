@@ -22,6 +22,14 @@ pub struct PathSpec {
     /// Drop-tail queue limit in bytes; `None` means one BDP (at least 32
     /// packets).
     pub queue_bytes: Option<u64>,
+    /// The TUN devices offload segmentation and checksums, as the NICs of
+    /// data transfer nodes do (TSO, GRO): the stacks hand over and take
+    /// TCP segments of up to 64 KiB, and the delay line charges each for
+    /// the packets of the MTU it stands for. Rate, queue and delay are the
+    /// same; the hosts' per-packet work is not. Only on a clean path: an
+    /// impairment would hit a whole segment at once, and checksums are not
+    /// computed (`check_values` refuses the mix).
+    pub offload: bool,
 }
 
 impl Default for PathSpec {
@@ -34,6 +42,7 @@ impl Default for PathSpec {
             corrupt: 0.0,
             mtu: 1500,
             queue_bytes: None,
+            offload: false,
         }
     }
 }
@@ -113,6 +122,11 @@ pub fn check_values(spec: &PathSpec) -> Result<(), LabError> {
             crate::parse::format_rate(cap),
             cap / (8 * spec.mtu as u64),
         ));
+    }
+    if spec.offload && (spec.loss > 0.0 || spec.reorder > 0.0 || spec.corrupt > 0.0) {
+        return err("offload carries TCP segments of up to 64 KiB, each standing for many packets, \
+                    with no checksum computed: loss, reordering and corruption need it off"
+            .into());
     }
     if spec.rtt > Duration::from_secs(10) {
         return err(format!("RTT {:?} is above 10 s", spec.rtt));

@@ -126,7 +126,8 @@ pub fn fresh_lab(prefix: &str, spec: &PathSpec) -> Result<Lab, LabError> {
 }
 
 fn path_name(spec: &PathSpec) -> String {
-    format!("{}/{}ms/{}", format_rate(spec.rate_bps), spec.rtt.as_millis(), spec.mtu)
+    let offload = if spec.offload { "/offload" } else { "" };
+    format!("{}/{}ms/{}{offload}", format_rate(spec.rate_bps), spec.rtt.as_millis(), spec.mtu)
 }
 
 fn health(lab: &Lab) -> String {
@@ -302,6 +303,33 @@ pub fn rate_check(lab: &Lab, cc: &str, streams: u32, secs: u32, omit: u32) -> Re
     })
 }
 
+/// After traffic from A to B on a path with [`PathSpec::offload`]: the
+/// stack in A must have handed its interface segments larger than the MTU
+/// (the kernel's own counters of A's `wan0`: bytes per packet sent), or
+/// the offload was not in use and the path measured nothing new.
+pub fn offload_check(lab: &Lab) -> Result<Check, LabError> {
+    let dev = lab.in_ns(Side::A, || std::fs::read_to_string("/proc/thread-self/net/dev"))??;
+    let (bytes, packets) = tx_counters(&dev, crate::lab::IFNAME).unwrap_or((0, 0));
+    let mtu = lab.spec().mtu as u64;
+    let mean = bytes / packets.max(1);
+    Ok(Check {
+        name: format!("TSO segments {}", path_name(lab.spec())),
+        set: format!("MTU {mtu}"),
+        measured: format!("{mean} B per packet sent"),
+        limit: "> MTU".into(),
+        pass: lab.spec().offload && mean > mtu,
+        note: format!("{packets} packets, {bytes} bytes sent by A's {}", crate::lab::IFNAME),
+        void: false,
+    })
+}
+
+/// (bytes, packets) sent by interface `name`, from `/proc/net/dev` text.
+fn tx_counters(dev: &str, name: &str) -> Option<(u64, u64)> {
+    let line = dev.lines().find(|l| l.trim_start().starts_with(&format!("{name}:")))?;
+    let fields: Vec<u64> = line.split_once(':')?.1.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    Some((*fields.get(8)?, *fields.get(9)?))
+}
+
 /// UDP iperf3 at `rate` for `secs` through a path with loss: the emulator's
 /// loss drops must be within 5 sigma of loss * packets, and iperf3's
 /// receiver must have missed exactly the packets the emulator dropped.
@@ -408,12 +436,15 @@ fn parse_snmp(text: &str, proto: &str, field: &str) -> Option<u64> {
 /// The checks run by `lightpath lab validate` (about two minutes).
 pub fn standard_suite(prefix: &str) -> Result<Vec<Check>, LabError> {
     let mut checks = Vec::new();
-    for spec in [scenarios::clean_95ms(), scenarios::clean_20ms()] {
+    for spec in [scenarios::clean_95ms(), scenarios::clean_95ms_offload(), scenarios::clean_20ms()] {
         let lab = fresh_lab(prefix, &spec)?;
         lab.tune_tcp_buffers(scenarios::TCP_BUFFERS)?;
         checks.extend(with_retries(&lab, || rtt_check(&lab, 50))?);
         let (secs, omit) = (scenarios::RATE_SECS, scenarios::OMIT_SECS);
         checks.extend(with_retries(&lab, || Ok(vec![rate_check(&lab, "cubic", 4, secs, omit)?]))?);
+        if spec.offload {
+            checks.push(offload_check(&lab)?);
+        }
     }
     let lab = fresh_lab(prefix, &scenarios::overload())?;
     checks.extend(with_retries(&lab, || overload_check(&lab, 4))?);
@@ -497,6 +528,14 @@ mod tests {
     }
 
     #[test]
+    fn tx_counters_of_one_interface() {
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets\n    lo: 10 1 0 0 0 0 0 0 10 1 0 0 0 0 0 0\n  \
+                   wan0: 966 34 0 0 0 0 0 0 1039151275 36065 0 0 0 0 0 0\n";
+        assert_eq!(tx_counters(dev, "wan0"), Some((1_039_151_275, 36_065)));
+        assert_eq!(tx_counters(dev, "eth0"), None);
+    }
+
+    #[test]
     fn snmp_parsing() {
         let t = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams\nUdp: 10 0 7 3\n";
         assert_eq!(parse_snmp(t, "Udp", "InErrors"), Some(7));
@@ -518,6 +557,11 @@ pub mod scenarios {
     /// 1 Gbit/s, 95 ms, MTU 9000, clean.
     pub fn clean_95ms() -> PathSpec {
         PathSpec { rate_bps: 1_000_000_000, rtt: Duration::from_millis(95), mtu: 9000, ..PathSpec::default() }
+    }
+
+    /// [`clean_95ms`] with segmentation offload (TSO/GRO) on both ends.
+    pub fn clean_95ms_offload() -> PathSpec {
+        PathSpec { offload: true, ..clean_95ms() }
     }
 
     /// 200 Mbit/s, 20 ms, MTU 1500, clean.

@@ -52,6 +52,26 @@ fn rtt_and_rate_1g_95ms_mtu9000() {
     }
 }
 
+/// The same path with segmentation offload: the rate and RTT still hold
+/// (the delay line charges a segment for the packets it stands for), and
+/// the stack really sent segments larger than the MTU.
+#[test]
+fn rtt_rate_and_segments_1g_95ms_mtu9000_offload() {
+    if !lab_tests_enabled() {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lab = validate::fresh_lab("lpt-o95", &scenarios::clean_95ms_offload()).unwrap();
+    lab.tune_tcp_buffers(scenarios::TCP_BUFFERS).unwrap();
+    let mut checks = validate::with_retries(&lab, || validate::rtt_check(&lab, 50)).unwrap();
+    let (secs, omit) = (scenarios::RATE_SECS, scenarios::OMIT_SECS);
+    let rate = || Ok(vec![validate::rate_check(&lab, "cubic", 4, secs, omit)?]);
+    checks.extend(validate::with_retries(&lab, rate).unwrap());
+    checks.push(validate::offload_check(&lab).unwrap());
+    println!("{}", lab.counters());
+    assert_all(&checks);
+}
+
 #[test]
 fn rtt_and_rate_200m_20ms_mtu1500() {
     if lab_tests_enabled() {
@@ -148,4 +168,7 @@ fn check_spec_explains_what_cannot_be_emulated() {
     assert!(msg.contains("cannot emulate"), "{msg}");
     let tiny_mtu = PathSpec { mtu: 200, ..PathSpec::default() };
     assert!(lightpath_wan::check_spec(&tiny_mtu).is_err());
+    let lossy_offload = PathSpec { offload: true, loss: 0.001, ..PathSpec::default() };
+    let msg = lightpath_wan::check_spec(&lossy_offload).unwrap_err().to_string();
+    assert!(msg.contains("offload") && msg.contains("need it off"), "{msg}");
 }
