@@ -1,6 +1,7 @@
 //! What the client puts on the control channel, and what it makes of the
 //! answers: names with 0xFF bytes (Telnet's IAC, doubled as RFC 854 and
-//! 959 ask) up, down and to CKSM against `lightpath serve`; a data
+//! 959 ask) up, down and to CKSM against `lightpath serve`, and refused
+//! before they are sent to the real Globus server, which cannot take them; a data
 //! connection reset under a transfer, reported beside the server's reply
 //! (or its silence); and MKD refusals from a server without MLST, told
 //! apart from "exists".
@@ -68,6 +69,33 @@ fn names_with_iac_bytes_travel_up_and_down_intact() {
     for name in IAC_NAMES {
         assert_eq!(std::fs::read(down.join(OsStr::from_bytes(name))).unwrap(), b"hello\n");
     }
+}
+
+/// Task: against the real globus-gridftp-server, which drops a 0xFF and
+/// the byte after it (or refuses the line), a name with 0xFF is refused
+/// by the client with a clear error, before a command could act on
+/// another name: nothing is made on the server, nothing comes down.
+#[test]
+fn names_with_iac_bytes_are_refused_to_the_globus_server() {
+    let (_d, home, local) = root_and_local();
+    let (_g, port) = gct_server(&home);
+    let src = local.join("src");
+    std::fs::write(&src, b"hello\n").unwrap();
+    let at = |name: &[u8]| format!("ftp://127.0.0.1:{port}{}/{}", home.display(), pct(name));
+    for name in IAC_NAMES {
+        let (code, err) = cp(&[src.to_str().unwrap(), &at(name)]);
+        assert_ne!(code, 0, "upload of {name:?}: {err}");
+        assert!(err.contains("0xFF") && err.contains("not lightpath"), "{err}");
+    }
+    assert!(names(&home).is_empty(), "nothing made on the server: {:?}", names(&home));
+    std::fs::write(home.join(OsStr::from_bytes(b"x\xff")), b"hello\n").unwrap();
+    let down = open_dir(&local.join("down"));
+    let (code, err) = cp(&[&at(b"x\xff"), &format!("{}/", down.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("0xFF"), "{err}");
+    assert!(names(&down).is_empty());
+    let (code, err) = cp(&[src.to_str().unwrap(), &at(b"plain")]);
+    assert_eq!(code, 0, "a plain name still goes: {err}");
 }
 
 /// Task: `lightpath sum` of a name that is not UTF-8 asks for that name,

@@ -85,6 +85,11 @@ pub struct ControlConn {
     /// saying what a timeout waited for.
     last_sent: String,
     last_reply: Option<u16>,
+    /// Whether the server reads a doubled 0xFF (`IAC IAC`) back as one
+    /// byte of a name: lightpath does; others, once FEAT has said what the
+    /// server is, are not sent such a name ([`ControlConn::send`]);
+    /// `None` until then (the login flight).
+    iac_names: Option<bool>,
 }
 
 impl ControlConn {
@@ -116,6 +121,7 @@ impl ControlConn {
             reply_started: None,
             last_sent: "(none yet: the greeting)".into(),
             last_reply: None,
+            iac_names: None,
         };
         Ok(c)
     }
@@ -153,6 +159,9 @@ impl ControlConn {
     pub async fn send(&mut self, cmd: &[u8]) -> Result<(), ClientError> {
         tracing::debug!(server = %self.name, "> {}", redact(cmd));
         check_line(cmd)?;
+        if self.iac_names == Some(false) && cmd.contains(&0xFF) {
+            return Err(iac_refused(cmd));
+        }
         self.last_sent = redact(cmd);
         let line = lightpath_proto::command::wire_line(cmd);
         if let Some(out) = &mut self.corked {
@@ -403,7 +412,9 @@ impl ControlConn {
         for _ in 0..extra {
             replies.push(self.final_reply().await?);
         }
-        Ok((Features::from_reply(&feat), replies))
+        let feat = Features::from_reply(&feat);
+        self.iac_names = Some(feat.lightpath.is_some());
+        Ok((feat, replies))
     }
 
     /// The error for a reply we did not expect.
@@ -424,6 +435,19 @@ pub(crate) fn check_line(cmd: &[u8]) -> Result<(), ClientError> {
         )));
     }
     Ok(())
+}
+
+/// The refusal of a command naming a path with a 0xFF byte to a server
+/// that is not lightpath. 0xFF is Telnet's IAC on the control channel:
+/// globus-gridftp-server (13.24, checked) drops it with the byte after it
+/// (`STOR r\xff\xfbz` made `r`, doubled or not) or refuses the line, so
+/// the command would act on another name, or fail unclearly.
+fn iac_refused(cmd: &[u8]) -> ClientError {
+    let shown = redact(cmd).escape_debug().to_string();
+    ClientError::Usage(format!(
+        "cannot send {shown}: the name has a 0xFF byte, which the FTP control channel reads as a Telnet \
+         command (IAC); this server is not lightpath, and GridFTP servers such as Globus drop or refuse it"
+    ))
 }
 
 fn redact(cmd: &[u8]) -> String {

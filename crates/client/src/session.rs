@@ -162,7 +162,11 @@ impl Session {
             }
             (ctl, _) => ctl?,
         };
-        let extra: Vec<Vec<u8>> = paths.iter().flat_map(|p| stat_cmds(p)).collect();
+        // A name with a 0xFF byte waits for FEAT unless the book knows the
+        // server (a lightpath peer, which may speculate with it too): only
+        // lightpath may be sent one (`ControlConn::send`); `stat` asks later.
+        let flight: Vec<&Vec<u8>> = paths.iter().filter(|p| peer.is_some() || !p.contains(&0xFF)).collect();
+        let extra: Vec<Vec<u8>> = flight.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let rtt_us = ctl.rtt.as_micros() as u64;
         let recv_window =
@@ -198,7 +202,7 @@ impl Session {
             tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
         }
         s.feat = feat;
-        s.stats = paths.iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
+        s.stats = flight.into_iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         if let Some(b) = book {
             s.write_in(&b, peer);
         }
