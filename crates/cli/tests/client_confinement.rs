@@ -108,16 +108,14 @@ fn transfer(out: &mut TcpStream, data: &mut DataEnd, script: &Script, verb: &str
     "226 Transfer complete.\r\n".into()
 }
 
+/// Wait until the receiver has its file open in `dir` (unnamed until
+/// complete, so seen through `/proc`).
 fn wait_for_temporary_file(dir: &Path) {
     let t = Instant::now();
-    while temporary_files(dir).is_empty() {
+    while open_in(dir).is_empty() {
         assert!(t.elapsed() < Duration::from_secs(20), "no temporary file appeared in {}", dir.display());
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn temporary_files(dir: &Path) -> Vec<String> {
-    everything(dir).into_iter().filter(|n| n.ends_with(".part")).collect()
 }
 
 /// Every entry under `dir`, recursively (not through symlinks), relative to it.

@@ -93,16 +93,13 @@ fn full_disk_on_the_client_fails_the_download_cleanly() {
     assert!(names(&disk.0).is_empty(), "nothing left behind: {:?}", names(&disk.0));
 }
 
-/// Truncate `src` to `to` bytes once some file in `watch` holds `at` bytes.
+/// Truncate `src` to `to` bytes once some file open in `watch` (the
+/// receiver's, unnamed until complete) holds `at` bytes.
 fn shrink_when(src: PathBuf, watch: PathBuf, at: u64, to: u64) -> std::thread::JoinHandle<bool> {
     std::thread::spawn(move || {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(60) {
-            let grown = std::fs::read_dir(&watch)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|e| e.metadata().map(|m| m.len() >= at).unwrap_or(false));
+            let grown = open_in(&watch).iter().any(|f| std::fs::metadata(f).is_ok_and(|m| m.len() >= at));
             if grown {
                 std::fs::OpenOptions::new().write(true).open(&src).unwrap().set_len(to).unwrap();
                 return true;

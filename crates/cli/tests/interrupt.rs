@@ -1,7 +1,9 @@
 //! Ctrl-C on `cp`: the transfers stop, nothing half-written stays behind
 //! on either end (no `.part` file, no temporary file on the server), and
 //! the exit status is 130: downloads (one file, a tree), uploads and
-//! third-party copies.
+//! third-party copies. And SIGKILL, which no cleanup code sees: a killed
+//! server or client leaves no partial file either (received unnamed,
+//! `O_TMPFILE`, until complete).
 
 mod common;
 use common::*;
@@ -13,11 +15,6 @@ use std::time::{Duration, Instant};
 /// Start `lightpath cp -q args...` with its stderr kept.
 fn start_cp(args: &[&str]) -> Child {
     Command::new(LP).arg("cp").arg("-q").args(args).stderr(Stdio::piped()).spawn().expect("start cp")
-}
-
-/// Bytes in the regular files directly in `dir`.
-fn bytes_in(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()
 }
 
 /// Wait until `cond` holds (at most 30 s).
@@ -58,7 +55,7 @@ fn ctrl_c_during_a_download_removes_the_partial_file() {
     sparse(&root.join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
     let cp = start_cp(&[&url, local.join("big").to_str().unwrap()]);
-    wait_for("the download never started writing", || bytes_in(&local) > 64 << 20);
+    wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
@@ -73,7 +70,7 @@ fn ctrl_c_during_an_upload_leaves_nothing_on_the_server() {
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
     let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
-    wait_for("the upload never reached the server", || bytes_in(&root) > 64 << 20);
+    wait_for("the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     // The server notices the closed connections and removes its temporary file.
@@ -126,8 +123,39 @@ fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
     let (_sa, pa) = lp_server(a.path(), &["--anonymous"]);
     let (_sb, pb) = lp_server(b.path(), &["--anonymous"]);
     let cp = start_cp(&[&format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big")]);
-    wait_for("the copy never reached the destination", || bytes_in(b.path()) > 64 << 20);
+    wait_for("the copy never reached the destination", || bytes_open_in(b.path()) > 64 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     wait_for("the destination kept a partial file", || names(b.path()).is_empty());
+}
+
+/// SIGKILL to the server in the middle of an upload: no cleanup runs, and
+/// still no partial file is left in the served root.
+#[test]
+fn a_killed_server_leaves_no_partial_upload() {
+    let (_d, root, _local) = root_and_local();
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let src = scratch();
+    sparse(&src.path().join("big"));
+    let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/big")]);
+    wait_for("the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
+    srv.0.kill().unwrap();
+    srv.0.wait().unwrap();
+    let out = cp.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(names(&root).is_empty(), "left behind: {:?}", names(&root));
+}
+
+/// SIGKILL to `cp` in the middle of a download: no partial file is left
+/// in the destination directory.
+#[test]
+fn a_killed_client_leaves_no_partial_download() {
+    let (_d, root, local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    sparse(&root.join("big"));
+    let mut cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
+    wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
+    cp.kill().unwrap();
+    cp.wait().unwrap();
+    assert!(names(&local).is_empty(), "left behind: {:?}", names(&local));
 }

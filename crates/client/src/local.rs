@@ -12,10 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Where a download goes.
 #[derive(Debug, Clone)]
@@ -116,7 +113,7 @@ impl LocalTarget {
         let window = window.map(|(off, len)| Window::new(off, len));
         let t = OpenTarget { out, path, fsync, direct, window };
         // On failure `t` is dropped, which removes a temporary file.
-        if let (Output::Temp { .. } | Output::Beneath(_), Some(file)) = (&t.out, t.out.file()) {
+        if let (Output::Temp(_), Some(file)) = (&t.out, t.out.file()) {
             // Full size at once: `finish` sets the length it received.
             lightpath_sys::file::preallocate_sized(file, size)
                 .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", t.path.display())))?;
@@ -137,14 +134,18 @@ fn open_path(path: &Path, in_place: bool) -> Result<Output, ClientError> {
         return Ok(Output::InPlace(f));
     }
     let mode = replaceable_mode(path).map_err(&err)?;
-    let tmp = temp_name(path);
-    let file = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(&err)?;
-    // From here on, a failure drops `tmp`, which removes the file.
-    let tmp = TempPath(Some(tmp));
+    let name = path.file_name().ok_or_else(|| ClientError::Local(format!("{}: not a file name", path.display())))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // Unnamed until complete where the file system allows it: a killed
+    // client leaves nothing. From here on, a failure drops it.
+    let tmp = TempFile::in_dir(dir, name, 0o666).map_err(&err)?;
     if let Some(m) = mode {
-        file.set_permissions(std::fs::Permissions::from_mode(m)).map_err(&err)?;
+        tmp.file().set_permissions(std::fs::Permissions::from_mode(m)).map_err(&err)?;
     }
-    Ok(Output::Temp { file, tmp })
+    Ok(Output::Temp(tmp))
 }
 
 /// Open `rel` beneath the directory `root` without following a symlink
@@ -155,7 +156,7 @@ fn open_beneath(root: &Path, rel: &[u8], path: &Path, in_place: bool) -> Result<
     if in_place {
         return Ok(Output::InPlace(r.open_write_strict(rel, 0o666).map_err(err)?));
     }
-    Ok(Output::Beneath(r.create_temp_replacing_strict(rel, 0o666).map_err(err)?))
+    Ok(Output::Temp(r.create_temp_replacing_strict(rel, 0o666).map_err(err)?))
 }
 
 /// `path` relative to `root` as `a/b` when it lies strictly beneath it;
@@ -222,23 +223,6 @@ fn replaceable_mode(path: &Path) -> std::io::Result<Option<u32>> {
     Ok(Some(f.metadata()?.permissions().mode() & 0o777))
 }
 
-fn temp_name(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.as_encoded_bytes().iter().take(180).copied().collect::<Vec<u8>>())
-        .unwrap_or_default();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut t = b".".to_vec();
-    t.extend_from_slice(&name);
-    t.extend_from_slice(format!(".lp{}-{n}.part", std::process::id()).as_bytes());
-    path.with_file_name(os_string(t))
-}
-
-fn os_string(b: Vec<u8>) -> std::ffi::OsString {
-    use std::os::unix::ffi::OsStringExt;
-    std::ffi::OsString::from_vec(b)
-}
-
 /// What an open target writes to.
 #[derive(Debug)]
 enum Output {
@@ -246,41 +230,17 @@ enum Output {
     Null,
     /// The file itself, at offsets.
     InPlace(File),
-    /// A temporary file `tmp` next to the target, renamed over it by
-    /// `finish`.
-    Temp { file: File, tmp: TempPath },
-    /// The same beneath a destination root.
-    Beneath(TempFile),
-}
-
-/// The name of a temporary file, removed when dropped unless renamed away
-/// (as [`TempFile`] does by its directory).
-#[derive(Debug)]
-struct TempPath(Option<PathBuf>);
-
-impl TempPath {
-    /// Rename it to `path`; when that fails, it is removed.
-    fn rename_to(mut self, path: &Path) -> std::io::Result<()> {
-        let Some(tmp) = self.0.take() else { return Ok(()) };
-        std::fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        if let Some(tmp) = &self.0 {
-            let _ = std::fs::remove_file(tmp);
-        }
-    }
+    /// A temporary file next to the target (unnamed where the file system
+    /// allows it), given the target's name by `finish`; beneath a
+    /// destination root, opened without following a symlink there.
+    Temp(TempFile),
 }
 
 impl Output {
     fn file(&self) -> Option<&File> {
         match self {
-            Output::InPlace(f) | Output::Temp { file: f, .. } => Some(f),
-            Output::Beneath(t) => Some(t.file()),
+            Output::InPlace(f) => Some(f),
+            Output::Temp(t) => Some(t.file()),
             Output::Null => None,
         }
     }
@@ -328,11 +288,7 @@ impl OpenTarget {
         }
         // Either removes the temporary file when the rename fails.
         match self.out {
-            Output::Beneath(temp) => temp.commit().map_err(err),
-            Output::Temp { file, tmp } => {
-                drop(file);
-                tmp.rename_to(&self.path).map_err(err)
-            }
+            Output::Temp(temp) => temp.commit().map_err(err),
             Output::Null | Output::InPlace(_) => Ok(()),
         }
     }
@@ -481,10 +437,10 @@ mod tests {
         let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
         let path = dir.path().join("f");
         let w = LocalTarget::for_path(&path, false, false, 4 << 20).open().expect("open");
-        let tmp = temp_files(dir.path());
-        assert_eq!(tmp.len(), 1, "{tmp:?}");
-        assert_eq!(std::fs::metadata(&tmp[0]).expect("temp").len(), 4 << 20);
-        assert!(!path.exists(), "nothing under the final name before finish");
+        let received = w.out.file().expect("a file").metadata().expect("metadata");
+        assert_eq!(received.len(), 4 << 20);
+        let named = std::fs::read_dir(dir.path()).expect("read_dir").count();
+        assert_eq!(named, 0, "nothing named before finish (unnamed: O_TMPFILE)");
         w.sink().write_all_at(b"shorter than announced", 0).expect("write");
         w.finish(Some(22)).expect("finish");
         assert_eq!(std::fs::read(&path).expect("final"), b"shorter than announced");

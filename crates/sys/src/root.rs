@@ -274,56 +274,6 @@ impl Allowed {
     }
 }
 
-/// A file being received under a temporary name.
-#[derive(Debug)]
-pub struct TempFile {
-    dir: Arc<OwnedFd>,
-    tmp: Vec<u8>,
-    name: Vec<u8>,
-    file: Option<File>,
-}
-
-impl TempFile {
-    /// Create a hidden temporary name for `name` in `dir` (exclusively).
-    fn create(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
-        let tmp = temp_name(name);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?;
-        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
-    }
-
-    /// The open file.
-    pub fn file(&self) -> &File {
-        self.file.as_ref().expect("file present until commit")
-    }
-
-    /// The file system the file is on (`st_dev`) and the bytes available
-    /// there to this process (`statvfs`'s `f_bavail`).
-    pub fn space(&self) -> io::Result<(u64, u64)> {
-        let st = rustix::fs::fstat(self.file())?;
-        let vfs = rustix::fs::fstatvfs(self.file())?;
-        Ok((st.st_dev, vfs.f_bavail.saturating_mul(vfs.f_frsize)))
-    }
-
-    /// Give the file its final name (atomically replacing an old one).
-    pub fn commit(mut self) -> io::Result<()> {
-        self.file.take();
-        let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
-        if r.is_ok() {
-            self.tmp.clear();
-        }
-        Ok(r?)
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.tmp.is_empty() {
-            let _ = rustix::fs::unlinkat(self.dir.as_fd(), OsStr::from_bytes(&self.tmp), AtFlags::empty());
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Replacing a file with an upload. A [`TempFile`] renamed over a name needs
 // only write permission on the directory; writing the old file in place
@@ -376,21 +326,6 @@ impl Root {
 // transfer) can never redirect a create, a write or a metadata change.
 
 const STRICT: ResolveFlags = RESOLVE.union(ResolveFlags::NO_SYMLINKS);
-
-/// `.name.lpPID-N.part`, unique in this process (the pid is read once:
-/// lightpath never forks without exec).
-fn temp_name(name: &OsStr) -> Vec<u8> {
-    static PID: OnceLock<u32> = OnceLock::new();
-    let pid = *PID.get_or_init(std::process::id);
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let stem = &name.as_bytes()[..name.len().min(180)];
-    let mut tmp = Vec::with_capacity(stem.len() + 40);
-    tmp.push(b'.');
-    tmp.extend_from_slice(stem);
-    // Writing to a Vec cannot fail.
-    let _ = write!(tmp, ".lp{pid}-{n}.part");
-    tmp
-}
 
 impl Root {
     /// Split `rel` into its parent, opened without following any symlink,
@@ -568,7 +503,7 @@ impl StrictDir {
     /// (no extra call), else set at once with `fchmod`.
     pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
         let mode = mode & 0o7777;
-        let t = TempFile::create(self.fd.clone(), component(name)?, mode)?;
+        let t = TempFile::create_named(self.fd.clone(), component(name)?, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {
             rustix::fs::fchmod(t.file(), Mode::from_raw_mode(mode))?;
@@ -579,7 +514,10 @@ impl StrictDir {
 
 mod beneath;
 mod fence;
+mod temp;
 pub use fence::OnHidden;
+use temp::temp_name;
+pub use temp::TempFile;
 
 #[cfg(test)]
 mod strict_tests {

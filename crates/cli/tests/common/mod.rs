@@ -35,6 +35,22 @@ pub fn root_and_local() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (d, root, local)
 }
 
+/// The files that any process has open directly in `dir`, named or not:
+/// a receiver's file is unnamed (`O_TMPFILE`) until complete and shows in
+/// `/proc/PID/fd` as `dir/#INODE (deleted)`. Each is given as its `/proc`
+/// link, which `std::fs::metadata` follows to the file.
+pub fn open_in(dir: &Path) -> Vec<PathBuf> {
+    let fds = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok());
+    let in_dir = |fd: &PathBuf| std::fs::read_link(fd).is_ok_and(|l| l.parent() == Some(dir));
+    fds.flat_map(|d| d.flatten().map(|e| e.path())).filter(in_dir).collect()
+}
+
+/// Bytes of the files [`open_in`] `dir` (downloads and uploads of a known
+/// size reserve their whole size at once).
+pub fn bytes_open_in(dir: &Path) -> u64 {
+    open_in(dir).iter().filter_map(|fd| std::fs::metadata(fd).ok()).map(|m| m.len()).sum()
+}
+
 /// A directory that `gftp` can write to.
 pub fn open_dir(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();

@@ -1,0 +1,199 @@
+//! Files received under a temporary name and given their final name only
+//! when complete ([`TempFile`]).
+//!
+//! Where the file system allows it, a single file is received as an
+//! unnamed file (`O_TMPFILE`) and gets a name only when it is committed: a
+//! server or client that is killed (SIGKILL, power loss, OOM) mid-transfer
+//! leaves nothing behind, where a named `.NAME.lpPID-N.part` would stay,
+//! hidden and holding its space, for ever. The name is given by `linkat`
+//! of `/proc/self/fd/N` to a temporary name, then `renameat` over the
+//! final one (atomic, replacing an old file); `AT_EMPTY_PATH` would need
+//! CAP_DAC_READ_SEARCH. Without `/proc`, or on a file system without
+//! `O_TMPFILE` (NFS, some FUSE), the file is named from the start.
+
+use super::*;
+use std::os::fd::AsRawFd;
+
+/// `.name.lpPID-N.part`, unique in this process (the pid is read once:
+/// lightpath never forks without exec).
+pub(super) fn temp_name(name: &OsStr) -> Vec<u8> {
+    static PID: OnceLock<u32> = OnceLock::new();
+    let pid = *PID.get_or_init(std::process::id);
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let stem = &name.as_bytes()[..name.len().min(180)];
+    let mut tmp = Vec::with_capacity(stem.len() + 40);
+    tmp.push(b'.');
+    tmp.extend_from_slice(stem);
+    // Writing to a Vec cannot fail.
+    let _ = write!(tmp, ".lp{pid}-{n}.part");
+    tmp
+}
+
+/// Whether unnamed files can be given a name later: `/proc/self/fd` is
+/// there (checked once).
+fn proc_fd_links() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| Path::new("/proc/self/fd").is_dir())
+}
+
+/// A file being received under a temporary name (or none yet).
+#[derive(Debug)]
+pub struct TempFile {
+    dir: Arc<OwnedFd>,
+    /// The temporary name while the file has one (empty once committed,
+    /// and while an unnamed file has none).
+    tmp: Vec<u8>,
+    name: Vec<u8>,
+    file: Option<File>,
+}
+
+impl TempFile {
+    /// Create the file that becomes `name` in `dir`: unnamed where the file
+    /// system allows it, else under a hidden temporary name (exclusively).
+    pub(super) fn create(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
+        if proc_fd_links() {
+            let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+            match rustix::fs::openat(&*dir, ".", flags, Mode::from_raw_mode(mode)) {
+                Ok(fd) => {
+                    return Ok(TempFile { dir, tmp: Vec::new(), name: name.as_bytes().to_vec(), file: Some(fd.into()) })
+                }
+                // Not supported by this file system (or kernel): named.
+                Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Self::create_named(dir, name, mode)
+    }
+
+    /// [`TempFile::create`] for the entry `name` of the directory `dir`, a
+    /// path as a user gave it (symlinks in it are followed), with the
+    /// permission bits `mode` less the umask.
+    pub fn in_dir(dir: &Path, name: &OsStr, mode: u32) -> io::Result<TempFile> {
+        let fd = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        Self::create(Arc::new(fd), name, mode)
+    }
+
+    /// Create the file under a hidden temporary name for `name` in `dir`
+    /// (exclusively): for the many small files of a tree, where the name
+    /// costs one call less than linking an unnamed file.
+    pub(super) fn create_named(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
+        let tmp = temp_name(name);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?;
+        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+    }
+
+    /// The open file.
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("file present until commit")
+    }
+
+    /// Whether the file has no name yet (`O_TMPFILE`): if this process
+    /// dies, nothing of it is left.
+    pub fn is_unnamed(&self) -> bool {
+        self.tmp.is_empty() && self.file.is_some()
+    }
+
+    /// The file system the file is on (`st_dev`) and the bytes available
+    /// there to this process (`statvfs`'s `f_bavail`).
+    pub fn space(&self) -> io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(self.file())?;
+        let vfs = rustix::fs::fstatvfs(self.file())?;
+        Ok((st.st_dev, vfs.f_bavail.saturating_mul(vfs.f_frsize)))
+    }
+
+    /// Give the file its final name (atomically replacing an old one).
+    pub fn commit(mut self) -> io::Result<()> {
+        if self.is_unnamed() {
+            self.link_temp_name()?;
+        }
+        self.file.take();
+        let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
+        if r.is_ok() {
+            self.tmp.clear();
+        }
+        Ok(r?)
+    }
+
+    /// Give the unnamed file a temporary name, which [`TempFile::commit`]
+    /// renames at once (and `Drop` removes if that fails).
+    fn link_temp_name(&mut self) -> io::Result<()> {
+        let tmp = temp_name(OsStr::from_bytes(&self.name));
+        let link = format!("/proc/self/fd/{}", self.file().as_raw_fd());
+        let to = OsStr::from_bytes(&tmp);
+        rustix::fs::linkat(rustix::fs::CWD, link.as_str(), &*self.dir, to, AtFlags::SYMLINK_FOLLOW)?;
+        self.tmp = tmp;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.tmp.is_empty() {
+            let _ = rustix::fs::unlinkat(self.dir.as_fd(), OsStr::from_bytes(&self.tmp), AtFlags::empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod temp_tests {
+    use super::*;
+
+    fn scratch() -> (tempfile::TempDir, Arc<OwnedFd>) {
+        let d = tempfile::tempdir().unwrap();
+        let fd = rustix::fs::open(d.path(), OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty());
+        (d, Arc::new(fd.unwrap()))
+    }
+
+    fn names(d: &tempfile::TempDir) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        v.sort();
+        v
+    }
+
+    /// An unnamed file shows in its directory only once committed, under
+    /// its final name, replacing an old file; dropped, it leaves nothing.
+    #[test]
+    fn an_unnamed_file_appears_only_when_committed() {
+        let (d, dir) = scratch();
+        std::fs::write(d.path().join("f"), b"old").unwrap();
+        let t = TempFile::create(dir.clone(), OsStr::new("f"), 0o640).unwrap();
+        assert!(t.is_unnamed(), "this test's file system (/tmp) takes O_TMPFILE");
+        std::io::Write::write_all(&mut t.file(), b"new data").unwrap();
+        assert_eq!(names(&d), ["f"], "nothing named while it is received");
+        t.commit().unwrap();
+        assert_eq!(names(&d), ["f"]);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"new data");
+        let t = TempFile::create(dir, OsStr::new("g"), 0o640).unwrap();
+        std::io::Write::write_all(&mut t.file(), b"lost").unwrap();
+        drop(t);
+        assert_eq!(names(&d), ["f"]);
+    }
+
+    /// A named temporary file is there while it is received, and gone once
+    /// committed or dropped.
+    #[test]
+    fn a_named_file_is_renamed_or_removed() {
+        let (d, dir) = scratch();
+        let t = TempFile::create_named(dir.clone(), OsStr::new("f"), 0o640).unwrap();
+        assert!(!t.is_unnamed());
+        let tmp = names(&d);
+        assert!(tmp.len() == 1 && tmp[0].as_bytes().starts_with(b".f.lp"), "{tmp:?}");
+        t.commit().unwrap();
+        assert_eq!(names(&d), ["f"]);
+        drop(TempFile::create_named(dir, OsStr::new("g"), 0o640).unwrap());
+        assert_eq!(names(&d), ["f"]);
+    }
+
+    /// A commit that cannot rename (a directory has the name) leaves no
+    /// temporary name behind.
+    #[test]
+    fn a_failed_commit_leaves_no_name() {
+        let (d, dir) = scratch();
+        std::fs::create_dir(d.path().join("x")).unwrap();
+        std::fs::write(d.path().join("x/in"), b"keep").unwrap();
+        let t = TempFile::create(dir, OsStr::new("x"), 0o640).unwrap();
+        assert!(t.commit().is_err());
+        assert_eq!(names(&d), ["x"]);
+    }
+}
