@@ -41,6 +41,9 @@ fn rtt_and_rate(prefix: &str, spec: PathSpec) {
     let (secs, omit) = (scenarios::RATE_SECS, scenarios::OMIT_SECS);
     let rate = || Ok(vec![validate::rate_check(&lab, "cubic", 4, secs, omit)?]);
     checks.extend(validate::with_retries(&lab, rate).unwrap());
+    if spec.offload {
+        checks.push(validate::offload_check(&lab).unwrap());
+    }
     println!("{}", lab.counters());
     assert_all(&checks);
 }
@@ -57,19 +60,9 @@ fn rtt_and_rate_1g_95ms_mtu9000() {
 /// the stack really sent segments larger than the MTU.
 #[test]
 fn rtt_rate_and_segments_1g_95ms_mtu9000_offload() {
-    if !lab_tests_enabled() {
-        return;
+    if lab_tests_enabled() {
+        rtt_and_rate("lpt-o95", scenarios::clean_95ms_offload());
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = validate::fresh_lab("lpt-o95", &scenarios::clean_95ms_offload()).unwrap();
-    lab.tune_tcp_buffers(scenarios::TCP_BUFFERS).unwrap();
-    let mut checks = validate::with_retries(&lab, || validate::rtt_check(&lab, 50)).unwrap();
-    let (secs, omit) = (scenarios::RATE_SECS, scenarios::OMIT_SECS);
-    let rate = || Ok(vec![validate::rate_check(&lab, "cubic", 4, secs, omit)?]);
-    checks.extend(validate::with_retries(&lab, rate).unwrap());
-    checks.push(validate::offload_check(&lab).unwrap());
-    println!("{}", lab.counters());
-    assert_all(&checks);
 }
 
 #[test]
