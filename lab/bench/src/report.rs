@@ -22,6 +22,8 @@ pub struct Row {
     pub goodput: Option<Summary>,
     pub client_cpu: Option<f64>,
     pub server_cpu: Option<f64>,
+    /// CPU seconds of both ends per GB (10^9 bytes) moved, median of the runs.
+    pub cpu_per_gb: Option<f64>,
     pub client_rss: Option<f64>,
     pub server_rss: Option<f64>,
     pub errors: Vec<String>,
@@ -30,6 +32,12 @@ pub struct Row {
 fn server_cpu(r: &RunRecord) -> Option<f64> {
     let cpus: Vec<f64> = r.ends.iter().filter(|e| e.role != "client").filter_map(|e| e.usage.cpu_s).collect();
     (!cpus.is_empty()).then(|| cpus.iter().sum())
+}
+
+/// Both ends' CPU seconds per GB (10^9 bytes) of payload in one run.
+fn cpu_per_gb(r: &RunRecord) -> Option<f64> {
+    let both = r.end("client")?.usage.cpu_s? + server_cpu(r)?;
+    (r.payload_bytes > 0).then(|| both / (r.payload_bytes as f64 / 1e9))
 }
 
 fn server_rss(r: &RunRecord) -> Option<f64> {
@@ -67,6 +75,7 @@ fn row(label: &str, runs: &[&RunRecord]) -> Row {
         goodput: summarize(&ok.iter().map(|r| r.goodput_bps).collect::<Vec<_>>()),
         client_cpu: med(ok.iter().filter_map(|r| r.end("client")?.usage.cpu_s).collect()),
         server_cpu: med(ok.iter().filter_map(|r| server_cpu(r)).collect()),
+        cpu_per_gb: med(ok.iter().filter_map(|r| cpu_per_gb(r)).collect()),
         client_rss: med(ok.iter().filter_map(|r| Some(r.end("client")?.peak_rss_bytes as f64)).collect()),
         server_rss: med(ok.iter().filter_map(|r| server_rss(r)).collect()),
         errors,
@@ -145,9 +154,9 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
     let disk_col = if refs.disk.is_some() { " % of disk |" } else { "" };
     let _ = writeln!(
         out,
-        "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | peak RSS MiB client / server |"
+        "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | CPU s per GB, both ends | peak RSS MiB client / server |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|{}---|---|", if refs.disk.is_some() { "---|" } else { "" });
+    let _ = writeln!(out, "|---|---|---|---|---|---|{}---|---|---|", if refs.disk.is_some() { "---|" } else { "" });
     for r in &rows {
         out += &table_row(r, &refs);
     }
@@ -214,7 +223,7 @@ fn disk_cell(tool: Option<ToolKind>, ttc: f64, disk: f64) -> String {
 
 fn table_row(r: &Row, refs: &Refs) -> String {
     let Some(ttc) = r.ttc else {
-        let empty = if refs.disk.is_some() { 6 } else { 5 };
+        let empty = if refs.disk.is_some() { 7 } else { 6 };
         return format!("| {} | {}/{} | FAILED |{}\n", r.label, r.ok, r.total, " — |".repeat(empty));
     };
     let g = r.goodput.expect("goodput exists when ttc does");
@@ -230,6 +239,7 @@ fn table_row(r: &Row, refs: &Refs) -> String {
         cells.push(disk_cell(r.tool, ttc.median, d));
     }
     cells.push(format!("{} / {}", opt(r.client_cpu, |v| format!("{v:.2}")), opt(r.server_cpu, |v| format!("{v:.2}"))));
+    cells.push(opt(r.cpu_per_gb, |v| format!("{v:.2}")));
     cells.push(format!("{} / {}", opt(r.client_rss, mib), opt(r.server_rss, mib)));
     format!("| {} |\n", cells.join(" | "))
 }
@@ -277,7 +287,8 @@ median TTC among the transfer tools (1.00 = fastest; iperf3 and fio are referenc
 (only where fio ran) = disk time / median TTC × 100, the disk time being the fio median: the
 share of what the disk sustains for the copy's reads and writes (a tool that writes through the
 page cache can pass 100, its last writes still in memory when it exits). CPU = cgroup CPU
-seconds of all processes of that end (servers: sum of both in third-party runs). Peak RSS =
+seconds of all processes of that end (servers: sum of both in third-party runs); per GB, both
+ends = (client + server CPU) / (payload bytes / 10^9), the median of the runs' ratios. Peak RSS =
 highest sum of resident memory of the end's processes, sampled every 100 ms. `ok` = successful
 runs / runs; statistics cover the successful runs, and every failure is listed under its table.
 `load before runs` = the machine's 1-minute load average just before each run: anything well

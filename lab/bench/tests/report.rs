@@ -97,7 +97,7 @@ fn summary_table_has_medians_ratios_and_failures() {
     assert!(guc.contains("| 3/3 | 11.00 (10.00–12.00) |"), "{guc}");
     assert!(guc.contains("727 Mbit/s (667–800)"), "{guc}");
     assert!(guc.contains("| 1.38 | 1.22 |"), "{guc}");
-    assert!(guc.contains("| 1.50 / 2.50 | 10 / 20 |"), "{guc}");
+    assert!(guc.contains("| 1.50 / 2.50 | 4.00 | 10 / 20 |"), "both ends' CPU per GB: {guc}");
     let lp = line(&md, "lightpath -p 4");
     assert!(lp.contains("| 2/3 | 9.00 (9.00–9.00) |"), "a failed run is counted: {lp}");
     assert!(lp.contains("| 1.12 | 1.00 |"), "{lp}");
@@ -176,7 +176,7 @@ fn fio_is_a_disk_reference_row() {
     let ip = line(&md, "iperf3 -P 4");
     assert!(ip.contains("| ref | — |"), "iperf3 has no share of the disk: {ip}");
     let broken = line(&md, "broken");
-    assert!(broken.ends_with("| FAILED | — | — | — | — | — | — |"), "one cell more: {broken}");
+    assert!(broken.ends_with("| FAILED | — | — | — | — | — | — | — |"), "one cell more: {broken}");
 }
 
 #[test]
