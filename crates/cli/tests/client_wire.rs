@@ -96,6 +96,15 @@ fn names_with_iac_bytes_are_refused_to_the_globus_server() {
     assert!(names(&down).is_empty());
     let (code, err) = cp(&[src.to_str().unwrap(), &at(b"plain")]);
     assert_eq!(code, 0, "a plain name still goes: {err}");
+    // In a tree copied file by file (pipelined), such a name fails alone.
+    let tree = open_dir(&local.join("tree"));
+    for name in [&b"a\xff\xfbz"[..], b"ok1", b"ok2"] {
+        std::fs::write(tree.join(OsStr::from_bytes(name)), b"hello\n").unwrap();
+    }
+    let (code, err) = cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}{}/", home.display())]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("0xFF"), "{err}");
+    assert_eq!(names(&home.join("tree")), [b"ok1".to_vec(), b"ok2".to_vec()], "the other files go: {err}");
 }
 
 /// Task: `lightpath sum` of a name that is not UTF-8 asks for that name,

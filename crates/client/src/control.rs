@@ -158,10 +158,7 @@ impl ControlConn {
     /// in it doubled ([`lightpath_proto::command::wire_line`]).
     pub async fn send(&mut self, cmd: &[u8]) -> Result<(), ClientError> {
         tracing::debug!(server = %self.name, "> {}", redact(cmd));
-        check_line(cmd)?;
-        if self.iac_names == Some(false) && cmd.contains(&0xFF) {
-            return Err(iac_refused(cmd));
-        }
+        self.check(cmd)?;
         self.last_sent = redact(cmd);
         let line = lightpath_proto::command::wire_line(cmd);
         if let Some(out) = &mut self.corked {
@@ -291,6 +288,18 @@ impl ControlConn {
                 return Ok(r);
             }
         }
+    }
+
+    /// Whether `cmd` can be sent to this server: no line break or NUL in
+    /// it ([`check_line`]), and no 0xFF byte unless the server is lightpath
+    /// (or not known yet: the login flight). A batch checks each file's
+    /// command with this first, so that one such name fails alone.
+    pub fn check(&self, cmd: &[u8]) -> Result<(), ClientError> {
+        check_line(cmd)?;
+        if self.iac_names == Some(false) && cmd.contains(&0xFF) {
+            return Err(iac_refused(cmd));
+        }
+        Ok(())
     }
 
     /// Send a command without waiting: its reply is checked by the next

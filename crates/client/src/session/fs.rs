@@ -98,7 +98,7 @@ impl Session {
         let cmds: Vec<Result<Vec<u8>, ClientError>> = paths
             .iter()
             .map(|p| path_cmd(&format!("CKSM {alg} 0 -1 "), p))
-            .map(|c| crate::control::check_line(&c).map(|()| c))
+            .map(|c| self.ctl.check(&c).map(|()| c))
             .collect();
         if let Err(e) = self.ctl.flush().await {
             return fill_err(Vec::new(), paths.len(), e);

@@ -64,7 +64,7 @@ impl Session {
         self.prepare_get().await?;
         // A name that cannot travel in a command fails alone, unsent.
         let cmds: Vec<Result<Vec<u8>, ClientError>> =
-            todo.iter().map(|(_, op, _)| retr_cmd(op)).map(|c| crate::control::check_line(&c).map(|()| c)).collect();
+            todo.iter().map(|(_, op, _)| retr_cmd(op)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
         let (mut round, mut again) = (Round::default(), Vec::new());
         // The first commands leave in one piece with the first reply read.
         self.ctl.cork();

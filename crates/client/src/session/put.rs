@@ -50,7 +50,8 @@ impl Session {
         // A source that cannot be read is reported before its STOR is sent:
         // once the server says 150/125 it waits for that file's bytes.
         // So is a name that cannot travel in a command.
-        let prepared: Vec<Result<(Vec<u8>, u64), ClientError>> = todo.iter().map(|(_, s, op)| prepare(s, op)).collect();
+        let prepared: Vec<Result<(Vec<u8>, u64), ClientError>> =
+            todo.iter().map(|(_, s, op)| prepare(&self.ctl, s, op)).collect();
         let (mut round, mut again) = (Round::default(), Vec::new());
         // The first batch of ALLO+STOR leaves in one piece with the first reply read.
         self.ctl.cork();
@@ -175,9 +176,9 @@ impl Session {
 
 /// The STOR (or ESTO) line of `op` and the size of `src`, or why the file
 /// cannot be sent.
-fn prepare(src: &LocalSource, op: &FileOp) -> Result<(Vec<u8>, u64), ClientError> {
+fn prepare(ctl: &crate::control::ControlConn, src: &LocalSource, op: &FileOp) -> Result<(Vec<u8>, u64), ClientError> {
     let stor = stor_cmd(op);
-    crate::control::check_line(&stor)?;
+    ctl.check(&stor)?;
     Ok((stor, src.clone().open()?.len()))
 }
 
