@@ -105,6 +105,16 @@ fn names_with_iac_bytes_are_refused_to_the_globus_server() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("0xFF"), "{err}");
     assert_eq!(names(&home.join("tree")), [b"ok1".to_vec(), b"ok2".to_vec()], "the other files go: {err}");
+    // Third party, from lightpath to GCT: refused before either side is set up.
+    let lroot = open_dir(&local.join("lroot"));
+    std::fs::write(lroot.join(OsStr::from_bytes(b"a\xff\xfbz")), b"hello\n").unwrap();
+    let (_l, lport) = lp_server(&lroot, &["--anonymous"]);
+    let before = names(&home);
+    let from = format!("ftp://127.0.0.1:{lport}/{}", pct(b"a\xff\xfbz"));
+    let (code, err) = cp(&[&from, &format!("ftp://127.0.0.1:{port}{}/", home.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("0xFF"), "{err}");
+    assert_eq!(names(&home), before, "nothing made on the server");
 }
 
 /// Task: `lightpath sum` of a name that is not UTF-8 asks for that name,

@@ -25,6 +25,9 @@ pub async fn transfer(
     opts: &CopyOptions,
     linked: &mut bool,
 ) -> Result<u64, ClientError> {
+    // A name one side cannot be sent fails before either side is set up.
+    d.ctl.check(&path_cmd("STOR ".into(), &dst.path))?;
+    s.ctl.check(&path_cmd("RETR ".into(), &src.path))?;
     let mode_e = s.can_mode_e() && d.can_mode_e();
     s.set_mode(mode_e).await?;
     d.set_mode(mode_e).await?;
