@@ -91,25 +91,40 @@ fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
     out
 }
 
-#[test]
-fn ctrl_c_during_a_tree_download_keeps_only_finished_files() {
-    let (_d, root, local) = root_and_local();
+/// `root/tree`: a small file, sent first, and a 4 GiB sparse one in a
+/// directory of mode 0751.
+fn small_and_big_tree(root: &Path) -> std::path::PathBuf {
     let tree = open_dir(&root.join("tree"));
     std::fs::write(tree.join("small"), b"a small file, sent first").unwrap();
     let sub = open_dir(&tree.join("sub"));
     sparse(&sub.join("big"));
     std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o751)).unwrap();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
-    let url = format!("ftp://127.0.0.1:{port}/tree");
-    let cp = start_cp(&["-r", &url, local.join("tree").to_str().unwrap()]);
-    let received = || files_under(&local).iter().map(|f| f.1).sum::<u64>() > 64 << 20;
-    wait_for("the tree download never started writing", received);
-    let (code, err) = interrupt(cp);
-    assert_eq!(code, Some(130), "{err}");
-    for (p, _) in files_under(&local) {
+    tree
+}
+
+/// `cp -r` of `/tree` from `port` into `local/tree`, once it is writing.
+fn tree_download_under_way(port: u16, local: &Path) -> Child {
+    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
+    wait_for("the tree download never started writing", || bytes_open_in(local) > 64 << 20);
+    cp
+}
+
+/// Only the finished file of the tree is under `local`.
+fn only_the_small_file(local: &Path, tree: &Path) {
+    for (p, _) in files_under(local) {
         assert_eq!(p.file_name().unwrap(), "small", "unfinished file left: {}", p.display());
         assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(tree.join("small")).unwrap());
     }
+}
+
+#[test]
+fn ctrl_c_during_a_tree_download_keeps_only_finished_files() {
+    let (_d, root, local) = root_and_local();
+    let tree = small_and_big_tree(&root);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = interrupt(tree_download_under_way(port, &local));
+    assert_eq!(code, Some(130), "{err}");
+    only_the_small_file(&local, &tree);
     // Directories are made 0700 while the tree is written; an interrupted
     // tree still gets the sender's modes.
     let mode = std::fs::metadata(local.join("tree/sub")).unwrap().permissions().mode() & 0o7777;
@@ -158,4 +173,17 @@ fn a_killed_client_leaves_no_partial_download() {
     cp.kill().unwrap();
     cp.wait().unwrap();
     assert!(names(&local).is_empty(), "left behind: {:?}", names(&local));
+}
+
+/// SIGKILL to `cp` in the middle of a tree (one virtual file): the files
+/// of the tree are received unnamed too, so none is left half-written.
+#[test]
+fn a_killed_client_leaves_no_partial_file_in_a_tree() {
+    let (_d, root, local) = root_and_local();
+    let tree = small_and_big_tree(&root);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let mut cp = tree_download_under_way(port, &local);
+    cp.kill().unwrap();
+    cp.wait().unwrap();
+    only_the_small_file(&local, &tree);
 }

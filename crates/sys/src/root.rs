@@ -503,7 +503,7 @@ impl StrictDir {
     /// (no extra call), else set at once with `fchmod`.
     pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
         let mode = mode & 0o7777;
-        let t = TempFile::create_named(self.fd.clone(), component(name)?, mode)?;
+        let t = TempFile::create(self.fd.clone(), component(name)?, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {
             rustix::fs::fchmod(t.file(), Mode::from_raw_mode(mode))?;

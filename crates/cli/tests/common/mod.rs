@@ -35,14 +35,15 @@ pub fn root_and_local() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (d, root, local)
 }
 
-/// The files that any process has open directly in `dir`, named or not:
+/// The files that any process has open beneath `dir`, named or not:
 /// a receiver's file is unnamed (`O_TMPFILE`) until complete and shows in
 /// `/proc/PID/fd` as `dir/#INODE (deleted)`. Each is given as its `/proc`
 /// link, which `std::fs::metadata` follows to the file.
 pub fn open_in(dir: &Path) -> Vec<PathBuf> {
     let fds = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|p| std::fs::read_dir(p.path().join("fd")).ok());
-    let in_dir = |fd: &PathBuf| std::fs::read_link(fd).is_ok_and(|l| l.parent() == Some(dir));
-    fds.flat_map(|d| d.flatten().map(|e| e.path())).filter(in_dir).collect()
+    let in_dir = |fd: &PathBuf| std::fs::read_link(fd).is_ok_and(|l| l.starts_with(dir));
+    let file = |fd: &PathBuf| std::fs::metadata(fd).is_ok_and(|m| m.is_file());
+    fds.flat_map(|d| d.flatten().map(|e| e.path())).filter(|fd| in_dir(fd) && file(fd)).collect()
 }
 
 /// Bytes of the files [`open_in`] `dir` (downloads and uploads of a known

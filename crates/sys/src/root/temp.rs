@@ -1,8 +1,8 @@
 //! Files received under a temporary name and given their final name only
 //! when complete ([`TempFile`]).
 //!
-//! Where the file system allows it, a single file is received as an
-//! unnamed file (`O_TMPFILE`) and gets a name only when it is committed: a
+//! Where the file system allows it, a file is received as an unnamed
+//! file (`O_TMPFILE`) and gets a name only when it is committed: a
 //! server or client that is killed (SIGKILL, power loss, OOM) mid-transfer
 //! leaves nothing behind, where a named `.NAME.lpPID-N.part` would stay,
 //! hidden and holding its space, for ever. The name is given by `linkat`
@@ -74,8 +74,7 @@ impl TempFile {
     }
 
     /// Create the file under a hidden temporary name for `name` in `dir`
-    /// (exclusively): for the many small files of a tree, where the name
-    /// costs one call less than linking an unnamed file.
+    /// (exclusively): where the file system has no unnamed files.
     pub(super) fn create_named(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
         let tmp = temp_name(name);
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
