@@ -8,6 +8,8 @@ mod fs;
 mod get;
 mod put;
 
+pub(crate) use fs::path_cmd;
+
 pub use fs::{parse_mlsd, Entry};
 
 use crate::ahead::{self, AheadConns};

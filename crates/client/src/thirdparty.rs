@@ -3,16 +3,10 @@
 //! server to server. The MODE E channel stays linked between files.
 
 use crate::job::CopyOptions;
-use crate::session::{cancelled, Session};
+use crate::session::{cancelled, path_cmd, Session};
 use crate::{ClientError, Remote};
 use lightpath_proto::{hostport, PerfMarker, Reply};
 use std::sync::atomic::{AtomicU64, Ordering};
-
-fn path_cmd(verb: String, p: &[u8]) -> Vec<u8> {
-    let mut c = verb.into_bytes();
-    c.extend_from_slice(p);
-    c
-}
 
 /// Copy one file from `s` to `d`. `linked` says whether both servers still
 /// hold a MODE E channel between them from the previous file.
@@ -26,8 +20,8 @@ pub async fn transfer(
     linked: &mut bool,
 ) -> Result<u64, ClientError> {
     // A name one side cannot be sent fails before either side is set up.
-    d.ctl.check(&path_cmd("STOR ".into(), &dst.path))?;
-    s.ctl.check(&path_cmd("RETR ".into(), &src.path))?;
+    d.ctl.check(&path_cmd("STOR ", &dst.path))?;
+    s.ctl.check(&path_cmd("RETR ", &src.path))?;
     let mode_e = s.can_mode_e() && d.can_mode_e();
     s.set_mode(mode_e).await?;
     d.set_mode(mode_e).await?;
@@ -51,8 +45,8 @@ pub async fn transfer(
         }
     };
     let verbs = (retr.trim_end().to_string(), stor.trim_end().to_string());
-    d.ctl.send(&path_cmd(stor, &dst.path)).await?;
-    s.ctl.send(&path_cmd(retr, &src.path)).await?;
+    d.ctl.send(&path_cmd(&stor, &dst.path)).await?;
+    s.ctl.send(&path_cmd(&retr, &src.path)).await?;
     s.settle().await?;
     d.settle().await?;
     watch(s, d, (&verbs.0, &verbs.1)).await.map(|(bytes, ..)| bytes)

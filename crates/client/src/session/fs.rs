@@ -214,7 +214,7 @@ pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Rep
 }
 
 /// `verb` (with its space) and a raw path: names need not be UTF-8.
-fn path_cmd(verb: &str, path: &[u8]) -> Vec<u8> {
+pub(crate) fn path_cmd(verb: &str, path: &[u8]) -> Vec<u8> {
     let mut c = verb.as_bytes().to_vec();
     c.extend_from_slice(path);
     c
