@@ -155,11 +155,6 @@ impl Line {
         self
     }
 
-    /// What the packet `raw` (as read from the TUN device) is on the wire.
-    fn wire(&self, raw: &[u8]) -> Wire {
-        wire_of(self.offload, raw)
-    }
-
     /// Runs until `shared.stop` is set.
     pub fn run(mut self) {
         // Wake up within a microsecond of the deadline, not the default 50 us.
@@ -198,7 +193,7 @@ impl Line {
         match self.output.write(raw) {
             Ok(_) => {
                 let c = &self.counters;
-                let w = self.wire(raw);
+                let w = wire_of(self.offload, raw);
                 bump(&c.forwarded_packets, w.packets as u64);
                 bump(&c.forwarded_bytes, w.bytes as u64);
                 bump(&c.late_sum_ns, late);
