@@ -67,6 +67,12 @@ pub struct CpArgs {
     /// this user stops the copy before it starts.
     #[arg(long, env = "LIGHTPATH_CONGESTION")]
     pub congestion: Option<String>,
+    /// Times a file that failed for a transient reason (a broken
+    /// connection, a server that went away or answered 4xx) is tried
+    /// again, after 1 s, 2 s, 4 s... (at most 30 s); a download resumes
+    /// from the bytes it received. 0: fail at once.
+    #[arg(long, default_value_t = 3, env = "LIGHTPATH_RETRIES")]
+    pub retries: u32,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -136,6 +142,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         connect_ahead: !a.no_connect_ahead,
         fastopen: !a.no_fastopen,
         congestion: crate::congestion::check(a.congestion.as_deref())?,
+        retries: a.retries,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.

@@ -88,6 +88,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         connect_ahead: false,
         fastopen: false,
         congestion: None,
+        retries: 0,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

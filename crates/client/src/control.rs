@@ -334,8 +334,13 @@ impl ControlConn {
             if r.is_error() && optional {
                 self.refused_optional.push((cmd, format!("{} {}", r.code, r.full_text())));
             } else if r.is_error() && first_err.is_none() {
-                first_err =
-                    Some(ClientError::Refused { server: self.name.clone(), cmd, reply: r.full_text(), code: r.code });
+                first_err = Some(ClientError::Refused {
+                    server: self.name.clone(),
+                    cmd,
+                    reply: r.full_text(),
+                    code: r.code,
+                    here: crate::DataEnd::Fine,
+                });
             }
         }
         first_err.map_or(Ok(()), Err)
@@ -359,6 +364,7 @@ impl ControlConn {
                 cmd: redact(cmd),
                 reply: r.full_text(),
                 code: r.code,
+                here: crate::DataEnd::Fine,
             });
         }
         Ok(r)
@@ -428,7 +434,13 @@ impl ControlConn {
 
     /// The error for a reply we did not expect.
     pub fn unexpected(&self, what: &str, r: &Reply) -> ClientError {
-        ClientError::Refused { server: self.name.clone(), cmd: what.into(), reply: r.full_text(), code: r.code }
+        ClientError::Refused {
+            server: self.name.clone(),
+            cmd: what.into(),
+            reply: r.full_text(),
+            code: r.code,
+            here: crate::DataEnd::Fine,
+        }
     }
 }
 

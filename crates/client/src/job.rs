@@ -4,6 +4,7 @@
 
 use crate::local::{LocalSource, LocalTarget};
 use crate::plan::{describe, make_plan, Item, Plan};
+use crate::retry::{self, Task};
 use crate::session::{FileOp, Session, SessionOpts, Speculation};
 use crate::{ClientError, Location, Remote};
 use lightpath_engine::checksum::checksum;
@@ -42,6 +43,9 @@ pub struct CopyOptions {
     /// TCP congestion control of our data connections (`None`: BBR where
     /// the kernel allows it; `kernel`: the system's).
     pub congestion: Option<String>,
+    /// Times a file that failed for a transient reason is tried again
+    /// ([`crate::retry`]); a download resumes from what it received.
+    pub retries: u32,
 }
 
 /// Outcome for one file.
@@ -330,40 +334,72 @@ async fn worker(
     let mut pre = pre;
     let mut sessions: Option<Pair> = None;
     let mut linked = false;
+    // Files that failed for a transient reason and go again first.
+    let mut again: Vec<Task> = Vec::new();
     loop {
-        let batch = take_batch(&q, opts.pipeline.max(1));
+        let batch = next_batch(&q, &mut again, opts.pipeline.max(1));
         if batch.is_empty() || sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
-        if sessions.is_none() {
-            match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default()).await {
-                Ok(s) => sessions = Some(s),
-                Err(e) => {
-                    out.extend(batch.iter().map(|i| result(i, Err(e.clone()))));
-                    continue;
-                }
-            }
-        }
-        let Some((src_s, dst_s)) = sessions.as_mut() else { continue };
-        let results = match (src_s.as_mut(), dst_s.as_mut()) {
-            (Some(s), None) => get_batch(s, &batch, &opts, root.as_deref()).await,
-            (None, Some(d)) => put_batch(d, &batch, &opts).await,
-            (Some(s), Some(d)) => tpt_batch(s, d, &batch, &opts, &mut linked).await,
-            (None, None) => batch.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),
+        let results = match sessions.as_mut() {
+            Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
+            None => match open_sessions(&batch[0].item, &sopts, pre.take().unwrap_or_default()).await {
+                Ok(s) => run_batch(sessions.insert(s), &batch, &opts, root.as_deref(), &mut linked).await,
+                Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
+            },
         };
-        let broken = results.iter().any(|r| matches!(r, Err(ClientError::Control(..))));
-        out.extend(batch.iter().zip(results).map(|(i, r)| result(i, r)));
-        if broken {
+        if results.iter().any(|r| matches!(r, Err(ClientError::Control(..)))) {
             sessions = None;
             linked = false;
         }
+        let mut wait = None;
+        for (mut task, r) in batch.into_iter().zip(results) {
+            match r {
+                Err(e) if retry::again(&mut task, &e, opts.retries) => {
+                    wait = wait.max(Some(retry::wait_after(task.tries)));
+                    again.push(task);
+                }
+                r => out.push(result(&task.item, r)),
+            }
+        }
+        if let Some(d) = wait {
+            retry::pause(d, &sopts.cancel).await;
+        }
     }
+    // Files left to retry when the job was stopped.
+    let stopped = ClientError::Local("interrupted".into());
+    out.extend(again.iter().map(|t| result(&t.item, Err(stopped.clone()))));
     if let Some((a, b)) = sessions {
         for s in [a, b].into_iter().flatten() {
             s.quit().await;
         }
     }
     out
+}
+
+/// The files to try next: those going again, else a new batch of `n`.
+fn next_batch(q: &Queue, again: &mut Vec<Task>, n: usize) -> Vec<Task> {
+    if !again.is_empty() {
+        return std::mem::take(again);
+    }
+    take_batch(q, n).into_iter().map(Task::new).collect()
+}
+
+/// Copy `batch` with the sessions of `pair`, one result per file.
+async fn run_batch(
+    pair: &mut Pair,
+    batch: &[Task],
+    opts: &CopyOptions,
+    root: Option<&std::path::Path>,
+    linked: &mut bool,
+) -> Vec<Result<u64, ClientError>> {
+    let items: Vec<Item> = batch.iter().map(|t| t.item.clone()).collect();
+    match (pair.0.as_mut(), pair.1.as_mut()) {
+        (Some(s), None) => get_batch(s, batch, opts, root).await,
+        (None, Some(d)) => put_batch(d, &items, opts).await,
+        (Some(s), Some(d)) => tpt_batch(s, d, &items, opts, linked).await,
+        (None, None) => items.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),
+    }
 }
 
 /// Sessions for `item`'s remote ends, reusing `pre` where it points at the same server.
@@ -409,26 +445,35 @@ fn local(l: &Location) -> &std::path::Path {
     }
 }
 
-/// Download `batch` into files beneath the destination directory `root`.
+/// Download `batch` into files beneath the destination directory `root`,
+/// each resuming what an earlier try of it kept.
 async fn get_batch(
     s: &mut Session,
-    batch: &[Item],
+    batch: &[Task],
     opts: &CopyOptions,
     root: Option<&std::path::Path>,
 ) -> Vec<Result<u64, ClientError>> {
+    for t in batch.iter().filter(|t| t.resume.kept_bytes() > 0) {
+        if let Err(e) = retry::check_kept(s, t, &remote(&t.item.src).path).await {
+            return batch.iter().map(|_| Err(e.clone())).collect();
+        }
+    }
     let ops = batch
         .iter()
-        .map(|i| {
+        .map(|t| {
+            let i = &t.item;
             (
                 FileOp { remote: remote(&i.src).path.clone(), part: opts.part },
                 LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync, i.size)
                     .beneath(root)
-                    .window(opts.part),
+                    .window(opts.part)
+                    .resumable(Some(t.resume.clone())),
             )
         })
         .collect();
     let mut results = s.get_many(ops).await;
-    verify_batch(s, opts, batch.iter().map(|i| (&i.src, &i.dst)), Side::Local, &mut results).await;
+    let pairs = batch.iter().map(|t| (&t.item.src, &t.item.dst));
+    verify_batch(s, opts, pairs, Side::Local, &mut results).await;
     results
 }
 

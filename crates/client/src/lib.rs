@@ -9,6 +9,8 @@ pub mod local;
 pub mod location;
 pub mod peers;
 pub mod plan;
+pub mod resume;
+pub mod retry;
 pub mod session;
 pub mod thirdparty;
 pub mod vfile;
@@ -44,6 +46,9 @@ pub enum ClientError {
         reply: String,
         /// Reply code.
         code: u16,
+        /// What our end of the transfer's data channel had seen when
+        /// this reply came.
+        here: DataEnd,
     },
     /// A server's answer went past a bound that keeps the client's memory
     /// (or time) in check: an over-long reply, a listing too large or deep.
@@ -54,9 +59,18 @@ pub enum ClientError {
         /// What went past which bound.
         what: String,
     },
-    /// Local file or data-channel trouble.
+    /// Local file trouble (or data-channel trouble of our own making).
     #[error("{0}")]
     Local(String),
+    /// The data channel failed ([`lightpath_engine::EngineError`]).
+    #[error("data channel: {msg}")]
+    Data {
+        /// What failed.
+        msg: String,
+        /// Whether trying again may succeed (the network failed, not a
+        /// disk or the protocol's rules).
+        transient: bool,
+    },
     /// Data moved but the checksums differ.
     #[error("{alg} checksum mismatch: {local} != {remote}")]
     Checksum {
@@ -83,8 +97,49 @@ pub enum ClientError {
     },
 }
 
+/// What our end of a transfer's data channel had seen when the server's
+/// refusal came ([`ClientError::Refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataEnd {
+    /// Nothing wrong (or nothing known).
+    Fine,
+    /// The network failed under it: a reset, a stall, a peer gone (GCT
+    /// answers such a failure with its generic 500).
+    Broke,
+    /// It failed by itself: a local disk or source file, or the peer broke
+    /// the protocol's rules.
+    Failed,
+}
+
 impl From<lightpath_engine::EngineError> for ClientError {
     fn from(e: lightpath_engine::EngineError) -> Self {
-        ClientError::Local(format!("data channel: {e}"))
+        ClientError::Data { msg: e.to_string(), transient: e.is_transient() }
+    }
+}
+
+impl ClientError {
+    /// Whether the same copy, tried again, may succeed (`cp --retries`):
+    /// the server was unreachable or went away, a connection broke, or the
+    /// server answered with a transient (4xx) refusal other than 451 and
+    /// 452 (its own local error, such as a file that shrank, and no
+    /// room). A refusal that came as our data channel broke is transient
+    /// unless it blames the file (451, 452, 550-553); one that came as our
+    /// end failed by itself (a disk, a source file) is final. Other
+    /// refusals, bad logins, local trouble, checksum mismatches and bounds
+    /// are final.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Connect(..) | ClientError::Control(..) => true,
+            ClientError::Refused { code, here, .. } => {
+                let blames_file = matches!(code, 451 | 452 | 550..=553);
+                match here {
+                    DataEnd::Failed => false,
+                    DataEnd::Broke => !blames_file,
+                    DataEnd::Fine => !blames_file && (400..500).contains(code),
+                }
+            }
+            ClientError::Data { transient, .. } => *transient,
+            _ => false,
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! renamed into place only when complete; `/dev/null` and `/dev/zero` for
 //! memory-to-memory runs.
 
+use crate::resume::Resume;
 use crate::ClientError;
 use lightpath_engine::dio::file_sink;
 use lightpath_engine::{DataPath, EngineError, FileSource, NullSink, Sink, Source, ZeroSource};
@@ -12,7 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Where a download goes.
 #[derive(Debug, Clone)]
@@ -38,6 +39,9 @@ pub enum LocalTarget {
         /// The only bytes it may receive, `(offset, len)` (see
         /// [`LocalTarget::window`]).
         window: Option<(u64, u64)>,
+        /// Where a failed try keeps its partial file for the next one
+        /// (see [`LocalTarget::resumable`]).
+        resume: Option<Arc<Resume>>,
     },
 }
 
@@ -48,7 +52,8 @@ impl LocalTarget {
             LocalTarget::Null
         } else {
             let path = path.to_path_buf();
-            LocalTarget::File { path, in_place, fsync, size, direct: false, root: None, window: None }
+            let (root, window, resume) = (None, None, None);
+            LocalTarget::File { path, in_place, fsync, size, direct: false, root, window, resume }
         }
     }
 
@@ -78,6 +83,37 @@ impl LocalTarget {
         self
     }
 
+    /// The same target keeping its partial file in `slot` when a try
+    /// fails midway, and resuming from what `slot` holds ([`crate::resume`]).
+    pub fn resumable(mut self, slot: Option<Arc<Resume>>) -> LocalTarget {
+        if let LocalTarget::File { resume, .. } = &mut self {
+            *resume = slot;
+        }
+        self
+    }
+
+    /// Its resume slot, if it has one.
+    pub fn resume_slot(&self) -> Option<Arc<Resume>> {
+        match self {
+            LocalTarget::File { resume, .. } => resume.clone(),
+            LocalTarget::Null => None,
+        }
+    }
+
+    /// The ranges an earlier try left in its resume slot.
+    pub fn kept(&self) -> Option<RangeSet> {
+        self.resume_slot().and_then(|r| r.have())
+    }
+
+    /// Open it, resuming the partial file its slot kept, if any; also
+    /// gives the ranges that file holds already.
+    pub fn open_resuming(self) -> Result<(OpenTarget, RangeSet), ClientError> {
+        match self.resume_slot().and_then(|r| r.take()) {
+            Some(k) => Ok((k.target, k.have)),
+            None => Ok((self.open()?, RangeSet::new())),
+        }
+    }
+
     /// The expected size (0: unknown or not a file).
     pub fn size(&self) -> u64 {
         match self {
@@ -99,9 +135,12 @@ impl LocalTarget {
         self
     }
 
-    /// Open it for writing.
+    /// Open it for writing, afresh (a partial file its slot kept is dropped).
     pub fn open(self) -> Result<OpenTarget, ClientError> {
-        let LocalTarget::File { path, in_place, fsync, size, direct, root, window } = self else {
+        if let Some(r) = self.resume_slot() {
+            r.clear();
+        }
+        let LocalTarget::File { path, in_place, fsync, size, direct, root, window, .. } = self else {
             let out = Output::Null;
             return Ok(OpenTarget { out, path: PathBuf::new(), fsync: false, direct: false, window: None });
         };
@@ -268,6 +307,17 @@ impl OpenTarget {
             Some(window) => Box::new(WindowSink { inner, window }),
             None => inner,
         }
+    }
+
+    /// The file it writes (`None`: `/dev/null`).
+    pub(crate) fn file(&self) -> Option<&File> {
+        self.out.file()
+    }
+
+    /// Whether a later try may write into it: a whole file received
+    /// under a temporary name (not a part written in place).
+    pub(crate) fn can_resume(&self) -> bool {
+        matches!(self.out, Output::Temp(_)) && self.window.is_none()
     }
 
     /// Complete: check that a window arrived whole, fix the length,

@@ -150,7 +150,13 @@ mod tests {
     use crate::ClientError;
 
     fn refused(code: u16) -> ClientError {
-        ClientError::Refused { server: "h:1".into(), cmd: "STOR".into(), reply: format!("{code} x"), code }
+        ClientError::Refused {
+            server: "h:1".into(),
+            cmd: "STOR".into(),
+            reply: format!("{code} x"),
+            code,
+            here: crate::DataEnd::Fine,
+        }
     }
 
     #[test]

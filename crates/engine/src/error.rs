@@ -18,6 +18,10 @@ pub enum EngineError {
     /// The peer broke the MODE E / MODE S rules.
     #[error("protocol error on data channel: {0}")]
     Protocol(String),
+    /// The peer closed a data connection before its EOD: it stopped (or
+    /// was stopped) midway.
+    #[error("peer closed a data connection before EOD")]
+    PeerClosed,
     /// Cancelled (ABOR, or the control connection went away).
     #[error("transfer aborted")]
     Aborted,
@@ -35,6 +39,29 @@ impl EngineError {
         EngineError::Io { context: context.into(), source }
     }
 
+    /// Whether trying again may succeed: the network failed (a reset, a
+    /// timeout, a peer that went away midway, a stalled channel), not a
+    /// disk, a file or the rules of the protocol.
+    pub fn is_transient(&self) -> bool {
+        use io::ErrorKind as K;
+        match self {
+            EngineError::Io { source, .. } => matches!(
+                source.kind(),
+                K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::ConnectionRefused
+                    | K::BrokenPipe
+                    | K::TimedOut
+                    | K::NotConnected
+                    | K::HostUnreachable
+                    | K::NetworkUnreachable
+                    | K::NetworkDown
+            ),
+            EngineError::PeerClosed | EngineError::Idle(_) => true,
+            EngineError::Protocol(_) | EngineError::Aborted | EngineError::Setup(_) => false,
+        }
+    }
+
     /// An error of a zero-copy send (`sendfile`, `splice`) on the
     /// connection that `context` names. Such a call fails for the file's
     /// sake too: when the file ended early (it shrank), the error is the
@@ -49,3 +76,23 @@ impl EngineError {
 
 /// Shorthand.
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_failures_are_transient_and_local_ones_are_not() {
+        let io = |k: io::ErrorKind| EngineError::io("data connection 1", io::Error::from(k));
+        assert!(io(io::ErrorKind::ConnectionReset).is_transient());
+        assert!(io(io::ErrorKind::TimedOut).is_transient());
+        assert!(EngineError::PeerClosed.is_transient());
+        assert!(EngineError::Idle(Duration::from_secs(60)).is_transient());
+        assert!(!io(io::ErrorKind::StorageFull).is_transient());
+        assert!(
+            !EngineError::sending("data connection 1", io::Error::from(io::ErrorKind::UnexpectedEof)).is_transient()
+        );
+        assert!(!EngineError::Protocol("overlapping block".into()).is_transient());
+        assert!(!EngineError::Aborted.is_transient());
+    }
+}

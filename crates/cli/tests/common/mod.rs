@@ -192,8 +192,13 @@ pub fn wait_port(child: &mut Child, port: u16) {
 
 /// `lightpath serve` on a free port, anonymous read-write.
 pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
-    own_peer_book();
     let port = free_port();
+    (lp_server_on(root, port, extra), port)
+}
+
+/// `lightpath serve` on `port` (e.g. one that a killed server had).
+pub fn lp_server_on(root: &Path, port: u16, extra: &[&str]) -> Proc {
+    own_peer_book();
     let mut child = Command::new(LP)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
         .arg(root)
@@ -203,7 +208,7 @@ pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
         .spawn()
         .expect("start lightpath serve");
     wait_serving(&mut child, port);
-    (Proc(child), port)
+    Proc(child)
 }
 
 /// A server at -v with `extra` arguments, logging to `log`; its port.

@@ -93,7 +93,13 @@ mod tests {
     use crate::ClientError;
 
     fn refused() -> Result<u64, ClientError> {
-        Err(ClientError::Refused { server: "h:1".into(), cmd: "RETR".into(), reply: "500 x".into(), code: 500 })
+        Err(ClientError::Refused {
+            server: "h:1".into(),
+            cmd: "RETR".into(),
+            reply: "500 x".into(),
+            code: 500,
+            here: crate::DataEnd::Fine,
+        })
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! error (a stall, a reset), which is often the cause.
 
 use super::{cancelled, Session, ABORT_WAIT};
-use crate::ClientError;
+use crate::{ClientError, DataEnd};
 use lightpath_engine::{Control, DataChannel};
 use lightpath_proto::Reply;
 use std::time::Duration;
@@ -185,7 +185,10 @@ pub(crate) fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientErr
         return e;
     }
     match &mut e {
-        ClientError::Refused { reply, .. } => reply.push_str(&format!(" (here: {l})")),
+        ClientError::Refused { reply, here, .. } => {
+            reply.push_str(&format!(" (here: {l})"));
+            *here = if local.is_transient() { DataEnd::Broke } else { DataEnd::Failed };
+        }
         ClientError::Control(_, why) => why.push_str(&format!(" (here: {l})")),
         _ => {}
     }

@@ -87,7 +87,19 @@ impl Session {
 
     /// `CKSM alg 0 -1 path`, the path as its bytes (names need not be UTF-8).
     pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
-        let r = self.ctl.ok(path_cmd(&format!("CKSM {alg} 0 -1 "), path)).await?;
+        self.checksum_of(alg, 0, None, path).await
+    }
+
+    /// `CKSM alg off len path`: the digest of `len` bytes at `off` (`None`: to the end).
+    pub async fn checksum_of(
+        &mut self,
+        alg: &str,
+        off: u64,
+        len: Option<u64>,
+        path: &[u8],
+    ) -> Result<String, ClientError> {
+        let len = len.map_or_else(|| "-1".to_string(), |l| l.to_string());
+        let r = self.ctl.ok(path_cmd(&format!("CKSM {alg} {off} {len} "), path)).await?;
         Ok(r.text().trim().to_ascii_lowercase())
     }
 

@@ -3,9 +3,11 @@
 
 use super::batch::{Batch, Round};
 use super::{check_whole, fill_err, retr_cmd, FileOp, Session};
-use crate::local::LocalTarget;
+use crate::local::{LocalTarget, OpenTarget};
+use crate::resume::{rest_cmd, union};
 use crate::ClientError;
-use lightpath_engine::{Direction, RecvOpts};
+use lightpath_engine::{Control, DataChannel, Direction, RecvOpts};
+use lightpath_proto::RangeSet;
 
 /// Files still to fetch, by their place in the batch.
 type Todo = Vec<(usize, FileOp, LocalTarget)>;
@@ -65,12 +67,17 @@ impl Session {
         // A name that cannot travel in a command fails alone, unsent.
         let cmds: Vec<Result<Vec<u8>, ClientError>> =
             todo.iter().map(|(_, op, _)| retr_cmd(op)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        // A file resumed from an earlier try asks for the ranges it lacks.
+        let rests: Vec<Option<Vec<u8>>> = todo.iter().map(|(_, _, t)| t.kept().map(|h| rest_cmd(&h))).collect();
         let (mut round, mut again) = (Round::default(), Vec::new());
         // The first commands leave in one piece with the first reply read.
         self.ctl.cork();
         for (k, (i, op, target)) in todo.into_iter().enumerate() {
             while round.sending() && round.sent < cmds.len() && round.sent < k + self.opts.pipeline.max(1) {
                 if let Ok(cmd) = &cmds[round.sent] {
+                    if let Some(rest) = &rests[round.sent] {
+                        self.ctl.send(rest).await?;
+                    }
                     self.ctl.send(cmd).await?;
                 }
                 round.sent += 1;
@@ -115,11 +122,15 @@ impl Session {
         self.recv_stream(dc, op, target).await
     }
 
-    /// Receive one file whose RETR was already sent.
+    /// Receive one file whose RETR (and `REST`, when resuming) was sent.
     async fn get_one_e(&mut self, op: &FileOp, target: LocalTarget) -> Result<u64, ClientError> {
         let target = self.choose_io(target);
         let announced = target.size();
+        let restarted = target.kept().is_some();
         self.settle().await?;
+        if restarted {
+            self.rest_reply(op).await?;
+        }
         let first = self.ctl.reply().await?;
         if !first.is_preliminary() {
             return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
@@ -127,29 +138,75 @@ impl Session {
         let base = op.part.map(|p| p.0).unwrap_or(0);
         let ctl = self.opts.control();
         let mut dc = self.dc.take().unwrap_or_default();
-        let c2 = ctl.clone();
+        let (c2, slot) = (ctl.clone(), target.resume_slot());
         let job = tokio::task::spawn_blocking(move || {
             let opts = RecvOpts { base, max_offset: u64::MAX >> 1, idle: dc.idle };
-            let r = match target.open() {
-                Ok(w) => {
-                    let got = dc.recv_e(w.sink().as_ref(), &opts, &c2);
-                    got.map(|g| (w, g)).map_err(ClientError::from)
-                }
-                // Drain the file's blocks so the reused channel stays in step, then report.
-                Err(e) => Err(dc.recv_e(&lightpath_engine::NullSink, &opts, &c2).map_or_else(ClientError::from, |_| e)),
-            };
+            let r = recv_into(&mut dc, target, &opts, &c2);
             (dc, r)
         });
         let end = self.end_transfer(job, &ctl).await?;
         let fin = end.checked_reply(self, &format!("RETR {}", String::from_utf8_lossy(&op.remote)));
         let ok = fin.is_ok() && end.dc.cached(Direction::Recv) > 0;
         self.keep_channel(end.dc, ok);
-        fin?;
-        let (w, got) = end.data?;
+        let (w, got) = match (fin, end.data) {
+            (Ok(_), Ok(d)) => d,
+            (Err(e), Ok((w, got))) => {
+                // Every byte came but the server's reply did not: keep them.
+                slot.inspect(|s| s.keep(w, got));
+                return Err(e);
+            }
+            (Err(e), Err(_)) | (Ok(_), Err(e)) => return Err(e),
+        };
         if op.part.is_none() {
             check_whole(op, got.is_contiguous_from(0), got.end(), announced)?;
         }
         w.finish(op.part.is_none().then_some(got.covered()))?;
         Ok(got.covered())
+    }
+
+    /// The reply to the `REST` sent before a resumed file's RETR. A server
+    /// that refuses it sends the whole file, which lands on the same bytes.
+    async fn rest_reply(&mut self, op: &FileOp) -> Result<(), ClientError> {
+        let r = self.ctl.reply().await?;
+        if r.code != 350 {
+            let name = String::from_utf8_lossy(&op.remote);
+            tracing::warn!(server = %self.ctl.name, "{name}: restart refused ({} {}); fetching it whole", r.code, r.full_text());
+        }
+        Ok(())
+    }
+}
+
+/// Receive a MODE E file into `target`, resuming what its slot kept.
+/// Returns the open file and every range it now holds. A transfer that
+/// fails leaves the file and the ranges written in the slot for the next
+/// try ([`crate::resume`]); one whose target cannot be opened is still
+/// drained, so the reused channel stays in step.
+fn recv_into(
+    dc: &mut DataChannel,
+    target: LocalTarget,
+    opts: &RecvOpts,
+    ctl: &Control,
+) -> Result<(OpenTarget, RangeSet), ClientError> {
+    let slot = target.resume_slot();
+    let (w, have) = match target.open_resuming() {
+        Ok(x) => x,
+        Err(e) => return Err(dc.recv_e(&lightpath_engine::NullSink, opts, ctl).map_or_else(ClientError::from, |_| e)),
+    };
+    let r = dc.recv_e(w.sink().as_ref(), opts, ctl);
+    match r {
+        Ok(got) => {
+            if !have.is_empty() {
+                tracing::info!("resumed a download: {} bytes kept, {} received", have.covered(), got.covered());
+            }
+            Ok((w, union(have, &got)))
+        }
+        // Kept only when the network failed: not after a disk error or
+        // a peer that broke the protocol's rules.
+        Err(e) => {
+            if e.is_transient() {
+                slot.inspect(|s| s.keep(w, union(have, &ctl.take_written())));
+            }
+            Err(e.into())
+        }
     }
 }

@@ -580,7 +580,7 @@ impl RecvConn {
                 self.phase = Phase::Dead;
                 return Ok(Step::Stop(Turn::Done));
             }
-            Ok(0) => return Err(EngineError::Protocol("peer closed a data connection before EOD".into())),
+            Ok(0) => return Err(EngineError::PeerClosed),
             Ok(k) => k,
             Err(e) => return io_step(e),
         };
@@ -631,7 +631,7 @@ impl RecvConn {
             Data::Pipe(pipe) => pipe.fill_from(&self.stream, f.want - f.got),
         };
         let k = match r {
-            Ok(0) => return Err(EngineError::Protocol("peer closed a data connection before EOD".into())),
+            Ok(0) => return Err(EngineError::PeerClosed),
             Ok(k) => k,
             // The socket ran dry or the pipe is full: queue what the pipe
             // holds, then try again with a fresh one (which tells which).

@@ -50,9 +50,12 @@ pub struct TempFile {
 impl TempFile {
     /// Create the file that becomes `name` in `dir`: unnamed where the file
     /// system allows it, else under a hidden temporary name (exclusively).
+    /// Open for reading too: a download kept for resuming is compared with
+    /// the server's file before its next try (the creator of a new file
+    /// may read it whatever its `mode`).
     pub(super) fn create(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
         if proc_fd_links() {
-            let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+            let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
             match rustix::fs::openat(&*dir, ".", flags, Mode::from_raw_mode(mode)) {
                 Ok(fd) => {
                     return Ok(TempFile { dir, tmp: Vec::new(), name: name.as_bytes().to_vec(), file: Some(fd.into()) })
@@ -77,7 +80,7 @@ impl TempFile {
     /// (exclusively): where the file system has no unnamed files.
     pub(super) fn create_named(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
         let tmp = temp_name(name);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?;
         Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
     }

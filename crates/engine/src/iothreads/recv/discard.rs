@@ -29,7 +29,7 @@ impl RecvConn {
         let want = piece_len(*left);
         let r = SCRATCH.with_borrow_mut(|s| stream.read(&mut s[..want]));
         let k = match r {
-            Ok(0) => return Err(EngineError::Protocol("peer closed a data connection before EOD".into())),
+            Ok(0) => return Err(EngineError::PeerClosed),
             Ok(k) => k,
             Err(e) => return io_step(e),
         };

@@ -1,0 +1,234 @@
+//! `cp --retries`: a download whose server went away midway is tried
+//! again and resumes from the bytes it had (MODE E `REST` with the ranges
+//! held), against our server restarted on its port and against the real
+//! `globus-gridftp-server` whose session process was killed. Final
+//! failures are not tried again.
+
+mod common;
+use common::*;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A sparse file of `len` bytes with 1 MiB of random bytes at four
+/// places (the start, two odd offsets inside, the end): a resumed copy
+/// that put a range at the wrong offset differs.
+fn islands(p: &Path, len: u64) {
+    let f = std::fs::File::create(p).unwrap();
+    f.set_len(len).unwrap();
+    let chunk = scratch();
+    for (k, off) in [0, len / 3 + 3, 2 * len / 3 + 77, len - (1 << 20)].into_iter().enumerate() {
+        let c = chunk.path().join(k.to_string());
+        write_random(&c, 1 << 20, 40 + k as u64);
+        f.write_all_at(&std::fs::read(&c).unwrap(), off).unwrap();
+    }
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+}
+
+const LEN: u64 = 2 << 30;
+
+/// Bytes process `pid` has read so far (`rchar`: `read`, `pread` and
+/// `sendfile` alike), 0 once it is gone.
+fn rchar(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines().find_map(|l| l.strip_prefix("rchar: ")).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Wait until one of the processes `pids` gives has read a quarter of
+/// the file; that one.
+fn midway(pids: impl Fn() -> Vec<u32>) -> u32 {
+    let t = Instant::now();
+    loop {
+        if let Some(p) = pids().into_iter().find(|&p| rchar(p) >= LEN / 4) {
+            return p;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "the transfer never got under way");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// SIGKILL the process of `pids` that has read a quarter of the file.
+fn kill_midway(pids: impl Fn() -> Vec<u32>) {
+    let pid = midway(pids);
+    let st = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    assert!(st.success());
+}
+
+/// Destroy one TCP connection of process `pid` other than its control
+/// connection on `port` (`ss -K`, as a middlebox reset or a dead path
+/// would end it): one data stream dies, the rest of the transfer lives.
+fn kill_a_stream(pid: u32, port: u16) {
+    let out = Command::new("ss").args(["-tnpH", "state", "established"]).output().expect("ss (iproute2)");
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mine = format!("pid={pid},");
+    let control = format!(":{port}");
+    let data = list.lines().filter(|l| l.contains(&mine)).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 4 && !f[2].ends_with(&control) && !f[3].ends_with(&control))
+            .then(|| (f[2].to_string(), f[3].to_string()))
+    });
+    let (local, peer) = data.unwrap_or_else(|| panic!("no data connection of {pid} in: {list}"));
+    let st =
+        Command::new("ss").args(["-K", "-tn", "src", &local, "dst", &peer]).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success(), "ss -K {local} {peer}");
+}
+
+fn start_cp(args: &[&str]) -> Child {
+    Command::new(LP).args(["-v", "cp", "-q"]).args(args).stderr(Stdio::piped()).spawn().expect("start cp")
+}
+
+/// Exit status 0, and what `cp` said; panics with its stderr otherwise.
+fn succeeded(out: Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    err
+}
+
+/// The bytes `cp`'s retry warning said it kept.
+fn kept(err: &str) -> u64 {
+    let n = err.split("keeping the ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
+    n.unwrap_or_else(|| panic!("no retry keeping bytes in: {err}"))
+}
+
+/// What the resumed try said it kept and received (`cp -v`): a server
+/// that ignored the restart and sent the whole file again would make them
+/// add up to more than the file.
+fn resumed(err: &str) -> (u64, u64) {
+    let line = err.lines().find_map(|l| l.split("resumed a download: ").nth(1));
+    let line = line.unwrap_or_else(|| panic!("no resumed download in: {err}"));
+    let n: Vec<u64> = line.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
+    assert_eq!(n.len(), 2, "{line}");
+    (n[0], n[1])
+}
+
+/// The download resumed from some of the file and received only the rest.
+fn assert_resumed(err: &str) {
+    let told = kept(err);
+    let (kept, received) = resumed(err);
+    assert!(kept > 0 && kept <= told, "kept {kept} of the {told} bytes it had");
+    assert_eq!(kept + received, LEN, "the server sent more than the missing ranges");
+    // The kept bytes were compared with the server's by digest first.
+    assert!(err.contains(&format!("comparing the {kept} bytes kept")), "{err}");
+    assert!(!err.contains("no digest"), "{err}");
+}
+
+#[test]
+fn a_download_resumes_after_the_server_is_killed_and_restarted() {
+    let (_d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    srv.0.wait().unwrap();
+    let _again = lp_server_on(&root, port, &["--anonymous"]);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&root.join("big"), &local.join("big"));
+    assert_resumed(&err);
+}
+
+/// The session processes `globus-gridftp-server` (pid `daemon`) forked.
+fn children(daemon: u32) -> Vec<u32> {
+    let ppid = |p: &Path| -> Option<u32> {
+        let stat = std::fs::read_to_string(p.join("stat")).ok()?;
+        stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()
+    };
+    let procs = std::fs::read_dir("/proc").unwrap().flatten();
+    procs.filter(|e| ppid(&e.path()) == Some(daemon)).filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+#[test]
+fn a_download_from_gct_resumes_after_its_session_dies() {
+    let home = scratch();
+    let local = scratch();
+    islands(&home.path().join("big"), LEN);
+    let (srv, port) = gct_server(home.path());
+    let url = format!("ftp://127.0.0.1:{port}{}", home.path().join("big").display());
+    let cp = start_cp(&[&url, local.path().join("big").to_str().unwrap()]);
+    // The session that serves the copy: the one reading the file (the
+    // harness's own probe of the port forked one too).
+    let daemon = srv.0.id();
+    kill_midway(|| children(daemon));
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&home.path().join("big"), &local.path().join("big"));
+    assert_resumed(&err);
+}
+
+#[test]
+fn with_no_retries_a_broken_download_fails_at_once_and_leaves_nothing() {
+    let (_d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["--retries", "0", &format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    let out = cp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("trying again"), "{err}");
+    assert!(err.contains("server closed the control connection"), "{err}");
+    assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "a partial file was left");
+}
+
+#[test]
+fn a_refused_file_is_not_tried_again() {
+    let (_d, root, local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/missing"), local.join("m").to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("No such file") && !err.contains("trying again"), "{err}");
+}
+
+#[test]
+fn a_download_whose_data_stream_dies_resumes() {
+    let (_d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_a_stream(midway(|| vec![pid]), port);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&root.join("big"), &local.join("big"));
+    assert_resumed(&err);
+}
+
+#[test]
+fn a_download_from_gct_whose_data_stream_dies_resumes() {
+    let home = scratch();
+    let local = scratch();
+    islands(&home.path().join("big"), LEN);
+    let (srv, port) = gct_server(home.path());
+    let url = format!("ftp://127.0.0.1:{port}{}", home.path().join("big").display());
+    let cp = start_cp(&["-p", "4", &url, local.path().join("big").to_str().unwrap()]);
+    let daemon = srv.0.id();
+    kill_a_stream(midway(|| children(daemon)), port);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&home.path().join("big"), &local.path().join("big"));
+    assert_resumed(&err);
+}
+
+/// The file changed on the server between the tries: the kept bytes are
+/// not joined to the new version's; the copy starts over.
+#[test]
+fn a_file_changed_between_tries_starts_over() {
+    let (_d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    srv.0.wait().unwrap();
+    // A new version of the same size, different everywhere it has data.
+    let new = scratch();
+    write_random(&new.path().join("island"), 1 << 20, 99);
+    let f = std::fs::OpenOptions::new().write(true).open(root.join("big")).unwrap();
+    for off in (0..LEN).step_by(256 << 20) {
+        f.write_all_at(&std::fs::read(new.path().join("island")).unwrap(), off).unwrap();
+    }
+    let _again = lp_server_on(&root, port, &["--anonymous"]);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains("changed") && err.contains("starting over"), "{err}");
+    assert!(!err.contains("resumed a download"), "{err}");
+    assert_same_file(&root.join("big"), &local.join("big"));
+}

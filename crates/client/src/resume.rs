@@ -1,0 +1,156 @@
+//! Resuming a download that failed midway (`cp --retries`): the file it
+//! was writing stays open, unnamed, with the ranges that reached it, and
+//! the next try asks the server for the rest only (MODE E `REST` with a
+//! range list, as GFD.20's restart markers say what the receiver has).
+//!
+//! Only the ranges the engine reported as written ([`lightpath_engine::Control`])
+//! count as received: a block claimed but not written when the transfer
+//! broke is asked for again.
+
+use crate::local::OpenTarget;
+use lightpath_engine::checksum::checksum;
+use lightpath_engine::FileSource;
+use lightpath_proto::ranges::RangeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The most ranges a resumed try names in its `REST`.
+const MAX_RANGES: usize = 64;
+
+/// The slot one download keeps its partial file in between tries; the
+/// caller that retries holds it across sessions. Dropping it drops the
+/// file (a temporary one vanishes).
+#[derive(Debug, Default)]
+pub struct Resume(Mutex<Option<Kept>>);
+
+/// A partial download: its open target and the ranges it holds.
+#[derive(Debug)]
+pub(crate) struct Kept {
+    pub target: OpenTarget,
+    pub have: RangeSet,
+}
+
+impl Resume {
+    /// An empty slot.
+    pub fn new() -> Arc<Resume> {
+        Arc::new(Resume::default())
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Kept>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ranges kept from earlier tries (`None`: nothing kept).
+    pub fn have(&self) -> Option<RangeSet> {
+        self.slot().as_ref().map(|k| k.have.clone())
+    }
+
+    /// Bytes kept from earlier tries.
+    pub fn kept_bytes(&self) -> u64 {
+        self.slot().as_ref().map_or(0, |k| k.have.covered())
+    }
+
+    /// Keep only the first range (the bulk, from the start of the file:
+    /// parallel streams leave a few blocks beyond it, fetched again), and
+    /// give it as `(offset, len)`: the bytes compared with the server's
+    /// file before resuming ([`crate::retry::check_kept`]).
+    pub fn keep_first(&self) -> Option<(u64, u64)> {
+        let mut g = self.slot();
+        let k = g.as_mut()?;
+        let &(start, end) = k.have.ranges().first()?;
+        k.have = RangeSet::new();
+        k.have.insert(start, end);
+        Some((start, end - start))
+    }
+
+    /// The digest `alg` of `len` bytes at `off` of the kept file.
+    pub(crate) fn digest(&self, alg: &str, off: u64, len: u64) -> std::io::Result<String> {
+        let g = self.slot();
+        let file = g.as_ref().and_then(|k| k.target.file()).ok_or_else(|| std::io::Error::other("nothing kept"))?;
+        let src = FileSource::new(file.try_clone()?, false)?;
+        checksum(&src, alg, off, Some(len))
+    }
+
+    /// Take what is kept (the next try writes into it).
+    pub(crate) fn take(&self) -> Option<Kept> {
+        self.slot().take()
+    }
+
+    /// Keep `target` holding `have` for the next try. A target with
+    /// nothing in it is dropped: the next try starts afresh anyway.
+    pub(crate) fn keep(&self, target: OpenTarget, have: RangeSet) {
+        if have.is_empty() || !target.can_resume() {
+            return;
+        }
+        let have = first_ranges(have, MAX_RANGES);
+        *self.slot() = Some(Kept { target, have });
+    }
+
+    /// Drop what is kept.
+    pub fn clear(&self) {
+        self.slot().take();
+    }
+}
+
+/// The first `n` ranges of `have`: the `REST` line stays short, and the
+/// ranges beyond are fetched again (they are few: parallel streams leave
+/// holes only near where the transfer broke).
+fn first_ranges(have: RangeSet, n: usize) -> RangeSet {
+    if have.ranges().len() <= n {
+        return have;
+    }
+    let mut out = RangeSet::new();
+    have.ranges()[..n].iter().for_each(|&(s, e)| out.insert(s, e));
+    out
+}
+
+/// `a` and `b` together.
+pub(crate) fn union(mut a: RangeSet, b: &RangeSet) -> RangeSet {
+    for &(s, e) in b.ranges() {
+        a.insert(s, e);
+    }
+    a
+}
+
+/// The `REST` command that asks for everything but `have` (MODE E).
+pub(crate) fn rest_cmd(have: &RangeSet) -> Vec<u8> {
+    format!("REST {have}").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(r: &[(u64, u64)]) -> RangeSet {
+        let mut s = RangeSet::new();
+        r.iter().for_each(|&(a, b)| s.insert(a, b));
+        s
+    }
+
+    #[test]
+    fn rest_names_the_ranges_held_end_exclusive() {
+        assert_eq!(rest_cmd(&set(&[(0, 1000), (2000, 3000)])), b"REST 0-1000,2000-3000");
+    }
+
+    #[test]
+    fn union_merges_touching_ranges() {
+        let u = union(set(&[(0, 10), (20, 30)]), &set(&[(10, 20), (40, 50)]));
+        assert_eq!(u.ranges(), &[(0, 30), (40, 50)]);
+    }
+
+    #[test]
+    fn only_the_first_ranges_are_kept() {
+        let many: Vec<(u64, u64)> = (0..100).map(|i| (i * 10, i * 10 + 5)).collect();
+        let kept = first_ranges(set(&many), MAX_RANGES);
+        assert_eq!(kept.ranges(), &many[..MAX_RANGES]);
+        assert_eq!(first_ranges(set(&many[..3]), MAX_RANGES).ranges(), &many[..3]);
+    }
+
+    #[test]
+    fn an_empty_slot_has_nothing() {
+        assert!(Resume::new().keep_first().is_none());
+        let r = Resume::new();
+        assert!(r.have().is_none());
+        assert_eq!(r.kept_bytes(), 0);
+        assert!(r.take().is_none());
+    }
+}

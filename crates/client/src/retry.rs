@@ -1,0 +1,202 @@
+//! Trying a failed file again (`cp --retries`): a file that failed for a
+//! transient reason ([`ClientError::is_transient`]: the network, a server
+//! that went away or said "try later") goes again after a pause that
+//! doubles each time. A download keeps what it received ([`Resume`]) and
+//! asks only for the rest.
+
+use crate::plan::{describe, Item};
+use crate::resume::Resume;
+use crate::session::Session;
+use crate::ClientError;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The pause before the first retry; each next one doubles, up to [`MAX_WAIT`].
+pub const FIRST_WAIT: Duration = Duration::from_secs(1);
+/// The longest pause between tries.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// One file of a worker's, with its tries so far.
+#[derive(Debug)]
+pub(crate) struct Task {
+    pub item: Item,
+    /// Tries made (0 before the first).
+    pub tries: u32,
+    /// Where a download keeps its partial file between tries.
+    pub resume: Arc<Resume>,
+}
+
+impl Task {
+    pub fn new(item: Item) -> Task {
+        Task { item, tries: 0, resume: Resume::new() }
+    }
+}
+
+/// The pause before try `n + 1` after `n` tries (`n >= 1`).
+pub fn wait_after(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(16);
+    FIRST_WAIT.saturating_mul(1 << doublings).min(MAX_WAIT)
+}
+
+/// Whether `task`, having just failed with `e`, goes again: the error is
+/// transient and fewer than `retries` retries were made. Says so, and how
+/// much a download keeps.
+pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
+    task.tries += 1;
+    if !e.is_transient() || task.tries > retries {
+        task.resume.clear();
+        return false;
+    }
+    let kept = task.resume.kept_bytes();
+    let keep = if kept > 0 { format!(", keeping the {kept} bytes received") } else { String::new() };
+    tracing::warn!(
+        "{}: {e}; trying again in {:?} (retry {} of {retries}{keep})",
+        describe(&task.item.src),
+        wait_after(task.tries),
+        task.tries
+    );
+    true
+}
+
+/// Before a download resumes from what `task` kept, the server's file
+/// (`path`) must still hold those bytes: it has the size planned, and the
+/// kept range has the same digest on both sides (`CKSM` with an offset and
+/// a length), where the server computes one. Otherwise the kept bytes are
+/// dropped and the file starts over: bytes of two versions of a file are
+/// never joined. Comparing the whole kept range (not a sample) costs a
+/// read of it at each end, far less than fetching it again over a long
+/// path, and leaves nothing unchecked: what was not kept comes fresh. Only
+/// a lost control connection is an error.
+pub(crate) async fn check_kept(s: &mut Session, task: &Task, path: &[u8]) -> Result<(), ClientError> {
+    let Some((off, len)) = task.resume.keep_first() else { return Ok(()) };
+    let planned = task.item.size;
+    let why = match s.stat(path).await {
+        Ok((false, size)) if size == planned || planned == 0 => kept_differs(s, task, path, off, len).await?,
+        Ok((_, size)) => Some(format!("it changed on the server: {size} bytes now, not {planned}")),
+        Err(e @ ClientError::Control(..)) => return Err(e),
+        Err(e) => Some(format!("it cannot be checked ({e})")),
+    };
+    if let Some(why) = why {
+        tracing::warn!("{}: {why}; starting over", describe(&task.item.src));
+        task.resume.clear();
+    }
+    Ok(())
+}
+
+/// The checksum compared before resuming: the fastest one the server
+/// offers, ADLER32 where its FEAT names none (GCT computes it).
+fn resume_checksum(s: &Session) -> Option<&'static str> {
+    if s.feat.cksm.is_empty() {
+        return Some("ADLER32");
+    }
+    ["CRC32C", "ADLER32", "MD5", "SHA256"].into_iter().find(|a| s.feat.has_cksm(a))
+}
+
+/// Why the kept bytes `[off, off + len)` differ from the server's, if
+/// they do. A server that computes no digest we know leaves the size as
+/// the only check.
+async fn kept_differs(
+    s: &mut Session,
+    task: &Task,
+    path: &[u8],
+    off: u64,
+    len: u64,
+) -> Result<Option<String>, ClientError> {
+    let Some(alg) = resume_checksum(s) else { return Ok(None) };
+    tracing::info!("comparing the {len} bytes kept with the server's file ({alg})");
+    let resume = task.resume.clone();
+    let ours = tokio::task::spawn_blocking(move || resume.digest(alg, off, len));
+    let theirs = match s.checksum_of(alg, off, Some(len), path).await {
+        Ok(d) => d,
+        Err(e @ ClientError::Control(..)) => return Err(e),
+        Err(e) => {
+            tracing::info!("no digest to compare before resuming ({e}); the size matches");
+            return Ok(None);
+        }
+    };
+    Ok(match ours.await.map_err(std::io::Error::other).and_then(|r| r) {
+        Ok(ours) if ours == theirs => None,
+        Ok(ours) => {
+            Some(format!("it changed on the server: bytes {off}-{} differ ({alg} {theirs}, kept {ours})", off + len))
+        }
+        Err(e) => Some(format!("the kept bytes cannot be read ({e})")),
+    })
+}
+
+/// Sleep for `d`, or until `cancel` is set (checked every 100 ms).
+pub(crate) async fn pause(d: Duration, cancel: &AtomicBool) {
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end && !cancel.load(Ordering::Relaxed) {
+        let left = end - tokio::time::Instant::now();
+        tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DataEnd, Location};
+
+    fn task() -> Task {
+        let l = Location::Local("/x".into());
+        Task::new(Item { src: l.clone(), dst: l, size: 1 })
+    }
+
+    fn reset() -> ClientError {
+        ClientError::Data { msg: "connection reset".into(), transient: true }
+    }
+
+    #[test]
+    fn pauses_double_up_to_the_cap() {
+        let secs: Vec<u64> = (1..=7).map(|n| wait_after(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(wait_after(u32::MAX), MAX_WAIT);
+    }
+
+    #[test]
+    fn a_transient_failure_goes_again_until_the_retries_are_spent() {
+        let mut t = task();
+        assert!(again(&mut t, &reset(), 2));
+        assert!(again(&mut t, &reset(), 2));
+        assert!(!again(&mut t, &reset(), 2));
+        assert_eq!(t.tries, 3);
+    }
+
+    #[test]
+    fn final_failures_and_zero_retries_do_not_go_again() {
+        let refused = ClientError::Refused {
+            server: "s".into(),
+            cmd: "RETR x".into(),
+            reply: "no".into(),
+            code: 550,
+            here: crate::DataEnd::Fine,
+        };
+        assert!(!again(&mut task(), &refused, 3));
+        assert!(!again(&mut task(), &ClientError::Local("disk full".into()), 3));
+        assert!(!again(&mut task(), &ClientError::Data { msg: "bad block".into(), transient: false }, 3));
+        assert!(!again(&mut task(), &reset(), 0));
+    }
+
+    #[test]
+    fn transient_refusals_are_4xx_but_not_those_that_blame_the_file() {
+        let r = |code, here| ClientError::Refused {
+            server: "s".into(),
+            cmd: "RETR x".into(),
+            reply: "r".into(),
+            code,
+            here,
+        };
+        let (fine, broke, failed) = (DataEnd::Fine, DataEnd::Broke, DataEnd::Failed);
+        assert!(r(421, fine).is_transient() && r(426, fine).is_transient() && r(450, fine).is_transient());
+        assert!(!r(451, fine).is_transient() && !r(452, fine).is_transient() && !r(550, fine).is_transient());
+        // GCT's generic 500 as our data connection was reset: transient;
+        // a refusal that blames the file stays final.
+        assert!(!r(500, fine).is_transient() && r(500, broke).is_transient());
+        assert!(!r(451, broke).is_transient() && !r(550, broke).is_transient());
+        // Our own end failed (a source that shrank): final, whatever the code.
+        assert!(!r(426, failed).is_transient());
+        assert!(ClientError::Control("s".into(), "reset".into()).is_transient());
+        assert!(ClientError::Connect("s".into(), "refused".into()).is_transient());
+    }
+}
