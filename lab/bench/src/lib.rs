@@ -18,6 +18,7 @@ use clap::Args;
 
 pub mod cgroup;
 pub mod dataset;
+pub mod fault;
 pub mod fio;
 pub mod gen;
 pub mod netpath;

@@ -70,6 +70,9 @@ pub struct RunRecord {
     pub load_before: f64,
     pub verified: String,
     pub stderr_tail: String,
+    /// What the scenario's `[fault]` did during the run.
+    #[serde(default)]
+    pub fault: Option<String>,
 }
 
 impl RunRecord {

@@ -63,7 +63,7 @@ pub fn rows(sc: &ScenarioResult) -> Vec<Row> {
 
 fn row(label: &str, runs: &[&RunRecord]) -> Row {
     let ok: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.ok).collect();
-    let mut errors: Vec<String> = runs.iter().filter_map(|r| r.error.clone()).collect();
+    let mut errors: Vec<String> = runs.iter().filter_map(|r| failure(r)).collect();
     errors.sort();
     errors.dedup();
     Row {
@@ -165,8 +165,30 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
             let _ = writeln!(out, "\n- {} failed: {}", r.label, e.replace('\n', " "));
         }
     }
+    out += &fault_line(sc);
     out += &emulator_lag(sc);
     out
+}
+
+/// Why run `r` failed, with the last line the tool wrote to stderr (what
+/// it said about it); `None` if it did not fail.
+fn failure(r: &RunRecord) -> Option<String> {
+    let e = r.error.as_ref()?;
+    match r.stderr_tail.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+        Some(last) => Some(format!("{e} (its last words: `{last}`)")),
+        None => Some(e.clone()),
+    }
+}
+
+/// The scenario's injected fault, said once under its table.
+fn fault_line(sc: &ScenarioResult) -> String {
+    match &sc.scenario.fault {
+        Some(f) => format!(
+            "\n- fault in every run: one data connection of the server destroyed {:.2} s after the client started (`ss -K`; each run's record says which)\n",
+            f.kill_stream_after.0.as_secs_f64()
+        ),
+        None => String::new(),
+    }
 }
 
 /// A line naming the runs in which the emulator fell behind (packets more

@@ -176,6 +176,10 @@ fn report_progress(sc: &Scenario, r: &RunRecord) {
     } else {
         format!("FAILED: {}", r.error.as_deref().unwrap_or("?"))
     };
+    let what = match &r.fault {
+        Some(f) => format!("{what} ({f})"),
+        None => what,
+    };
     eprintln!("bench: {} | {} | run {}/{}: {what}", sc.name, r.label, r.repetition, sc.repetitions);
 }
 
@@ -254,6 +258,7 @@ struct Running {
     role: String,
     side: Side,
     argv: Vec<String>,
+    port: u16,
     proc: Proc,
     group: Group,
 }
@@ -264,7 +269,7 @@ fn start_server(env: &Env, path: &NetPath, s: &tools::ServerCmd, logs: &Path) ->
     cmd.args(&s.argv[1..]);
     let mut proc = Proc::spawn(&s.role, cmd, Some(&logs.join(&s.role)))?;
     path.wait_listen(s.side, s.port, Duration::from_secs(15), &mut proc)?;
-    Ok(Running { role: s.role.clone(), side: s.side, argv: s.argv.clone(), proc, group })
+    Ok(Running { role: s.role.clone(), side: s.side, argv: s.argv.clone(), port: s.port, proc, group })
 }
 
 fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Path, rec: &mut RunRecord) -> Result<()> {
@@ -286,9 +291,16 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
     let t0 = Instant::now();
     let (waited, trace) = std::thread::scope(|scope| {
         let sampler = scope.spawn(|| sampler::run(&reader, &groups, t0, base, &stop));
+        let stop_ref = &stop;
+        let fault = sc.fault.as_ref().zip(running.first()).map(|(f, srv)| {
+            let pids = || srv.group.pids();
+            let ns = path.ns(srv.side);
+            scope.spawn(move || crate::fault::kill_stream(ns, &pids, srv.port, f.kill_stream_after.0, t0, stop_ref))
+        });
         let waited =
             Proc::spawn("client", cmd, Some(&logs.join("client"))).and_then(|mut p| p.wait_timeout(sc.timeout.0));
         stop.store(true, Ordering::SeqCst);
+        rec.fault = fault.and_then(|f| f.join().ok());
         (waited, sampler.join().unwrap_or_default())
     });
     rec.emulator = emu0.zip(path.emu_snapshot()).map(|(b, a)| crate::wanlab::delta(&b, &a));

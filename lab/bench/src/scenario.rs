@@ -33,6 +33,19 @@ pub struct Scenario {
     pub quick: Option<QuickConfig>,
     #[serde(rename = "tool")]
     pub tools: Vec<ToolSpec>,
+    /// A fault injected into every run (`[fault]`).
+    #[serde(default)]
+    pub fault: Option<FaultConfig>,
+}
+
+/// `[fault]`: what goes wrong during each run, the same for every tool.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Destroy one data connection of the (first) server this long after
+    /// the client started (`ss -K`, as a middlebox's reset or a dead path
+    /// would end it): a stream dies, the control connection lives.
+    pub kill_stream_after: Dur,
 }
 
 fn default_repetitions() -> u32 {

@@ -1,0 +1,73 @@
+//! Faults injected into a run (`[fault]` in a scenario): one of the
+//! server's data connections destroyed midway with `ss -K` in its
+//! namespace, the same moment for every tool. The kernel resets the
+//! connection at both ends, as a middlebox or a dead path would.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// After `after` from `t0` (unless `stop` is set first), destroy one
+/// established TCP connection in namespace `ns` that belongs to one of
+/// `pids` and is not on the control port `port`. Says what it did.
+pub fn kill_stream(
+    ns: &str,
+    pids: &dyn Fn() -> Vec<u32>,
+    port: u16,
+    after: Duration,
+    t0: Instant,
+    stop: &AtomicBool,
+) -> String {
+    while t0.elapsed() < after {
+        if stop.load(Ordering::SeqCst) {
+            return format!("the run ended before {:.2} s: nothing destroyed", after.as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let at = t0.elapsed().as_secs_f64();
+    let list = match Command::new("ip").args(["netns", "exec", ns, "ss", "-tnpH", "state", "established"]).output() {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Err(e) => return format!("ss failed at {at:.2} s: {e}"),
+    };
+    let Some((local, peer)) = data_connection(&list, &pids(), port) else {
+        return format!("no data connection of the server at {at:.2} s");
+    };
+    let st = Command::new("ip").args(["netns", "exec", ns, "ss", "-K", "-tn", "src", &local, "dst", &peer]).output();
+    match st {
+        Ok(o) if o.status.success() => format!("destroyed data connection {local} -> {peer} at {at:.2} s"),
+        Ok(o) => format!("ss -K {local} {peer} failed at {at:.2} s: {}", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => format!("ss -K failed at {at:.2} s: {e}"),
+    }
+}
+
+/// The local and peer address of the first connection in `ss -tnpH state
+/// established` output `list` that one of `pids` holds, with neither end
+/// on `port`.
+fn data_connection(list: &str, pids: &[u32], port: u16) -> Option<(String, String)> {
+    let control = format!(":{port}");
+    list.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (local, peer, users) = (f.get(2)?, f.get(3)?, f.get(4)?);
+        let owned = pids.iter().any(|p| users.contains(&format!("pid={p},")));
+        let data = !local.ends_with(&control) && !peer.ends_with(&control);
+        (owned && data).then(|| (local.to_string(), peer.to_string()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = "\
+0 0 10.1.0.1:2811 10.1.0.2:40000 users:((\"lightpath\",pid=7,fd=9))
+0 8000 10.1.0.1:2812 10.1.0.2:40002 users:((\"lightpath\",pid=7,fd=21),(\"lightpath\",pid=7,fd=34))
+0 0 10.1.0.1:5201 10.1.0.2:40004 users:((\"iperf3\",pid=70,fd=3))";
+
+    #[test]
+    fn a_data_connection_of_the_server_is_chosen_not_its_control_connection() {
+        let c = data_connection(LIST, &[7], 2811);
+        assert_eq!(c, Some(("10.1.0.1:2812".into(), "10.1.0.2:40002".into())));
+        assert_eq!(data_connection(LIST, &[70], 5201), None);
+        assert_eq!(data_connection(LIST, &[8], 2811), None);
+    }
+}
