@@ -356,13 +356,13 @@ async fn worker(
         for (mut task, r) in batch.into_iter().zip(results) {
             match r {
                 Err(e) if retry::again(&mut task, &e, opts.retries) => {
-                    wait = wait.max(Some(retry::wait_after(task.tries)));
+                    wait = wait.max(Some(task.wait()));
                     again.push(task);
                 }
                 r => out.push(result(&task.item, r)),
             }
         }
-        if let Some(d) = wait {
+        if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
     }
@@ -453,7 +453,7 @@ async fn get_batch(
     opts: &CopyOptions,
     root: Option<&std::path::Path>,
 ) -> Vec<Result<u64, ClientError>> {
-    for t in batch.iter().filter(|t| t.resume.kept_bytes() > 0) {
+    for t in batch.iter().filter(|t| t.resume.kept_bytes() > 0 && !t.at_once) {
         if let Err(e) = retry::check_kept(s, t, &remote(&t.item.src).path).await {
             return batch.iter().map(|_| Err(e.clone())).collect();
         }

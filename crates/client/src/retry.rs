@@ -25,11 +25,23 @@ pub(crate) struct Task {
     pub tries: u32,
     /// Where a download keeps its partial file between tries.
     pub resume: Arc<Resume>,
+    /// The next try goes at once, without comparing what was kept: the
+    /// first failure, of a data stream under a live session.
+    pub at_once: bool,
 }
 
 impl Task {
     pub fn new(item: Item) -> Task {
-        Task { item, tries: 0, resume: Resume::new() }
+        Task { item, tries: 0, resume: Resume::new(), at_once: false }
+    }
+
+    /// The pause before its next try.
+    pub fn wait(&self) -> Duration {
+        if self.at_once {
+            Duration::ZERO
+        } else {
+            wait_after(self.tries)
+        }
     }
 }
 
@@ -41,21 +53,22 @@ pub fn wait_after(n: u32) -> Duration {
 
 /// Whether `task`, having just failed with `e`, goes again: the error is
 /// transient and fewer than `retries` retries were made. Says so, and how
-/// much a download keeps.
+/// much a download keeps. A first failure that left the session alive (a
+/// data stream died; the server answered) goes again at once, into the
+/// same file as it is: the server has not gone anywhere. A server that
+/// went away, or a second failure, waits and has the kept bytes compared
+/// with its file first ([`check_kept`]).
 pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
     task.tries += 1;
     if !e.is_transient() || task.tries > retries {
         task.resume.clear();
         return false;
     }
+    task.at_once = task.tries == 1 && !matches!(e, ClientError::Control(..) | ClientError::Connect(..));
     let kept = task.resume.kept_bytes();
     let keep = if kept > 0 { format!(", keeping the {kept} bytes received") } else { String::new() };
-    tracing::warn!(
-        "{}: {e}; trying again in {:?} (retry {} of {retries}{keep})",
-        describe(&task.item.src),
-        wait_after(task.tries),
-        task.tries
-    );
+    let when = if task.at_once { "now".to_string() } else { format!("in {:?}", task.wait()) };
+    tracing::warn!("{}: {e}; trying again {when} (retry {} of {retries}{keep})", describe(&task.item.src), task.tries);
     true
 }
 
@@ -161,6 +174,18 @@ mod tests {
         assert!(again(&mut t, &reset(), 2));
         assert!(!again(&mut t, &reset(), 2));
         assert_eq!(t.tries, 3);
+    }
+
+    #[test]
+    fn a_first_stream_failure_goes_again_at_once_and_a_lost_server_waits() {
+        let mut t = task();
+        assert!(again(&mut t, &reset(), 3));
+        assert!(t.at_once && t.wait() == Duration::ZERO);
+        assert!(again(&mut t, &reset(), 3));
+        assert!(!t.at_once && t.wait() == Duration::from_secs(2));
+        let mut t = task();
+        assert!(again(&mut t, &ClientError::Control("s".into(), "closed".into()), 3));
+        assert!(!t.at_once && t.wait() == FIRST_WAIT);
     }
 
     #[test]
