@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -117,18 +117,27 @@ fn assert_resumed(err: &str, server_went_away: bool) {
     assert!(!err.contains("no digest"), "{err}");
 }
 
-#[test]
-fn a_download_resumes_after_the_server_is_killed_and_restarted() {
-    let (_d, root, local) = root_and_local();
+/// Download the island file from our server, SIGKILL the server midway,
+/// do `meanwhile` to its root, start it again on its port, and wait for
+/// `cp`, which must succeed: what it said, and the file's two places.
+fn download_across_a_server_restart(meanwhile: impl FnOnce(&Path)) -> (String, tempfile::TempDir, PathBuf, PathBuf) {
+    let (d, root, local) = root_and_local();
     islands(&root.join("big"), LEN);
     let (mut srv, port) = lp_server(&root, &["--anonymous"]);
     let cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
     let pid = srv.0.id();
     kill_midway(|| vec![pid]);
     srv.0.wait().unwrap();
+    meanwhile(&root);
     let _again = lp_server_on(&root, port, &["--anonymous"]);
     let err = succeeded(cp.wait_with_output().unwrap());
-    assert_same_file(&root.join("big"), &local.join("big"));
+    (err, d, root.join("big"), local.join("big"))
+}
+
+#[test]
+fn a_download_resumes_after_the_server_is_killed_and_restarted() {
+    let (err, _d, src, dst) = download_across_a_server_restart(|_| {});
+    assert_same_file(&src, &dst);
     assert_resumed(&err, true);
 }
 
@@ -142,20 +151,27 @@ fn children(daemon: u32) -> Vec<u32> {
     procs.filter(|e| ppid(&e.path()) == Some(daemon)).filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
 }
 
-#[test]
-fn a_download_from_gct_resumes_after_its_session_dies() {
+/// Download the island file from GCT with `-p 4`, with `fault` done to
+/// it midway (given the daemon's pid and its port); `cp` must succeed:
+/// what it said. The copy must equal the file.
+fn gct_download(fault: impl FnOnce(u32, u16)) -> String {
     let home = scratch();
     let local = scratch();
     islands(&home.path().join("big"), LEN);
     let (srv, port) = gct_server(home.path());
     let url = format!("ftp://127.0.0.1:{port}{}", home.path().join("big").display());
-    let cp = start_cp(&[&url, local.path().join("big").to_str().unwrap()]);
-    // The session that serves the copy: the one reading the file (the
-    // harness's own probe of the port forked one too).
-    let daemon = srv.0.id();
-    kill_midway(|| children(daemon));
+    let cp = start_cp(&["-p", "4", &url, local.path().join("big").to_str().unwrap()]);
+    fault(srv.0.id(), port);
     let err = succeeded(cp.wait_with_output().unwrap());
     assert_same_file(&home.path().join("big"), &local.path().join("big"));
+    err
+}
+
+#[test]
+fn a_download_from_gct_resumes_after_its_session_dies() {
+    // The session that serves the copy: the one reading the file (the
+    // harness's own probe of the port forked one too).
+    let err = gct_download(|daemon, _| kill_midway(|| children(daemon)));
     assert_resumed(&err, true);
 }
 
@@ -199,16 +215,7 @@ fn a_download_whose_data_stream_dies_resumes() {
 
 #[test]
 fn a_download_from_gct_whose_data_stream_dies_resumes() {
-    let home = scratch();
-    let local = scratch();
-    islands(&home.path().join("big"), LEN);
-    let (srv, port) = gct_server(home.path());
-    let url = format!("ftp://127.0.0.1:{port}{}", home.path().join("big").display());
-    let cp = start_cp(&["-p", "4", &url, local.path().join("big").to_str().unwrap()]);
-    let daemon = srv.0.id();
-    kill_a_stream(midway(|| children(daemon)), port);
-    let err = succeeded(cp.wait_with_output().unwrap());
-    assert_same_file(&home.path().join("big"), &local.path().join("big"));
+    let err = gct_download(|daemon, port| kill_a_stream(midway(|| children(daemon)), port));
     assert_resumed(&err, false);
 }
 
@@ -216,23 +223,41 @@ fn a_download_from_gct_whose_data_stream_dies_resumes() {
 /// not joined to the new version's; the copy starts over.
 #[test]
 fn a_file_changed_between_tries_starts_over() {
+    // A new version of the same size, different everywhere it has data.
+    let (err, _d, src, dst) = download_across_a_server_restart(|root| {
+        let new = scratch();
+        write_random(&new.path().join("island"), 1 << 20, 99);
+        let f = std::fs::OpenOptions::new().write(true).open(root.join("big")).unwrap();
+        for off in (0..LEN).step_by(256 << 20) {
+            f.write_all_at(&std::fs::read(new.path().join("island")).unwrap(), off).unwrap();
+        }
+    });
+    assert!(err.contains("changed") && err.contains("starting over"), "{err}");
+    assert!(!err.contains("resumed a download"), "{err}");
+    assert_same_file(&src, &dst);
+}
+
+/// Ctrl-C while `cp` waits to try again (its server gone): it stops then,
+/// not after its retries, and the kept bytes go with it.
+#[test]
+fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
     let (_d, root, local) = root_and_local();
     islands(&root.join("big"), LEN);
     let (mut srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
+    let cp =
+        start_cp(&["--retries", "10", &format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
     let pid = srv.0.id();
     kill_midway(|| vec![pid]);
     srv.0.wait().unwrap();
-    // A new version of the same size, different everywhere it has data.
-    let new = scratch();
-    write_random(&new.path().join("island"), 1 << 20, 99);
-    let f = std::fs::OpenOptions::new().write(true).open(root.join("big")).unwrap();
-    for off in (0..LEN).step_by(256 << 20) {
-        f.write_all_at(&std::fs::read(new.path().join("island")).unwrap(), off).unwrap();
-    }
-    let _again = lp_server_on(&root, port, &["--anonymous"]);
-    let err = succeeded(cp.wait_with_output().unwrap());
-    assert!(err.contains("changed") && err.contains("starting over"), "{err}");
-    assert!(!err.contains("resumed a download"), "{err}");
-    assert_same_file(&root.join("big"), &local.join("big"));
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    assert!(Command::new("kill").args(["-INT", &cp.id().to_string()]).status().unwrap().success());
+    let out = cp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("trying again"), "{err}");
+    // Ten retries would take minutes, and cp's grace period after Ctrl-C
+    // is 10 s: the worker stops at the signal, its pause watches for it.
+    assert!(t.elapsed() < Duration::from_secs(5), "stopped after {:?}", t.elapsed());
+    assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "a partial file was left");
 }

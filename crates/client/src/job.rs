@@ -336,9 +336,10 @@ async fn worker(
     let mut linked = false;
     // Files that failed for a transient reason and go again first.
     let mut again: Vec<Task> = Vec::new();
-    loop {
+    // Stopped (Ctrl-C): files waiting to go again are reported below.
+    while !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
         let batch = next_batch(&q, &mut again, opts.pipeline.max(1));
-        if batch.is_empty() || sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        if batch.is_empty() {
             break;
         }
         let results = match sessions.as_mut() {
