@@ -261,3 +261,23 @@ fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
     assert!(t.elapsed() < Duration::from_secs(5), "stopped after {:?}", t.elapsed());
     assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "a partial file was left");
 }
+
+/// A tree sent as one virtual file (VRET) whose server was killed midway
+/// and started again: `cp -r` tries the whole tree again and it arrives
+/// complete.
+#[test]
+fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
+    let (_d, root, local) = root_and_local();
+    let tree = open_dir(&root.join("tree"));
+    make_tree(&tree, 30, 7);
+    islands(&tree.join("big"), LEN);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    srv.0.wait().unwrap();
+    let _again = lp_server_on(&root, port, &["--anonymous"]);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains("trying the tree again"), "{err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}

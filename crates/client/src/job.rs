@@ -129,7 +129,7 @@ pub async fn copy(
         None => None,
     };
     if tree {
-        if let Some(r) = try_tree(&srcs[0], &dst, &mut lister, &sopts, &progress, verify).await? {
+        if let Some(r) = try_tree(&srcs[0], &dst, &mut lister, &sopts, &progress, verify, opts.retries).await? {
             return Ok(r);
         }
     }
@@ -162,6 +162,7 @@ async fn try_tree(
     sopts: &SessionOpts,
     progress: &Progress,
     verify: Option<&str>,
+    retries: u32,
 ) -> Result<Option<Vec<FileResult>>, ClientError> {
     let is_dir = match (src, lister.as_mut()) {
         (Location::Local(p), _) => p.is_dir(),
@@ -188,7 +189,8 @@ async fn try_tree(
         return Ok(None);
     }
     let files = Arc::new(AtomicU64::new(0));
-    let Some(r) = run_tree(src, dst, &target, lister.as_mut(), dst_s.as_mut(), files.clone()).await else {
+    let ends = TreeEnds { src, dst, target: &target, sopts, retries };
+    let Some(r) = ends.run(lister, &mut dst_s, files.clone()).await else {
         return Ok(None);
     };
     let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: 0 }];
@@ -205,6 +207,59 @@ async fn try_tree(
         s.quit().await;
     }
     Ok(Some(out))
+}
+
+/// The ends of a tree copied as one virtual file.
+struct TreeEnds<'a> {
+    src: &'a Location,
+    dst: &'a Location,
+    target: &'a Location,
+    sopts: &'a SessionOpts,
+    retries: u32,
+}
+
+impl TreeEnds<'_> {
+    /// [`run_tree`], tried again from the start on new sessions after a
+    /// transient failure, up to `retries` times (a tree does not resume:
+    /// the files that arrived whole are sent again).
+    async fn run(
+        &self,
+        s: &mut Option<Session>,
+        d: &mut Option<Session>,
+        files: Arc<AtomicU64>,
+    ) -> Option<Result<u64, ClientError>> {
+        let mut tries = 0;
+        loop {
+            // A retry starts on new sessions (those of a failed try may be gone).
+            let r = match if tries > 0 { self.reopen(s, d).await } else { Ok(()) } {
+                Ok(()) => run_tree(self.src, self.dst, self.target, s.as_mut(), d.as_mut(), files.clone()).await?,
+                Err(e) => Err(e),
+            };
+            let Err(e) = &r else { return Some(r) };
+            if !e.is_transient()
+                || tries >= self.retries
+                || self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Some(r);
+            }
+            tries += 1;
+            let wait = retry::wait_after(tries);
+            let (what, n) = (describe(self.src), self.retries);
+            tracing::warn!("{what}: {e}; trying the tree again in {wait:?}, from the start (retry {tries} of {n})");
+            retry::pause(wait, &self.sopts.cancel).await;
+        }
+    }
+
+    /// New sessions for the remote ends.
+    async fn reopen(&self, s: &mut Option<Session>, d: &mut Option<Session>) -> Result<(), ClientError> {
+        if let Location::Remote(r) = self.src {
+            *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);
+        }
+        if let Location::Remote(r) = self.target {
+            *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], upload_from(self.src)).await?);
+        }
+        Ok(())
+    }
 }
 
 /// The tree copy itself, by the direction of the copy (`None`: local to local).
