@@ -408,16 +408,7 @@ async fn worker(
             sessions = None;
             linked = false;
         }
-        let mut wait = None;
-        for (mut task, r) in batch.into_iter().zip(results) {
-            match r {
-                Err(e) if retry::again(&mut task, &e, opts.retries) => {
-                    wait = wait.max(Some(task.wait()));
-                    again.push(task);
-                }
-                r => out.push(result(&task.item, r)),
-            }
-        }
+        let wait = settle_batch(batch, results, opts.retries, &mut out, &mut again);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
@@ -431,6 +422,29 @@ async fn worker(
         }
     }
     out
+}
+
+/// Sort a batch's results: a file that goes again ([`retry::again`]) joins
+/// `again`, any other gives its result to `out`. Returns the longest pause
+/// the files going again ask for (`None`: none goes again).
+fn settle_batch(
+    batch: Vec<Task>,
+    results: Vec<Result<u64, ClientError>>,
+    retries: u32,
+    out: &mut Vec<FileResult>,
+    again: &mut Vec<Task>,
+) -> Option<std::time::Duration> {
+    let mut wait = None;
+    for (mut task, r) in batch.into_iter().zip(results) {
+        match r {
+            Err(e) if retry::again(&mut task, &e, retries) => {
+                wait = wait.max(Some(task.wait()));
+                again.push(task);
+            }
+            r => out.push(result(&task.item, r)),
+        }
+    }
+    wait
 }
 
 /// The files to try next: those going again, else a new batch of `n`.
