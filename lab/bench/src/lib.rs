@@ -79,7 +79,7 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(dir) = &args.report {
         let res = record::Results::load(dir)?;
-        write_outputs(&res, dir)?;
+        write_report(&res, dir)?;
         println!("{}", report::summary(&res));
         return Ok(());
     }
@@ -103,6 +103,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
 /// Writes results.json, runs.csv, summary.md and plots/ into `dir`.
 pub fn write_outputs(res: &record::Results, dir: &std::path::Path) -> Result<()> {
     res.save(dir)?;
+    write_report(res, dir)
+}
+
+/// Writes summary.md and plots/ into `dir`: `--report` leaves the measured
+/// results.json as it was (written again, its floats changed in their
+/// last digits).
+fn write_report(res: &record::Results, dir: &std::path::Path) -> Result<()> {
     std::fs::write(dir.join("summary.md"), report::summary(res))
         .with_context(|| format!("cannot write {}", dir.display()))?;
     plot::plot_all(res, &dir.join("plots"))?;
