@@ -94,6 +94,18 @@ fn names_with_iac_bytes_are_refused_to_the_globus_server() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("0xFF"), "{err}");
     assert!(names(&down).is_empty());
+    // GCT drops 0xFF and the byte after it: RETR of `r\xff\xfbz` would
+    // fetch `r`. The name is not sent on the first visit either, when the
+    // client does not know yet that the server is not lightpath (the RETR
+    // it sends with its login to save a round trip waits for FEAT then).
+    std::fs::write(home.join("r"), b"the wrong file\n").unwrap();
+    std::fs::write(home.join(OsStr::from_bytes(b"r\xff\xfbz")), b"hello\n").unwrap();
+    let (code, err) = cp(&[&at(b"r\xff\xfbz"), &format!("{}/", down.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("0xFF"), "{err}");
+    assert!(names(&down).is_empty(), "{:?}", names(&down));
+    std::fs::remove_file(home.join("r")).unwrap();
+    std::fs::remove_file(home.join(OsStr::from_bytes(b"r\xff\xfbz"))).unwrap();
     let (code, err) = cp(&[src.to_str().unwrap(), &at(b"plain")]);
     assert_eq!(code, 0, "a plain name still goes: {err}");
     // In a tree copied file by file (pipelined), such a name fails alone.

@@ -62,6 +62,18 @@ impl SessionOpts {
     }
 }
 
+/// `spec`, unless it names a path held out of the login flight (`flight`):
+/// that path's commands wait for FEAT, and a RETR or VRET sent ahead of
+/// them would also put its replies out of step with the stats that were
+/// sent. (A 0xFF name held back from a server not known as lightpath, sent
+/// ahead anyway, reached GCT mangled: it drops 0xFF and the byte after.)
+fn follow_flight<'a>(spec: Speculation<'a>, flight: &[&Vec<u8>]) -> Speculation<'a> {
+    match spec {
+        Speculation::File(p) | Speculation::Tree(p) if !flight.iter().any(|f| f.as_slice() == p) => Speculation::None,
+        s => s,
+    }
+}
+
 /// A GET or PUT of one file.
 #[derive(Debug)]
 pub struct FileOp {
@@ -150,6 +162,11 @@ impl Session {
     ) -> Result<Session, ClientError> {
         let book = opts.connect_ahead.then(PeerBook::default);
         let peer = book.as_ref().and_then(|b| b.lookup(&remote.host, remote.port));
+        // A name with a 0xFF byte waits for FEAT unless the book knows the
+        // server (a lightpath peer): only lightpath may be sent one
+        // (`ControlConn::send`); `stat` asks later.
+        let flight: Vec<&Vec<u8>> = paths.iter().filter(|p| peer.is_some() || !p.contains(&0xFF)).collect();
+        let spec = follow_flight(spec, &flight);
         let fastopen = peer.filter(|_| opts.fastopen).map(|p| Duration::from_micros(p.rtt_us));
         let pending = peer.filter(|p| spec != Speculation::None && p.ahead_port != 0).map(|p| {
             let n = crate::plan::stream_count(&opts, p.rtt_us);
@@ -164,10 +181,6 @@ impl Session {
             }
             (ctl, _) => ctl?,
         };
-        // A name with a 0xFF byte waits for FEAT unless the book knows the
-        // server (a lightpath peer, which may speculate with it too): only
-        // lightpath may be sent one (`ControlConn::send`); `stat` asks later.
-        let flight: Vec<&Vec<u8>> = paths.iter().filter(|p| peer.is_some() || !p.contains(&0xFF)).collect();
         let extra: Vec<Vec<u8>> = flight.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let rtt_us = ctl.rtt.as_micros() as u64;
@@ -608,7 +621,17 @@ fn data_address(a: SocketAddr, peer: Option<IpAddr>) -> SocketAddr {
 
 #[cfg(test)]
 mod tests {
-    use super::{data_address, data_channel};
+    use super::{data_address, data_channel, follow_flight, Speculation};
+
+    #[test]
+    fn no_speculation_on_a_path_held_out_of_the_login_flight() {
+        let (a, b) = (b"a".to_vec(), b"b\xff".to_vec());
+        let flight = [&a];
+        assert_eq!(follow_flight(Speculation::File(b"a"), &flight), Speculation::File(b"a"));
+        assert_eq!(follow_flight(Speculation::File(&b), &flight), Speculation::None);
+        assert_eq!(follow_flight(Speculation::Tree(&b), &flight), Speculation::None);
+        assert_eq!(follow_flight(Speculation::Upload, &flight), Speculation::Upload);
+    }
 
     #[test]
     fn a_pasv_address_is_kept_only_where_the_control_peer_vouches_for_it() {
