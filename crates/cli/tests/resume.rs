@@ -281,3 +281,26 @@ fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
     assert!(err.contains("trying the tree again"), "{err}");
     assert_same_tree(&tree, &local.join("tree"));
 }
+
+/// The same for a tree uploaded as one virtual file (VSTO): the server
+/// killed while it receives the tree, started again, and the tree tried
+/// again whole on a new session.
+#[test]
+fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
+    let (_d, root, local) = root_and_local();
+    let tree = open_dir(&local.join("tree"));
+    make_tree(&tree, 30, 8);
+    islands(&tree.join("big"), LEN);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
+    // The server receives by splice, which its `rchar` does not count:
+    // the client's reads say how far the copy got.
+    let client = cp.id();
+    midway(|| vec![client]);
+    srv.0.kill().unwrap();
+    srv.0.wait().unwrap();
+    let _again = lp_server_on(&root, port, &["--anonymous"]);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains("trying the tree again"), "{err}");
+    assert_same_tree(&tree, &root.join("tree"));
+}
