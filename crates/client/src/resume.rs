@@ -103,14 +103,6 @@ fn first_ranges(have: RangeSet, n: usize) -> RangeSet {
     out
 }
 
-/// `a` and `b` together.
-pub(crate) fn union(mut a: RangeSet, b: &RangeSet) -> RangeSet {
-    for &(s, e) in b.ranges() {
-        a.insert(s, e);
-    }
-    a
-}
-
 /// The `REST` command that asks for everything but `have` (MODE E).
 pub(crate) fn rest_cmd(have: &RangeSet) -> Vec<u8> {
     format!("REST {have}").into_bytes()
@@ -129,12 +121,6 @@ mod tests {
     #[test]
     fn rest_names_the_ranges_held_end_exclusive() {
         assert_eq!(rest_cmd(&set(&[(0, 1000), (2000, 3000)])), b"REST 0-1000,2000-3000");
-    }
-
-    #[test]
-    fn union_merges_touching_ranges() {
-        let u = union(set(&[(0, 10), (20, 30)]), &set(&[(10, 20), (40, 50)]));
-        assert_eq!(u.ranges(), &[(0, 30), (40, 50)]);
     }
 
     #[test]

@@ -97,6 +97,14 @@ impl RangeSet {
         }
     }
 
+    /// This set and `other` together.
+    pub fn union(mut self, other: &RangeSet) -> RangeSet {
+        for &(s, e) in &other.ranges {
+            self.insert(s, e);
+        }
+        self
+    }
+
     /// The parts of `[0, total)` not in the set (what still has to be sent).
     pub fn missing(&self, total: u64) -> RangeSet {
         let mut out = RangeSet::new();
@@ -157,6 +165,18 @@ impl fmt::Display for RangeSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn union_merges_touching_ranges() {
+        let set = |r: &[(u64, u64)]| {
+            r.iter().fold(RangeSet::new(), |mut s, &(a, b)| {
+                s.insert(a, b);
+                s
+            })
+        };
+        let u = set(&[(0, 10), (20, 30)]).union(&set(&[(10, 20), (40, 50)]));
+        assert_eq!(u.ranges(), &[(0, 30), (40, 50)]);
+    }
 
     #[test]
     fn contiguity_and_end() {

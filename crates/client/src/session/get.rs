@@ -4,7 +4,7 @@
 use super::batch::{Batch, Round};
 use super::{check_whole, fill_err, retr_cmd, FileOp, Session};
 use crate::local::{LocalTarget, OpenTarget};
-use crate::resume::{rest_cmd, union};
+use crate::resume::rest_cmd;
 use crate::ClientError;
 use lightpath_engine::{Control, DataChannel, Direction, RecvOpts};
 use lightpath_proto::RangeSet;
@@ -198,13 +198,13 @@ fn recv_into(
             if !have.is_empty() {
                 tracing::info!("resumed a download: {} bytes kept, {} received", have.covered(), got.covered());
             }
-            Ok((w, union(have, &got)))
+            Ok((w, have.union(&got)))
         }
         // Kept only when the network failed: not after a disk error or
         // a peer that broke the protocol's rules.
         Err(e) => {
             if e.is_transient() {
-                slot.inspect(|s| s.keep(w, union(have, &ctl.take_written())));
+                slot.inspect(|s| s.keep(w, have.union(&ctl.take_written())));
             }
             Err(e.into())
         }
