@@ -334,13 +334,7 @@ impl ControlConn {
             if r.is_error() && optional {
                 self.refused_optional.push((cmd, format!("{} {}", r.code, r.full_text())));
             } else if r.is_error() && first_err.is_none() {
-                first_err = Some(ClientError::Refused {
-                    server: self.name.clone(),
-                    cmd,
-                    reply: r.full_text(),
-                    code: r.code,
-                    here: crate::DataEnd::Fine,
-                });
+                first_err = Some(self.refused(cmd, &r));
             }
         }
         first_err.map_or(Ok(()), Err)
@@ -359,13 +353,7 @@ impl ControlConn {
         let cmd = cmd.as_ref();
         let r = self.cmd(cmd).await?;
         if r.is_error() {
-            return Err(ClientError::Refused {
-                server: self.name.clone(),
-                cmd: redact(cmd),
-                reply: r.full_text(),
-                code: r.code,
-                here: crate::DataEnd::Fine,
-            });
+            return Err(self.refused(redact(cmd), &r));
         }
         Ok(r)
     }
@@ -434,13 +422,13 @@ impl ControlConn {
 
     /// The error for a reply we did not expect.
     pub fn unexpected(&self, what: &str, r: &Reply) -> ClientError {
-        ClientError::Refused {
-            server: self.name.clone(),
-            cmd: what.into(),
-            reply: r.full_text(),
-            code: r.code,
-            here: crate::DataEnd::Fine,
-        }
+        self.refused(what.into(), r)
+    }
+
+    /// This server's refusal `r` of `cmd` (as shown: a password redacted).
+    fn refused(&self, cmd: String, r: &Reply) -> ClientError {
+        let (reply, code) = (r.full_text(), r.code);
+        ClientError::Refused { server: self.name.clone(), cmd, reply, code, here: crate::DataEnd::Fine }
     }
 }
 

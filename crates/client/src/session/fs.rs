@@ -98,8 +98,7 @@ impl Session {
         len: Option<u64>,
         path: &[u8],
     ) -> Result<String, ClientError> {
-        let len = len.map_or_else(|| "-1".to_string(), |l| l.to_string());
-        let r = self.ctl.ok(path_cmd(&format!("CKSM {alg} {off} {len} "), path)).await?;
+        let r = self.ctl.ok(cksm_cmd(alg, off, len, path)).await?;
         Ok(r.text().trim().to_ascii_lowercase())
     }
 
@@ -107,11 +106,8 @@ impl Session {
     /// commands in flight (one round trip for a batch, not one per file).
     /// One result per path, in order; a lost control connection fails the rest.
     pub async fn checksums(&mut self, alg: &str, paths: &[Vec<u8>]) -> Vec<Result<String, ClientError>> {
-        let cmds: Vec<Result<Vec<u8>, ClientError>> = paths
-            .iter()
-            .map(|p| path_cmd(&format!("CKSM {alg} 0 -1 "), p))
-            .map(|c| self.ctl.check(&c).map(|()| c))
-            .collect();
+        let cmds: Vec<Result<Vec<u8>, ClientError>> =
+            paths.iter().map(|p| cksm_cmd(alg, 0, None, p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
         if let Err(e) = self.ctl.flush().await {
             return fill_err(Vec::new(), paths.len(), e);
         }
@@ -223,6 +219,13 @@ pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Rep
     let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
     let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
     (is_dir, size)
+}
+
+/// `CKSM alg off len path`: the digest of `len` bytes at `off` (`None`:
+/// `-1`, to the end).
+fn cksm_cmd(alg: &str, off: u64, len: Option<u64>, path: &[u8]) -> Vec<u8> {
+    let len = len.map_or_else(|| "-1".to_string(), |l| l.to_string());
+    path_cmd(&format!("CKSM {alg} {off} {len} "), path)
 }
 
 /// `verb` (with its space) and a raw path: names need not be UTF-8.
