@@ -231,7 +231,8 @@ impl TreeEnds<'_> {
         let mut tries = 0;
         loop {
             // A retry starts on new sessions (those of a failed try may be gone).
-            let r = match if tries > 0 { self.reopen(s, d).await } else { Ok(()) } {
+            let opened = if tries == 0 { Ok(()) } else { self.reopen(s, d).await };
+            let r = match opened {
                 Ok(()) => run_tree(self.src, self.dst, self.target, s.as_mut(), d.as_mut(), files.clone()).await?,
                 Err(e) => Err(e),
             };
@@ -523,7 +524,7 @@ async fn get_batch(
     opts: &CopyOptions,
     root: Option<&std::path::Path>,
 ) -> Vec<Result<u64, ClientError>> {
-    for t in batch.iter().filter(|t| t.resume.kept_bytes() > 0 && !t.at_once) {
+    for t in batch.iter().filter(|t| !t.at_once) {
         if let Err(e) = retry::check_kept(s, t, &remote(&t.item.src).path).await {
             return batch.iter().map(|_| Err(e.clone())).collect();
         }

@@ -3,6 +3,7 @@
 //! namespace, the same moment for every tool. The kernel resets the
 //! connection at both ends, as a middlebox or a dead path would.
 
+use crate::proc::run_quiet;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -25,18 +26,17 @@ pub fn kill_stream(
         std::thread::sleep(Duration::from_millis(5));
     }
     let at = t0.elapsed().as_secs_f64();
-    let list = match Command::new("ip").args(["netns", "exec", ns, "ss", "-tnpH", "state", "established"]).output() {
-        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
-        Err(e) => return format!("ss failed at {at:.2} s: {e}"),
+    let ss = |args: &[&str]| run_quiet(Command::new("ip").args(["netns", "exec", ns, "ss"]).args(args));
+    let list = match ss(&["-tnpH", "state", "established"]) {
+        Ok(list) => list,
+        Err(e) => return format!("at {at:.2} s: {e:#}"),
     };
     let Some((local, peer)) = data_connection(&list, &pids(), port) else {
         return format!("no data connection of the server at {at:.2} s");
     };
-    let st = Command::new("ip").args(["netns", "exec", ns, "ss", "-K", "-tn", "src", &local, "dst", &peer]).output();
-    match st {
-        Ok(o) if o.status.success() => format!("destroyed data connection {local} -> {peer} at {at:.2} s"),
-        Ok(o) => format!("ss -K {local} {peer} failed at {at:.2} s: {}", String::from_utf8_lossy(&o.stderr).trim()),
-        Err(e) => format!("ss -K failed at {at:.2} s: {e}"),
+    match ss(&["-K", "-tn", "src", &local, "dst", &peer]) {
+        Ok(_) => format!("destroyed data connection {local} -> {peer} at {at:.2} s"),
+        Err(e) => format!("at {at:.2} s: {e:#}"),
     }
 }
 
