@@ -117,26 +117,75 @@ fn assert_resumed(err: &str, server_went_away: bool) {
     assert!(!err.contains("no digest"), "{err}");
 }
 
+/// Where a download of the island file from our server runs: the
+/// scratch directory, the served root, the local directory, the server
+/// and its port.
+struct Under {
+    _d: tempfile::TempDir,
+    root: PathBuf,
+    local: PathBuf,
+    srv: Proc,
+    port: u16,
+}
+
+impl Under {
+    /// SIGKILL the server once it has read a quarter of the file.
+    fn kill_server_midway(&mut self) {
+        let pid = self.srv.0.id();
+        kill_midway(|| vec![pid]);
+        self.srv.0.wait().unwrap();
+    }
+
+    /// The file on the server and its copy.
+    fn files(&self) -> (PathBuf, PathBuf) {
+        (self.root.join("big"), self.local.join("big"))
+    }
+
+    /// Nothing in the local directory, not even a partial file.
+    fn assert_nothing_local(&self) {
+        assert!(std::fs::read_dir(&self.local).unwrap().next().is_none(), "a partial file was left");
+    }
+}
+
+/// The island file on our server, and `cp args... URL local/big` started on it.
+fn download_under_way(args: &[&str]) -> (Under, Child) {
+    let (d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let cp = start_cp(&[args, &[&url, local.join("big").to_str().unwrap()]].concat());
+    (Under { _d: d, root, local, srv, port }, cp)
+}
+
 /// Download the island file from our server, SIGKILL the server midway,
 /// do `meanwhile` to its root, start it again on its port, and wait for
 /// `cp`, which must succeed: what it said, and the file's two places.
-fn download_across_a_server_restart(meanwhile: impl FnOnce(&Path)) -> (String, tempfile::TempDir, PathBuf, PathBuf) {
-    let (d, root, local) = root_and_local();
-    islands(&root.join("big"), LEN);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
-    let pid = srv.0.id();
-    kill_midway(|| vec![pid]);
-    srv.0.wait().unwrap();
-    meanwhile(&root);
-    let _again = lp_server_on(&root, port, &["--anonymous"]);
-    let err = succeeded(cp.wait_with_output().unwrap());
-    (err, d, root.join("big"), local.join("big"))
+fn download_across_a_server_restart(meanwhile: impl FnOnce(&Path)) -> (String, Under) {
+    let (mut u, cp) = download_under_way(&[]);
+    u.kill_server_midway();
+    meanwhile(&u.root);
+    (restart_and_finish(&u.root, u.port, cp), u)
+}
+
+/// Start our server on `root` and `port` again, and wait for `cp`, which
+/// must succeed: what it said.
+fn restart_and_finish(root: &Path, port: u16, cp: Child) -> String {
+    let _again = lp_server_on(root, port, &["--anonymous"]);
+    succeeded(cp.wait_with_output().unwrap())
+}
+
+/// `dir/tree`: a small tree (`make_tree` with `seed`) and the island file.
+fn island_tree(dir: &Path, seed: u64) -> PathBuf {
+    let tree = open_dir(&dir.join("tree"));
+    make_tree(&tree, 30, seed);
+    islands(&tree.join("big"), LEN);
+    tree
 }
 
 #[test]
 fn a_download_resumes_after_the_server_is_killed_and_restarted() {
-    let (err, _d, src, dst) = download_across_a_server_restart(|_| {});
+    let (err, u) = download_across_a_server_restart(|_| {});
+    let (src, dst) = u.files();
     assert_same_file(&src, &dst);
     assert_resumed(&err, true);
 }
@@ -177,18 +226,14 @@ fn a_download_from_gct_resumes_after_its_session_dies() {
 
 #[test]
 fn with_no_retries_a_broken_download_fails_at_once_and_leaves_nothing() {
-    let (_d, root, local) = root_and_local();
-    islands(&root.join("big"), LEN);
-    let (srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp = start_cp(&["--retries", "0", &format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
-    let pid = srv.0.id();
-    kill_midway(|| vec![pid]);
+    let (mut u, cp) = download_under_way(&["--retries", "0"]);
+    u.kill_server_midway();
     let out = cp.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("trying again"), "{err}");
     assert!(err.contains("server closed the control connection"), "{err}");
-    assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "a partial file was left");
+    u.assert_nothing_local();
 }
 
 #[test]
@@ -202,14 +247,12 @@ fn a_refused_file_is_not_tried_again() {
 
 #[test]
 fn a_download_whose_data_stream_dies_resumes() {
-    let (_d, root, local) = root_and_local();
-    islands(&root.join("big"), LEN);
-    let (srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp = start_cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
-    let pid = srv.0.id();
-    kill_a_stream(midway(|| vec![pid]), port);
+    let (u, cp) = download_under_way(&["-p", "4"]);
+    let pid = u.srv.0.id();
+    kill_a_stream(midway(|| vec![pid]), u.port);
     let err = succeeded(cp.wait_with_output().unwrap());
-    assert_same_file(&root.join("big"), &local.join("big"));
+    let (src, dst) = u.files();
+    assert_same_file(&src, &dst);
     assert_resumed(&err, false);
 }
 
@@ -224,7 +267,7 @@ fn a_download_from_gct_whose_data_stream_dies_resumes() {
 #[test]
 fn a_file_changed_between_tries_starts_over() {
     // A new version of the same size, different everywhere it has data.
-    let (err, _d, src, dst) = download_across_a_server_restart(|root| {
+    let (err, u) = download_across_a_server_restart(|root| {
         let new = scratch();
         write_random(&new.path().join("island"), 1 << 20, 99);
         let f = std::fs::OpenOptions::new().write(true).open(root.join("big")).unwrap();
@@ -234,6 +277,7 @@ fn a_file_changed_between_tries_starts_over() {
     });
     assert!(err.contains("changed") && err.contains("starting over"), "{err}");
     assert!(!err.contains("resumed a download"), "{err}");
+    let (src, dst) = u.files();
     assert_same_file(&src, &dst);
 }
 
@@ -241,14 +285,8 @@ fn a_file_changed_between_tries_starts_over() {
 /// not after its retries, and the kept bytes go with it.
 #[test]
 fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
-    let (_d, root, local) = root_and_local();
-    islands(&root.join("big"), LEN);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp =
-        start_cp(&["--retries", "10", &format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
-    let pid = srv.0.id();
-    kill_midway(|| vec![pid]);
-    srv.0.wait().unwrap();
+    let (mut u, cp) = download_under_way(&["--retries", "10"]);
+    u.kill_server_midway();
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
     assert!(Command::new("kill").args(["-INT", &cp.id().to_string()]).status().unwrap().success());
@@ -259,7 +297,7 @@ fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
     // Ten retries would take minutes, and cp's grace period after Ctrl-C
     // is 10 s: the worker stops at the signal, its pause watches for it.
     assert!(t.elapsed() < Duration::from_secs(5), "stopped after {:?}", t.elapsed());
-    assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "a partial file was left");
+    u.assert_nothing_local();
 }
 
 /// A tree sent as one virtual file (VRET) whose server was killed midway
@@ -268,16 +306,13 @@ fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
 #[test]
 fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
     let (_d, root, local) = root_and_local();
-    let tree = open_dir(&root.join("tree"));
-    make_tree(&tree, 30, 7);
-    islands(&tree.join("big"), LEN);
+    let tree = island_tree(&root, 7);
     let (mut srv, port) = lp_server(&root, &["--anonymous"]);
     let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
     let pid = srv.0.id();
     kill_midway(|| vec![pid]);
     srv.0.wait().unwrap();
-    let _again = lp_server_on(&root, port, &["--anonymous"]);
-    let err = succeeded(cp.wait_with_output().unwrap());
+    let err = restart_and_finish(&root, port, cp);
     assert!(err.contains("trying the tree again"), "{err}");
     assert_same_tree(&tree, &local.join("tree"));
 }
@@ -288,9 +323,7 @@ fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
 #[test]
 fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
     let (_d, root, local) = root_and_local();
-    let tree = open_dir(&local.join("tree"));
-    make_tree(&tree, 30, 8);
-    islands(&tree.join("big"), LEN);
+    let tree = island_tree(&local, 8);
     let (mut srv, port) = lp_server(&root, &["--anonymous"]);
     let cp = start_cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
     // The server receives by splice, which its `rchar` does not count:
@@ -299,8 +332,7 @@ fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
     midway(|| vec![client]);
     srv.0.kill().unwrap();
     srv.0.wait().unwrap();
-    let _again = lp_server_on(&root, port, &["--anonymous"]);
-    let err = succeeded(cp.wait_with_output().unwrap());
+    let err = restart_and_finish(&root, port, cp);
     assert!(err.contains("trying the tree again"), "{err}");
     assert_same_tree(&tree, &root.join("tree"));
 }
