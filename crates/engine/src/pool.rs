@@ -207,8 +207,11 @@ impl BufferPool {
 }
 
 /// Allocate every buffer in one region on transparent huge pages, place
-/// and lock the region, fault its pages in. What could not be done is
-/// noted once each.
+/// and lock the region. Its pages come in (zeroed by the kernel, then
+/// locked) when a buffer is first used, not here: a client that copies one
+/// file uses a fraction of the pool, and faulting all 32 MiB in up front
+/// was 9 % of its CPU for a 1 GiB download (6 interleaved hand runs: 0.335
+/// against 0.313 s). What could not be done is noted once each.
 fn prepare_all(opts: &PoolOptions, notes: &mut Vec<String>) -> io::Result<Vec<AlignedBuf>> {
     let region = Region::new(opts.count, opts.size, opts.align)?;
     if let Err(e) = region.huge_pages() {
@@ -224,9 +227,7 @@ fn prepare_all(opts: &PoolOptions, notes: &mut Vec<String>) -> io::Result<Vec<Al
             note_once(notes, format!("mlock: {e}"));
         }
     }
-    let mut bufs = region.into_buffers();
-    bufs.iter_mut().for_each(AlignedBuf::prefault);
-    Ok(bufs)
+    Ok(region.into_buffers())
 }
 
 fn note_once(notes: &mut Vec<String>, note: String) {

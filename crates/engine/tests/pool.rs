@@ -139,6 +139,11 @@ fn bad_options_are_errors() {
 #[test]
 fn a_pool_of_several_mib_sits_on_huge_pages_where_the_kernel_has_them() {
     let p = pool(16, 256 << 10, 4096);
+    // Its pages come in as buffers are first used, not before.
+    assert_eq!(p.huge_page_bytes(), Some(0), "a fresh pool's pages were faulted in");
+    let mut used: Vec<_> = (0..16).map(|_| p.get()).collect();
+    used.iter_mut().for_each(|b| b.fill(1));
+    drop(used);
     let huge = p.huge_page_bytes().expect("smaps names the pool's region");
     let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if !mode.contains("[always]") && !mode.contains("[madvise]") {

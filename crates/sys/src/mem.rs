@@ -52,15 +52,6 @@ impl AlignedBuf {
     pub fn align(&self) -> usize {
         self.layout.align()
     }
-
-    /// Write one byte per page so the pages exist now (on the node the
-    /// memory policy chooses) rather than on first use in the data path.
-    pub fn prefault(&mut self) {
-        let page = page_size();
-        for i in (0..self.capacity()).step_by(page) {
-            self[i] = 0;
-        }
-    }
 }
 
 impl Deref for AlignedBuf {
@@ -186,15 +177,17 @@ impl Region {
         self.map.ptr.as_ptr().wrapping_add(self.base + i * self.stride)
     }
 
-    /// Lock the region in RAM (`mlock`), which also faults its pages in.
+    /// Lock the region in RAM as its pages are first touched
+    /// (`mlock2(MLOCK_ONFAULT)`): a page, once in, is never paged out, but
+    /// pages no buffer ever used are never faulted in, zeroed and pinned.
     /// Without `CAP_IPC_LOCK` the `RLIMIT_MEMLOCK` limit applies:
     /// `EPERM`/`ENOMEM` come back as errors for the caller to note, not to
     /// fail on. The lock ends when the region is unmapped.
     pub fn lock(&self) -> io::Result<()> {
         let (ptr, len) = self.span();
         // SAFETY: the span is inside our live mapping (huge-page aligned, so
-        // whole pages, as mlock requires); mlock does not touch the bytes.
-        unsafe { rustix::mm::mlock(ptr, len) }.map_err(io::Error::from)
+        // whole pages, as mlock requires); mlock2 does not touch the bytes.
+        unsafe { rustix::mm::mlock_with(ptr, len, rustix::mm::MlockFlags::ONFAULT) }.map_err(io::Error::from)
     }
 
     /// Bind the region's pages to NUMA node `node` (`mbind(MPOL_BIND)`,

@@ -22,8 +22,9 @@
 //!   files) uses the first pool. They call the job's supplier and read the
 //!   source (sending), or write queued pieces to the sink (receiving).
 //! - **Buffers** come from one [`BufferPool`] per process, allocated,
-//!   page-aligned, pre-faulted and (where allowed) locked in RAM when the
-//!   threads start: [`POOL_BUFFERS`] of [`crate::WRITE_CHUNK`] bytes. Blocks
+//!   page-aligned and (where allowed) locked in RAM when the threads
+//!   start, their pages faulted in on first use: [`POOL_BUFFERS`] of
+//!   [`crate::WRITE_CHUNK`] bytes. Blocks
 //!   read for sending and pieces received for a sink that is not a file sit
 //!   in them; receives into files over loopback bypass them (`splice`). When every pool
 //!   buffer is out, a block takes heap memory rather than wait (counted).
@@ -322,10 +323,8 @@ fn make_pool() -> Result<BufferPool> {
         Some(n) if !refused("NUMA") => format!(", on NUMA node {n}"),
         _ => String::new(),
     };
-    let huge = match pool.huge_page_bytes() {
-        Some(b) => format!(", {} MiB on huge pages", b >> 20),
-        None => String::new(),
-    };
+    // Pages come in on first use: the pool has none on huge pages yet.
+    let huge = if refused("transparent huge pages") { "" } else { ", huge pages advised" };
     tracing::info!("buffer pool: {} x {} KiB, {locked}{placed}{huge}", opts.count, opts.size >> 10);
     pool.notes().iter().for_each(|n| tracing::info!("buffer pool: {n}"));
     Ok(pool)
