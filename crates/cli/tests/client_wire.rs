@@ -129,6 +129,48 @@ fn names_with_iac_bytes_are_refused_to_the_globus_server() {
     assert_eq!(names(&home), before, "nothing made on the server");
 }
 
+/// `cp -vv` of two files from `url_dir` into `dest`: the log.
+fn get_two_vv(url_dir: &str, dest: &Path) -> String {
+    let out = Command::new(LP)
+        .args([
+            "-vv",
+            "cp",
+            "-q",
+            &format!("{url_dir}/one"),
+            &format!("{url_dir}/two"),
+            &format!("{}/", dest.display()),
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
+/// A lightpath server is asked for blocks of up to 1 MiB on RETR (it
+/// grows them while much is left); the Globus server never is, whose own
+/// receivers were slower with 1 MiB blocks.
+#[test]
+fn only_a_lightpath_server_is_asked_for_bigger_blocks() {
+    let (_d, home, local) = root_and_local();
+    for name in ["one", "two"] {
+        write_random(&home.join(name), 3 << 20, 7);
+    }
+    let (_g, gport) = gct_server(&home);
+    let (_l, lport) = lp_server(&home, &["--anonymous"]);
+    let asked = |log: &str| log.lines().any(|l| l.contains("> OPTS RETR") && l.contains("BlockSize=1048576;"));
+    let from_gct = open_dir(&local.join("gct"));
+    let log = get_two_vv(&format!("ftp://127.0.0.1:{gport}{}", home.display()), &from_gct);
+    assert!(log.contains("> OPTS RETR") && !asked(&log), "{log}");
+    let from_lp = open_dir(&local.join("lp"));
+    let log = get_two_vv(&format!("ftp://127.0.0.1:{lport}"), &from_lp);
+    assert!(asked(&log), "{log}");
+    for name in ["one", "two"] {
+        assert_same_file(&home.join(name), &from_gct.join(name));
+        assert_same_file(&home.join(name), &from_lp.join(name));
+    }
+}
+
 /// Task: `lightpath sum` of a name that is not UTF-8 asks for that name,
 /// not for its lossy UTF-8 rendering.
 #[test]

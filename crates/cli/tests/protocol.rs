@@ -440,3 +440,43 @@ fn ls_escapes_control_characters_in_names() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("a\\x1b]0;PWNED\\x07\\x1b[2Jb"), "{text}");
 }
+
+#[test]
+fn a_receiver_that_asks_gets_blocks_up_to_its_size_while_much_is_left() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    write_random(&root.join("g"), 12 << 20, 12);
+    let data = std::fs::read(root.join("g")).unwrap();
+    let (_p, port) = lp_server(&root, &["--anonymous"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
+    assert_eq!(c.cmd(&format!("PORT {hp}")).0, 200);
+    // As GCT's clients (which never ask): 256 KiB blocks.
+    c.send(b"RETR g");
+    assert_eq!(c.reply().0, 150);
+    let mut conns = vec![l.accept().unwrap().0];
+    let blocks = read_mode_e(&mut conns);
+    assert_eq!(c.final_reply().0, 226);
+    assert!(
+        blocks.iter().all(|b| b.1.len() == 256 << 10),
+        "{:?}",
+        blocks.iter().map(|b| b.1.len()).collect::<Vec<_>>()
+    );
+    // A receiver asking for 1 MiB gets it first, then 256 KiB again at the end.
+    assert_eq!(c.cmd("OPTS RETR Parallelism=1,1,1;BlockSize=1048576;").0, 200);
+    c.send(b"RETR g");
+    assert_eq!(c.reply().0, 125);
+    let blocks = read_mode_e(&mut conns);
+    assert_eq!(c.final_reply().0, 226);
+    let lens: Vec<usize> = blocks.iter().map(|b| b.1.len()).collect();
+    assert_eq!(lens.first(), Some(&(1 << 20)), "{lens:?}");
+    assert_eq!(lens.last(), Some(&(256 << 10)), "{lens:?}");
+    assert!(lens.iter().all(|&n| n <= 1 << 20), "{lens:?}");
+    assert_eq!(blocks.into_iter().flat_map(|b| b.1).collect::<Vec<_>>(), data);
+    // Sizes outside 4 KiB..16 MiB are refused.
+    for bad in ["BlockSize=0;", "BlockSize=4095;", "BlockSize=16777217;"] {
+        assert_eq!(c.cmd(&format!("OPTS RETR {bad}")).0, 501, "{bad}");
+    }
+}

@@ -18,7 +18,7 @@ use crate::local::LocalTarget;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use fs::{stat_cmds, stat_of};
-use lightpath_engine::{Control, DataChannel};
+use lightpath_engine::{Control, DataChannel, GROWN_BLOCK};
 use lightpath_proto::{hostport, Features};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -110,6 +110,10 @@ pub struct Session {
     dc: Option<DataChannel>,
     mode_e: Option<bool>,
     parallelism: u32,
+    /// The `BlockSize=` sent with the stream count ([`Session::set_parallelism`]).
+    asked_block: Option<u64>,
+    /// The server is lightpath: the book said so, then FEAT.
+    lightpath_peer: bool,
     /// MLST/SIZE answers fetched with the login: path -> (is a directory, size).
     stats: std::collections::HashMap<Vec<u8>, (bool, u64)>,
     /// The tree path of a `VRET path/` sent with the login whose reply is
@@ -193,6 +197,8 @@ impl Session {
             dc: Some(data_channel(recv_window, opts.congestion.as_deref())),
             mode_e: None,
             parallelism: 0,
+            asked_block: None,
+            lightpath_peer: peer.is_some(),
             stats: Default::default(),
             spec_vret: None,
             spec_retr: None,
@@ -216,6 +222,7 @@ impl Session {
         if fastopen.is_some() && s.ctl.fastopen_used() {
             tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
         }
+        s.lightpath_peer = feat.lightpath.is_some();
         s.feat = feat;
         s.stats = flight.into_iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         if let Some(b) = book {
@@ -327,14 +334,23 @@ impl Session {
         Ok(())
     }
 
-    /// Ask the server for `n` streams on RETR. Queued. With verbose output
-    /// on, it also asks for perf markers on RETR (GCT's `markers=N;`),
-    /// whose `Data Path:` says how the server sends ([`ControlConn`] logs it).
-    pub async fn set_parallelism(&mut self, n: u32) -> Result<(), ClientError> {
-        if self.parallelism != n {
+    /// Whether the server is lightpath (the book said so, then FEAT).
+    pub fn is_lightpath(&self) -> bool {
+        self.lightpath_peer
+    }
+
+    /// Ask the server for `n` streams on RETR and, when it is lightpath
+    /// and so is the receiver (`lightpath_receiver`), for blocks of up to
+    /// [`GROWN_BLOCK`]. Queued. With verbose output on, it also asks for
+    /// perf markers on RETR (GCT's `markers=N;`), whose `Data Path:` says
+    /// how the server sends ([`ControlConn`] logs it).
+    pub async fn set_parallelism(&mut self, n: u32, lightpath_receiver: bool) -> Result<(), ClientError> {
+        let block = (self.lightpath_peer && lightpath_receiver).then_some(GROWN_BLOCK);
+        if self.parallelism != n || self.asked_block != block {
             let markers = if tracing::enabled!(tracing::Level::INFO) { "markers=5;" } else { "" };
-            self.ctl.queue(&format!("OPTS RETR Parallelism={n},{n},{n};{markers}")).await?;
-            self.parallelism = n;
+            let size = block.map(|b| format!("BlockSize={b};")).unwrap_or_default();
+            self.ctl.queue(&format!("OPTS RETR Parallelism={n},{n},{n};{size}{markers}")).await?;
+            (self.parallelism, self.asked_block) = (n, block);
         }
         Ok(())
     }
@@ -404,10 +420,9 @@ impl Session {
         self.set_mode(true).await?;
         // Once set it is this session's stream count, which cannot change
         // (the options and the RTT are fixed): not read from /proc again.
-        if self.parallelism == 0 {
-            let n = self.streams();
-            self.set_parallelism(n).await?;
-        }
+        // The block size asked may (FEAT can show a lightpath server).
+        let n = if self.parallelism == 0 { self.streams() } else { self.parallelism };
+        self.set_parallelism(n, true).await?;
         self.ready_for_get().await
     }
 

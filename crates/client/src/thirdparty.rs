@@ -27,7 +27,7 @@ pub async fn transfer(
     d.set_mode(mode_e).await?;
     if mode_e {
         let n = if opts.streams > 0 { opts.streams } else { s.streams() };
-        s.set_parallelism(n).await?;
+        s.set_parallelism(n, d.is_lightpath()).await?;
     }
     if !mode_e || !*linked {
         let addr = d.pasv().await?;

@@ -171,7 +171,7 @@ pub async fn tpt_tree(
     s.set_mode(true).await?;
     d.set_mode(true).await?;
     let n = s.streams();
-    s.set_parallelism(n).await?;
+    s.set_parallelism(n, false).await?;
     let addr = d.pasv().await?;
     let port = lightpath_proto::hostport::format_port(addr).map(|h| format!("PORT {h}"));
     let port = port.unwrap_or_else(|| format!("EPRT {}", lightpath_proto::hostport::format_eprt(addr)));

@@ -335,7 +335,7 @@ mod tests {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
         let sent = data.clone();
         let sending = std::thread::spawn(move || {
-            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10 };
+            let plan = SendPlan { ranges: vec![(0, sent.len() as u64)], wire_base: 0, block: 16 << 10, grow: None };
             tx.send_e(&BytesSource(sent), &plan, &Control::new()).unwrap();
         });
         let sink = MemorySink::new(1 << 20);

@@ -20,7 +20,7 @@ pub mod vfile_chan;
 pub use datachan::{congestion_choice, DataChannel, Direction, DEFAULT_CONGESTION};
 pub use error::{EngineError, Result};
 pub use io::{BytesSource, DataPath, FileSink, FileSource, MemorySink, NullSink, Sink, Source, ZeroSource};
-pub use modee::{RecvOpts, SendPlan};
+pub use modee::{Growth, RecvOpts, SendPlan};
 pub use progress::Control;
 
 /// Largest single write to a file when receiving. Measured on this VM's
@@ -32,3 +32,9 @@ pub const WRITE_CHUNK: usize = 256 << 10;
 /// one piece, and 1 MiB writes are slow on ext4 here (see WRITE_CHUNK):
 /// globus-url-copy took 5.7 s for 2 GiB from us with 1 MiB blocks.
 pub const DEFAULT_BLOCK: u64 = 256 << 10;
+
+/// The largest block a lightpath receiver asks a lightpath sender for
+/// (`OPTS RETR BlockSize=`): blocks grow to it while much is left
+/// ([`Growth`]). The receiver still writes 256 KiB pieces
+/// ([`WRITE_CHUNK`]); GCT peers are never asked.
+pub const GROWN_BLOCK: u64 = 1 << 20;

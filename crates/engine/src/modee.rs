@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lightpath_plan::BlockCursor;
-pub use lightpath_plan::SendPlan;
+pub use lightpath_plan::{Growth, SendPlan};
 
 fn next_block(plan: &SendPlan, cur: &Mutex<BlockCursor>) -> Option<(u64, u64)> {
     let b = cur.lock().unwrap_or_else(|e| e.into_inner()).next_block(plan)?;
@@ -85,6 +85,10 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
         .transpose()
         .map_err(|e| EngineError::io("source", e))?
         .map(std::sync::Arc::new);
+    // Blocks read into pool buffers are at most a buffer long: only
+    // sendfile's grow.
+    let read_plan = SendPlan { grow: None, ..plan.clone() };
+    let plan = if zero_copy.is_some() { plan } else { &read_plan };
     let supplier = move || -> std::io::Result<Option<OutBlock>> {
         let Some((off, len)) = next_block(plan, &cursor) else { return Ok(None) };
         let payload = match &zero_copy {

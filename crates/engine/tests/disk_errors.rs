@@ -80,7 +80,7 @@ fn assert_disk_error(r: Result<u64, EngineError>, ctx: &str) {
 }
 
 fn plan() -> SendPlan {
-    SendPlan { ranges: vec![(0, LEN as u64)], wire_base: 0, block: 256 << 10 }
+    SendPlan { ranges: vec![(0, LEN as u64)], wire_base: 0, block: 256 << 10, grow: None }
 }
 
 /// MODE E over 4 streams: (sender's result, receiver's result).

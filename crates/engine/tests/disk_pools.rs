@@ -39,7 +39,7 @@ impl Source for Recording {
 /// Send `src` over 4 loopback streams to memory; returns the reading threads.
 fn send_recording(src: &Recording) -> BTreeSet<String> {
     let (mut s, mut r) = pair(4);
-    let plan = SendPlan { ranges: vec![(0, src.len())], wire_base: 0, block: 64 << 10 };
+    let plan = SendPlan { ranges: vec![(0, src.len())], wire_base: 0, block: 64 << 10, grow: None };
     let sink = MemorySink::new(1 << 30);
     let opts = RecvOpts { base: 0, max_offset: 1 << 40, idle: Duration::from_secs(10) };
     std::thread::scope(|sc| {

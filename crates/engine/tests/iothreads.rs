@@ -50,7 +50,7 @@ fn opts() -> RecvOpts {
 fn transfer(bytes: &[u8], streams: usize, block: u64) -> Vec<u8> {
     let (mut s, mut r) = pair(streams);
     let src = BytesSource(bytes.to_vec());
-    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block };
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block, grow: None };
     let sink = MemorySink::new(1 << 30);
     std::thread::scope(|sc| {
         let h = sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
@@ -102,7 +102,7 @@ fn a_small_transfer_is_not_starved_by_a_big_one() {
     let order = Mutex::new(Vec::new());
     std::thread::scope(|sc| {
         sc.spawn(|| {
-            let plan = SendPlan { ranges: vec![(0, big_len)], wire_base: 0, block: 256 << 10 };
+            let plan = SendPlan { ranges: vec![(0, big_len)], wire_base: 0, block: 256 << 10, grow: None };
             modee::send(&mut bs, &ZeroSource::new(big_len), &plan, &Control::new()).unwrap();
         });
         sc.spawn(|| {
@@ -131,7 +131,7 @@ fn cancelled_receiver_stops_both_sides() {
     let rx = Control::new();
     let sent = std::thread::scope(|sc| {
         let h = sc.spawn(|| {
-            let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 256 << 10 };
+            let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 256 << 10, grow: None };
             modee::send(&mut s, &ZeroSource::new(len), &plan, &Control::new())
         });
         sc.spawn(|| {
@@ -154,7 +154,7 @@ fn connections_block_again_after_a_transfer() {
     let (mut s, mut r) = pair(2);
     let bytes = data(300_000, 3);
     let src = BytesSource(bytes.clone());
-    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 65536 };
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 65536, grow: None };
     let sink = MemorySink::new(1 << 30);
     std::thread::scope(|sc| {
         sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
@@ -199,7 +199,7 @@ fn most_writes_at_once(serial: bool) -> usize {
     let bytes = data(8 << 20, 7);
     let (mut s, mut r) = pair(4);
     let src = BytesSource(bytes.clone());
-    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 64 << 10 };
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 64 << 10, grow: None };
     let zero = std::sync::atomic::AtomicUsize::new(0);
     let sink = CountingSink { inner: MemorySink::new(16 << 20), serial, now: zero, most: Default::default() };
     std::thread::scope(|sc| {
@@ -312,7 +312,7 @@ fn a_zero_source_delivers_zeros_with_small_and_large_blocks() {
     for (block, zeros) in [(300_001, mem), (2 << 20, mem), (300_001, fd)] {
         let len = 5 * block + 12_345;
         let (mut s, mut r) = pair(3);
-        let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block };
+        let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block, grow: None };
         let sink = ZeroCheckSink::default();
         std::thread::scope(|sc| {
             let h = sc.spawn(|| modee::send(&mut s, &zeros(len), &plan, &Control::new()).unwrap());
@@ -321,5 +321,47 @@ fn a_zero_source_delivers_zeros_with_small_and_large_blocks() {
         });
         assert_eq!(sink.written.into_inner(), len, "block {block}");
         assert_eq!(sink.nonzero.into_inner(), 0, "block {block}");
+    }
+}
+
+/// Block lengths of one MODE E transfer read raw from `conn`, to its EOD.
+fn block_lens(conn: &mut std::net::TcpStream) -> Vec<u64> {
+    let mut lens = Vec::new();
+    loop {
+        let mut h = [0u8; 17];
+        conn.read_exact(&mut h).unwrap();
+        let h = lightpath_proto::BlockHeader::parse(&h).unwrap();
+        std::io::copy(&mut conn.by_ref().take(h.payload_len()), &mut std::io::sink()).unwrap();
+        if h.payload_len() > 0 {
+            lens.push(h.payload_len());
+        }
+        if h.is_eod() {
+            return lens;
+        }
+    }
+}
+
+/// Blocks grow ([`Growth`]) only where they go with `sendfile`: a block
+/// read into a pool buffer is at most the plan's base block.
+#[test]
+fn only_blocks_sent_from_files_grow() {
+    setup();
+    let len = 16usize << 20;
+    let mut f = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut f, &data(len, 9)).unwrap();
+    let grow = Some(lightpath_engine::Growth { max: 1 << 20, streams: 1 });
+    let plan = SendPlan { ranges: vec![(0, len as u64)], wire_base: 0, block: 256 << 10, grow };
+    let sources: [(Box<dyn Source>, u64); 2] = [
+        (Box::new(lightpath_engine::FileSource::new(f.try_clone().unwrap(), true).unwrap()), 1 << 20),
+        (Box::new(lightpath_engine::FileSource::new(f, false).unwrap()), 256 << 10),
+    ];
+    for (src, largest) in sources {
+        let (mut s, mut r) = pair(1);
+        let lens = std::thread::scope(|sc| {
+            sc.spawn(|| modee::send(&mut s, src.as_ref(), &plan, &Control::new()).unwrap());
+            block_lens(&mut r[0])
+        });
+        assert_eq!(lens.iter().sum::<u64>(), len as u64);
+        assert_eq!(lens.iter().max(), Some(&largest), "{lens:?}");
     }
 }

@@ -22,7 +22,7 @@ fn parallel_streams_roundtrip_and_reuse() {
     for round in 0..3 {
         let bytes = data(3_000_000 + round * 1234);
         let src = BytesSource(bytes.clone());
-        let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 65536 };
+        let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 65536, grow: None };
         let sink = MemorySink::new(1 << 30);
         let ctl = Control::new();
         std::thread::scope(|sc| {
@@ -86,7 +86,7 @@ fn a_discarding_sink_reports_every_range() {
     let (mut s, mut r) = pair(4);
     let len = 5_000_000u64 + 17;
     let src = BytesSource(data(len as usize));
-    let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 100_000 };
+    let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: 100_000, grow: None };
     let ctl = Control::new();
     std::thread::scope(|sc| {
         let h = sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());

@@ -50,7 +50,7 @@ fn parallel_streams_into_a_file_byte_exact() {
         iothreads::set_recv_splice(round == 0);
         let bytes = data(9_000_000 + round * 4097, round);
         let src = BytesSource(bytes.clone());
-        let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10 };
+        let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10, grow: None };
         let f = tempfile::tempfile().unwrap();
         std::thread::scope(|sc| {
             let h = sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());
@@ -100,7 +100,7 @@ fn a_file_refusing_writes_fails_the_transfer() {
     let ro = std::fs::File::open(&p).unwrap();
     let bytes = data(4 << 20, 3);
     let src = BytesSource(bytes.clone());
-    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10 };
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10, grow: None };
     let t = Instant::now();
     let err = std::thread::scope(|sc| {
         sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()));
@@ -121,7 +121,7 @@ fn pool_buffers_are_used_and_come_back() {
     let (mut s, mut r) = pair(4);
     let bytes = data(6 << 20, 5);
     let src = BytesSource(bytes.clone());
-    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10 };
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10, grow: None };
     let sink = MemorySink::new(1 << 30);
     std::thread::scope(|sc| {
         sc.spawn(|| modee::send(&mut s, &src, &plan, &Control::new()).unwrap());

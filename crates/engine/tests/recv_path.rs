@@ -17,7 +17,7 @@ fn a_file_received_over_loopback_is_spliced() {
     from.write_all(&bytes).unwrap();
     // The sender uses sendfile, so pool buffers could only be the receiver's.
     let src = FileSource::new(from, true).unwrap();
-    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10 };
+    let plan = SendPlan { ranges: vec![(0, bytes.len() as u64)], wire_base: 0, block: 256 << 10, grow: None };
     let (mut s, mut r) = pair(4);
     let mut to = tempfile::tempfile().unwrap();
     let opts = RecvOpts { base: 0, max_offset: 1 << 40, idle: Duration::from_secs(10) };

@@ -77,7 +77,7 @@ fn a_stalled_supply_leaves_the_disk_threads_to_other_transfers() {
         // B reads its blocks on the only disk thread while A is stalled.
         let (done_tx, done_rx) = mpsc::channel();
         sc.spawn(|| {
-            let plan = SendPlan { ranges: vec![(0, src.len())], wire_base: 0, block: 256 << 10 };
+            let plan = SendPlan { ranges: vec![(0, src.len())], wire_base: 0, block: 256 << 10, grow: None };
             modee::send(&mut sb, &src, &plan, &Control::new()).unwrap();
         });
         sc.spawn(move || {

@@ -54,6 +54,11 @@ pub enum Opts {
         parallelism: Option<u32>,
         /// Perf marker interval on RETR (seconds).
         markers: Option<u32>,
+        /// `BlockSize=n;`: the largest MODE E block the receiver wants
+        /// (GFD.20 names it for striped layouts; between lightpath peers it
+        /// lets a sender use bigger blocks, see `lightpath_plan::Growth`).
+        /// Within [`crate::modee::BLOCK_SIZE_OPTION`].
+        block_size: Option<u64>,
     },
     /// `OPTS MLST fact;fact;`
     Mlst(String),
@@ -412,7 +417,7 @@ fn parse_opts_retr(rest: &str) -> Result<Opts, CommandError> {
     if !rest.trim_end().ends_with(';') {
         return Err(bad());
     }
-    let (mut parallelism, mut markers) = (None, None);
+    let (mut parallelism, mut markers, mut block_size) = (None, None, None);
     for opt in rest.trim().split(';').filter(|s| !s.is_empty()) {
         let (k, v) = opt.split_once('=').ok_or_else(bad)?;
         let first = v.split(',').next().unwrap_or("");
@@ -425,10 +430,17 @@ fn parse_opts_retr(rest: &str) -> Result<Opts, CommandError> {
                 parallelism = Some(n);
             }
             "markers" => markers = Some(first.trim().parse().map_err(|_| bad())?),
+            "blocksize" => {
+                let n: u64 = first.trim().parse().map_err(|_| bad())?;
+                if !crate::modee::BLOCK_SIZE_OPTION.contains(&n) {
+                    return Err(bad());
+                }
+                block_size = Some(n);
+            }
             _ => {}
         }
     }
-    Ok(Opts::Retr { parallelism, markers })
+    Ok(Opts::Retr { parallelism, markers, block_size })
 }
 
 fn verb_name(c: &Command) -> &'static str {
@@ -496,9 +508,13 @@ mod tests {
     fn guc_commands_parse() {
         assert_eq!(
             Command::parse(b"OPTS RETR Parallelism=4,4,4;").unwrap(),
-            Command::Opts(Opts::Retr { parallelism: Some(4), markers: None })
+            Command::Opts(Opts::Retr { parallelism: Some(4), markers: None, block_size: None })
         );
         assert!(Command::parse(b"OPTS RETR Parallelism=4,4,4").is_err());
+        assert_eq!(
+            Command::parse(b"OPTS RETR Parallelism=8,8,8;BlockSize=1048576;").unwrap(),
+            Command::Opts(Opts::Retr { parallelism: Some(8), markers: None, block_size: Some(1 << 20) })
+        );
         assert_eq!(
             Command::parse(b"ERET P 1000 5000 /a b").unwrap(),
             Command::Eret { offset: 1000, len: 5000, path: b"/a b".to_vec() }
@@ -557,6 +573,11 @@ mod tests {
             b"\xff\xfe",
             b"RETR a\0b",
             b"OPTS RETR Parallelism=0;",
+            b"OPTS RETR BlockSize=0;",
+            b"OPTS RETR BlockSize=4095;",
+            b"OPTS RETR BlockSize=16777217;",
+            b"OPTS RETR BlockSize=1M;",
+            b"OPTS RETR BlockSize=99999999999999999999999;",
         ] {
             assert!(Command::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }

@@ -78,6 +78,10 @@ pub enum HeaderError {
 /// Upper bound on the EOD count an EOF block may announce.
 pub const MAX_STREAMS: u64 = 1024;
 
+/// Block sizes a receiver may ask for with `OPTS RETR BlockSize=n;`
+/// (4 KiB to 16 MiB); anything else is refused.
+pub const BLOCK_SIZE_OPTION: std::ops::RangeInclusive<u64> = 4096..=16 << 20;
+
 impl BlockHeader {
     /// A data block.
     pub fn data(offset: u64, count: u64) -> Self {

@@ -62,6 +62,9 @@ pub struct TransferSettings {
     pub restart_interval: u32,
     /// Seconds between perf markers on RETR (`OPTS RETR markers=N;`), if asked.
     pub retr_markers: Option<u32>,
+    /// Largest MODE E block the receiver asked for on RETR
+    /// (`OPTS RETR BlockSize=N;`), if it did.
+    pub block_size: Option<u64>,
 }
 
 impl Default for TransferSettings {
@@ -73,6 +76,7 @@ impl Default for TransferSettings {
             perf_interval: 5,
             restart_interval: 5,
             retr_markers: None,
+            block_size: None,
         }
     }
 }
@@ -523,9 +527,12 @@ impl ServerPi {
 
     fn handle_opts(&mut self, o: Opts) {
         match o {
-            Opts::Retr { parallelism, markers } => {
+            Opts::Retr { parallelism, markers, block_size } => {
                 if let Some(p) = parallelism {
                     self.settings.parallelism = p;
+                }
+                if block_size.is_some() {
+                    self.settings.block_size = block_size;
                 }
                 if markers.is_some() {
                     self.settings.retr_markers = markers;

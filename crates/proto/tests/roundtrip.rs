@@ -516,7 +516,7 @@ proptest! {
         let parsed = Command::parse(line.as_bytes());
         // Every option must end with ';' and 1 <= n <= MAX_STREAMS.
         if semi && n >= 1 && u64::from(n) <= MAX_STREAMS {
-            prop_assert_eq!(parsed.unwrap(), Command::Opts(Opts::Retr { parallelism: Some(n), markers }));
+            prop_assert_eq!(parsed.unwrap(), Command::Opts(Opts::Retr { parallelism: Some(n), markers, block_size: None }));
         } else {
             prop_assert!(parsed.is_err(), "{line}");
         }

@@ -7,8 +7,8 @@ use crate::listing::{facts, list_line, Rights};
 use crate::reserve::Reservation;
 use lightpath_engine::dio::{file_sink, DirectFileSource};
 use lightpath_engine::{
-    BytesSource, Control, DataChannel, EngineError, FileSource, NullSink, RecvOpts, SendPlan, Sink, Source, ZeroSource,
-    DEFAULT_BLOCK,
+    BytesSource, Control, DataChannel, EngineError, FileSource, Growth, NullSink, RecvOpts, SendPlan, Sink, Source,
+    ZeroSource, DEFAULT_BLOCK,
 };
 use lightpath_proto::{Mode, Reply, Restart, Transfer, TransferKind, VPath};
 use lightpath_sys::root::{Allowed, FileType, Root, Stat, TempFile, WriteMode};
@@ -248,7 +248,11 @@ fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, rea
         Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
     };
     let _ = ready.send(Ok(reused));
-    let plan = SendPlan { ranges, wire_base, block: DEFAULT_BLOCK };
+    // A receiver that asked for bigger blocks (a lightpath client) gets
+    // them while much is left; GCT never asks.
+    let grow =
+        t.settings.block_size.filter(|&b| b > DEFAULT_BLOCK).map(|max| Growth { max, streams: t.settings.parallelism });
+    let plan = SendPlan { ranges, wire_base, block: DEFAULT_BLOCK, grow };
     dc.send_e(src, &plan, ctl).map_err(file_reply(&t.path))
 }
 

@@ -5,7 +5,7 @@ use super::batch::{Batch, Round};
 use super::{FileOp, Session};
 use crate::local::LocalSource;
 use crate::ClientError;
-use lightpath_engine::SendPlan;
+use lightpath_engine::{Growth, SendPlan, GROWN_BLOCK};
 
 /// Files still to send, by their place in the batch.
 type Todo = Vec<(usize, LocalSource, FileOp)>;
@@ -114,8 +114,11 @@ impl Session {
             Some((off, len)) => (vec![(off, off.saturating_add(len).min(size))], off),
             None => (vec![(0, size)], 0),
         };
-        let plan = SendPlan { ranges, wire_base, block: self.opts.block };
         let streams = self.streams();
+        // A lightpath server takes bigger blocks while much is left (as it
+        // sends them to us: `Session::set_parallelism`); GCT gets `--block`.
+        let grow = self.is_lightpath().then_some(Growth { max: GROWN_BLOCK, streams });
+        let plan = SendPlan { ranges, wire_base, block: self.opts.block, grow };
         let mut dc = self.dc.take().unwrap_or_default();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
         let ctl = self.opts.control();
