@@ -64,14 +64,22 @@ fn parallel_streams_into_a_file_byte_exact() {
     }
 }
 
-/// One block of 1 MiB written 61 bytes at a time with Nagle off: many
-/// small segments, more than a pipe has slots for one piece.
+/// One block of 1 MiB + 5 B written 61 bytes at a time with Nagle off:
+/// many small segments, more than a pipe has slots for one piece; copied,
+/// the reads fill several buffers at once (`readv`), often partly.
 #[test]
 fn tiny_segments_into_a_file_byte_exact() {
     let _g = serial();
+    for splice in [true, false] {
+        iothreads::set_recv_splice(splice);
+        tiny_segments_into_a_file();
+    }
+}
+
+fn tiny_segments_into_a_file() {
     let (mut s, mut r) = pair(1);
     s[0].set_nodelay(true).unwrap();
-    let bytes = data(1 << 20, 7);
+    let bytes = data((1 << 20) + 5, 7);
     let f = tempfile::tempfile().unwrap();
     std::thread::scope(|sc| {
         let w = &mut s[0];

@@ -2,7 +2,8 @@
 //!
 //! Network threads parse each connection's block headers incrementally,
 //! check them (bounds, overlap, EOF count) and take payload pieces of at
-//! most [`crate::WRITE_CHUNK`] bytes, queued to the job; the management
+//! most [`crate::WRITE_CHUNK`] bytes, up to four at a time with one
+//! `readv` (`payload`), queued to the job; the management
 //! thread hands the queue to disk tasks that write the sink (a task goes on
 //! with what was queued meanwhile, a few batches at most).
 //!
@@ -54,6 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod discard;
+mod payload;
 
 /// Most pieces one disk task writes (fewer tasks when the queue builds
 /// up). Pieces back to back in the sink go down as one `pwritev`: up to
@@ -321,7 +323,8 @@ pub(crate) fn recv(
 fn add_conn(job: &Arc<Job>, reg: &Registration, c: &TcpStream, index: usize) -> Result<()> {
     let stream = dup_nonblocking(c).map_err(|e| EngineError::io("data connection", e))?;
     let phase = Phase::Header { raw: [0; HEADER_LEN], got: 0 };
-    reg.add(Box::new(RecvConn { job: job.clone(), index, stream, phase, lowat: 1, armed: false }));
+    let fills = Vec::with_capacity(payload::READ_AT_ONCE / crate::WRITE_CHUNK);
+    reg.add(Box::new(RecvConn { job: job.clone(), index, stream, phase, lowat: 1, armed: false, fills }));
     Ok(())
 }
 
@@ -528,8 +531,9 @@ fn write_piece(sink: &dyn Sink, p: &Piece) -> std::io::Result<()> {
 enum Phase {
     /// Reading a header (`got` bytes so far).
     Header { raw: [u8; HEADER_LEN], got: usize },
-    /// Reading payload: `left` bytes of the block after the current piece.
-    Payload { h: BlockHeader, at: u64, wire: u64, left: u64, piece: Option<Fill> },
+    /// Reading payload: `left` bytes of the block after the pieces being
+    /// filled ([`RecvConn::fills`]); `at` and `wire` are where they start.
+    Payload { h: BlockHeader, at: u64, wire: u64, left: u64 },
     /// Past its EOD; `keep` unless the peer set CLOSE.
     Ended { keep: bool },
     /// Closed or failed.
@@ -545,12 +549,15 @@ struct RecvConn {
     /// set again at the next wait (which makes the kernel re-check
     /// readiness: see `read_payload`).
     lowat: usize,
-    /// It waited once for the next piece's bytes (see `read_payload`).
+    /// It waited once for the next read's bytes (see `read_payload`).
     armed: bool,
+    /// The pieces of the current block being read, in order (at most
+    /// [`payload::READ_AT_ONCE`] bytes; one pipe when splicing).
+    fills: Vec<Fill>,
 }
 
 /// The most a connection waits to have queued before it is woken.
-const LOWAT_MAX: usize = crate::WRITE_CHUNK;
+const LOWAT_MAX: usize = payload::READ_AT_ONCE;
 
 /// What one read step did.
 enum Step {
@@ -595,72 +602,9 @@ impl RecvConn {
             self.block_done(&h)?;
         } else {
             let at = self.job.claim(&h)?;
-            self.phase = Phase::Payload { h, at, wire: h.offset, left: len, piece: None };
+            self.phase = Phase::Payload { h, at, wire: h.offset, left: len };
         }
         Ok(Step::Moved(k))
-    }
-
-    fn read_payload(&mut self) -> Result<Step> {
-        if self.job.discard {
-            return self.discard_payload();
-        }
-        let Phase::Payload { left, piece, .. } = &mut self.phase else { return Ok(Step::Again) };
-        if piece.is_none() {
-            let want = piece_len(*left);
-            // Take a buffer only once the piece can be read whole: a
-            // stream's piece takes ~70 ms to arrive at 1 Gbit/s over 32
-            // streams, and buffers held that long by every stream used up
-            // the job's (a wake-up of the management thread, a disk task
-            // and a network poke per piece). Setting the mark again (below,
-            // `lowat` 0) makes the kernel re-check readiness, so a piece
-            // already queued, a closed or squeezed socket still wake it.
-            if !self.armed && lightpath_sys::net::recv_queued(&self.stream).is_ok_and(|n| n < want) {
-                self.armed = true;
-                self.lowat = 0;
-                return Ok(Step::Stop(Turn::Blocked));
-            }
-            self.armed = false;
-            match self.job.slot(want) {
-                Some(data) => *piece = Some(Fill { data, got: 0, want }),
-                None => return Ok(Step::Stop(Turn::Paused)),
-            }
-        }
-        let Some(f) = piece else { return Ok(Step::Again) };
-        let r = match &mut f.data {
-            Data::Buf(buf) => self.stream.read(&mut buf[f.got..]),
-            Data::Pipe(pipe) => pipe.fill_from(&self.stream, f.want - f.got),
-        };
-        let k = match r {
-            Ok(0) => return Err(EngineError::PeerClosed),
-            Ok(k) => k,
-            // The socket ran dry or the pipe is full: queue what the pipe
-            // holds, then try again with a fresh one (which tells which).
-            Err(e) if e.kind() == ErrorKind::WouldBlock && matches!(f.data, Data::Pipe(_)) && f.got > 0 => {
-                self.queue_piece()?;
-                return Ok(Step::Again);
-            }
-            Err(e) => return io_step(e),
-        };
-        f.got += k;
-        self.job.lock().last_activity = Instant::now();
-        if f.got == f.want {
-            self.queue_piece()?;
-        }
-        Ok(Step::Moved(k))
-    }
-
-    /// Hand the piece being filled to the disk; end the block if it was its last.
-    fn queue_piece(&mut self) -> Result<()> {
-        let Phase::Payload { h, at, wire, left, piece } = &mut self.phase else { return Ok(()) };
-        let Some(Fill { data, got, .. }) = piece.take() else { return Ok(()) };
-        let n = got as u64;
-        self.job.queue(Piece { data, len: got, at: *at, wire: *wire });
-        (*at, *wire, *left) = (*at + n, *wire + n, *left - n);
-        let (h, end) = (*h, *left == 0);
-        if end {
-            self.block_done(&h)?;
-        }
-        Ok(())
     }
 
     /// The block's payload is read: count EOF/EOD, go on or end.
@@ -675,24 +619,25 @@ impl RecvConn {
     }
 
     /// Bytes the connection needs before its next step can finish: the
-    /// rest of a header, or of the piece being filled (a new piece: the
-    /// block's rest, up to a piece).
+    /// rest of a header, or of the pieces being filled (new ones: the
+    /// block's rest, up to a read's worth, [`RecvConn::read_len`]).
     fn need(&self) -> usize {
         match &self.phase {
             Phase::Header { got, .. } => HEADER_LEN - got,
-            Phase::Payload { piece: Some(f), .. } => f.want - f.got,
-            Phase::Payload { left, .. } => piece_len(*left),
+            Phase::Payload { left, .. } if self.fills.is_empty() => self.read_len(*left),
+            Phase::Payload { .. } => self.fills.iter().map(|f| f.want - f.got).sum(),
             Phase::Ended { .. } | Phase::Dead => 1,
         }
     }
 
     /// Before waiting for the socket, set its low-water mark to what the
     /// next step needs (at most [`LOWAT_MAX`]), so that epoll wakes the
-    /// network thread once a piece can be read whole instead of for every
-    /// few segments: with 64 streams sharing 1 Gbit/s, each stream's
-    /// 256 KiB piece took about ten wake-ups and reads. The mark never
-    /// exceeds what must arrive (the rest of a header or a piece), so a
-    /// sender that pauses between blocks never strands bytes below it.
+    /// network thread once a read's pieces can be read whole instead of
+    /// for every few segments: with 64 streams sharing 1 Gbit/s, each
+    /// stream's 256 KiB piece took about ten wake-ups and reads. The mark
+    /// never exceeds what must arrive (the rest of a header or of the
+    /// block), so a sender that pauses between blocks never strands bytes
+    /// below it.
     fn mark_need(&mut self) -> Result<()> {
         let n = self.need().clamp(1, LOWAT_MAX);
         if n != self.lowat {
