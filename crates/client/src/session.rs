@@ -339,13 +339,16 @@ impl Session {
         self.lightpath_peer
     }
 
-    /// Ask the server for `n` streams on RETR and, when it is lightpath
-    /// and so is the receiver (`lightpath_receiver`), for blocks of up to
-    /// [`GROWN_BLOCK`]. Queued. With verbose output on, it also asks for
-    /// perf markers on RETR (GCT's `markers=N;`), whose `Data Path:` says
-    /// how the server sends ([`ControlConn`] logs it).
+    /// Ask the server for `n` streams on RETR and, when the receiver is
+    /// lightpath (`lightpath_receiver`: we are, or the other server of a
+    /// third-party copy is), for blocks of up to [`GROWN_BLOCK`]. Any
+    /// server is asked, even before FEAT: GCT takes the option and goes on
+    /// sending 256 KiB blocks (it reads `BlockSize` for striped layouts).
+    /// Queued. With verbose output on, it also asks for perf markers on
+    /// RETR (GCT's `markers=N;`), whose `Data Path:` says how the server
+    /// sends ([`ControlConn`] logs it).
     pub async fn set_parallelism(&mut self, n: u32, lightpath_receiver: bool) -> Result<(), ClientError> {
-        let block = (self.lightpath_peer && lightpath_receiver).then_some(GROWN_BLOCK);
+        let block = lightpath_receiver.then_some(GROWN_BLOCK);
         if self.parallelism != n || self.asked_block != block {
             let markers = if tracing::enabled!(tracing::Level::INFO) { "markers=5;" } else { "" };
             let size = block.map(|b| format!("BlockSize={b};")).unwrap_or_default();
@@ -420,9 +423,10 @@ impl Session {
         self.set_mode(true).await?;
         // Once set it is this session's stream count, which cannot change
         // (the options and the RTT are fixed): not read from /proc again.
-        // The block size asked may (FEAT can show a lightpath server).
-        let n = if self.parallelism == 0 { self.streams() } else { self.parallelism };
-        self.set_parallelism(n, true).await?;
+        if self.parallelism == 0 {
+            let n = self.streams();
+            self.set_parallelism(n, true).await?;
+        }
         self.ready_for_get().await
     }
 
