@@ -475,6 +475,13 @@ fn a_receiver_that_asks_gets_blocks_up_to_its_size_while_much_is_left() {
     assert_eq!(lens.last(), Some(&(256 << 10)), "{lens:?}");
     assert!(lens.iter().all(|&n| n <= 1 << 20), "{lens:?}");
     assert_eq!(blocks.into_iter().flat_map(|b| b.1).collect::<Vec<_>>(), data);
+    // Asked for 256 KiB again (the option stays until set again), it sends those.
+    assert_eq!(c.cmd("OPTS RETR BlockSize=262144;").0, 200);
+    c.send(b"RETR g");
+    assert_eq!(c.reply().0, 125);
+    let blocks = read_mode_e(&mut conns);
+    assert_eq!(c.final_reply().0, 226);
+    assert!(blocks.iter().all(|b| b.1.len() == 256 << 10));
     // Sizes outside 4 KiB..16 MiB are refused.
     for bad in ["BlockSize=0;", "BlockSize=4095;", "BlockSize=16777217;"] {
         assert_eq!(c.cmd(&format!("OPTS RETR {bad}")).0, 501, "{bad}");

@@ -18,7 +18,7 @@ use crate::local::LocalTarget;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use fs::{stat_cmds, stat_of};
-use lightpath_engine::{Control, DataChannel, GROWN_BLOCK};
+use lightpath_engine::{Control, DataChannel, DEFAULT_BLOCK, GROWN_BLOCK};
 use lightpath_proto::{hostport, Features};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -351,7 +351,13 @@ impl Session {
         let block = lightpath_receiver.then_some(GROWN_BLOCK);
         if self.parallelism != n || self.asked_block != block {
             let markers = if tracing::enabled!(tracing::Level::INFO) { "markers=5;" } else { "" };
-            let size = block.map(|b| format!("BlockSize={b};")).unwrap_or_default();
+            // A server keeps an option until it is set again: back to
+            // 256 KiB blocks (a session that downloaded, then feeds GCT).
+            let size = match (block, self.asked_block) {
+                (Some(b), _) => format!("BlockSize={b};"),
+                (None, Some(_)) => format!("BlockSize={DEFAULT_BLOCK};"),
+                (None, None) => String::new(),
+            };
             self.ctl.queue(&format!("OPTS RETR Parallelism={n},{n},{n};{size}{markers}")).await?;
             (self.parallelism, self.asked_block) = (n, block);
         }

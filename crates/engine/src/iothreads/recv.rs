@@ -531,8 +531,9 @@ fn write_piece(sink: &dyn Sink, p: &Piece) -> std::io::Result<()> {
 enum Phase {
     /// Reading a header (`got` bytes so far).
     Header { raw: [u8; HEADER_LEN], got: usize },
-    /// Reading payload: `left` bytes of the block after the pieces being
-    /// filled ([`RecvConn::fills`]); `at` and `wire` are where they start.
+    /// Reading payload: `left` bytes of the block not queued yet (the
+    /// pieces being filled, [`RecvConn::fills`], among them), starting at
+    /// `at` in the sink and `wire` on the wire.
     Payload { h: BlockHeader, at: u64, wire: u64, left: u64 },
     /// Past its EOD; `keep` unless the peer set CLOSE.
     Ended { keep: bool },
