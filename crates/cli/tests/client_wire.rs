@@ -172,32 +172,14 @@ fn a_download_asks_for_bigger_blocks_and_the_globus_server_ignores_it() {
     for cmd in ["TYPE I", "MODE E", "OPTS RETR Parallelism=1,1,1;BlockSize=1048576;"] {
         assert_eq!(c.cmd(cmd).0, 200, "{cmd}");
     }
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
-    assert_eq!(c.cmd(&format!("PORT {hp}")).0, 200);
+    let l = c.port();
     c.send(format!("RETR {}/one", home.display()).as_bytes());
     assert_eq!(c.reply().0, 150);
-    let lens = block_lens(&mut l.accept().unwrap().0);
+    let blocks = read_mode_e(&mut [l.accept().unwrap().0]);
     assert_eq!(c.final_reply().0, 226);
-    assert_eq!(lens.iter().sum::<u64>(), 3 << 20);
+    let lens: Vec<usize> = blocks.iter().map(|b| b.1.len()).collect();
+    assert_eq!(lens.iter().sum::<usize>(), 3 << 20);
     assert!(lens.iter().all(|&n| n == 256 << 10), "{lens:?}");
-}
-
-/// Payload lengths of the blocks of one MODE E transfer on `conn`, to its EOD.
-fn block_lens(conn: &mut TcpStream) -> Vec<u64> {
-    let mut lens = Vec::new();
-    loop {
-        let mut h = [0u8; 17];
-        conn.read_exact(&mut h).unwrap();
-        let h = lightpath_proto::BlockHeader::parse(&h).unwrap();
-        std::io::copy(&mut Read::by_ref(conn).take(h.payload_len()), &mut std::io::sink()).unwrap();
-        if h.payload_len() > 0 {
-            lens.push(h.payload_len());
-        }
-        if h.is_eod() {
-            return lens;
-        }
-    }
 }
 
 /// Task: `lightpath sum` of a name that is not UTF-8 asks for that name,

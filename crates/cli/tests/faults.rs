@@ -208,9 +208,7 @@ fn a_data_stream_dying_fails_the_download_and_the_session_survives() {
     assert_eq!(c.cmd("MODE E").0, 200);
     assert_eq!(c.cmd("OPTS RETR Parallelism=4,4,4;").0, 200);
     // In MODE E the sender connects: we listen (PORT).
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = l.local_addr().unwrap().port();
-    assert_eq!(c.cmd(&format!("PORT 127,0,0,1,{},{}", p >> 8, p & 255)).0, 200);
+    let l = c.port();
     c.send(b"RETR big");
     let mut conns: Vec<TcpStream> = (0..4).map(|_| l.accept().unwrap().0).collect();
     assert_eq!(c.reply().0, 150);

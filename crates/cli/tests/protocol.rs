@@ -13,28 +13,6 @@ fn read_all(mut s: TcpStream) -> Vec<u8> {
     v
 }
 
-/// Read one MODE E transfer from `conns`: (offset, bytes) blocks.
-fn read_mode_e(conns: &mut [TcpStream]) -> Vec<(u64, Vec<u8>)> {
-    let mut blocks = Vec::new();
-    for c in conns.iter_mut() {
-        loop {
-            let mut h = [0u8; 17];
-            c.read_exact(&mut h).unwrap();
-            let h = BlockHeader::parse(&h).unwrap();
-            let mut p = vec![0u8; h.payload_len() as usize];
-            c.read_exact(&mut p).unwrap();
-            if !p.is_empty() {
-                blocks.push((h.offset, p));
-            }
-            if h.is_eod() {
-                break;
-            }
-        }
-    }
-    blocks.sort();
-    blocks
-}
-
 fn setup() -> (tempfile::TempDir, std::path::PathBuf, Proc, u16, Vec<u8>) {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
@@ -196,9 +174,7 @@ fn perf_markers_name_the_data_path_and_come_on_retr_only_when_asked() {
     let (_d, root, _p, port, data) = setup();
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("MODE E").0, 200);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
-    assert_eq!(c.cmd(&format!("PORT {hp}")).0, 200);
+    let l = c.port();
     c.send(b"RETR f");
     let mut conns = vec![l.accept().unwrap().0];
     assert_eq!(read_mode_e(&mut conns).into_iter().flat_map(|b| b.1).collect::<Vec<_>>(), data);
@@ -450,9 +426,7 @@ fn a_receiver_that_asks_gets_blocks_up_to_its_size_while_much_is_left() {
     let (_p, port) = lp_server(&root, &["--anonymous"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("MODE E").0, 200);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
-    assert_eq!(c.cmd(&format!("PORT {hp}")).0, 200);
+    let l = c.port();
     // As GCT's clients (which never ask): 256 KiB blocks.
     c.send(b"RETR g");
     assert_eq!(c.reply().0, 150);

@@ -400,11 +400,42 @@ impl Raw {
         }
     }
 
+    /// Listen on loopback and send PORT for it (the server connects).
+    pub fn port(&mut self) -> std::net::TcpListener {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let hp = lightpath_proto::hostport::format_port(l.local_addr().unwrap()).unwrap();
+        assert_eq!(self.cmd(&format!("PORT {hp}")).0, 200);
+        l
+    }
+
     pub fn pasv(&mut self) -> SocketAddr {
         let (code, text) = self.cmd("PASV");
         assert_eq!(code, 227, "{text}");
         lightpath_proto_addr(&text)
     }
+}
+
+/// Read one MODE E transfer from `conns`, each to its EOD: the
+/// (offset, bytes) of its data blocks, sorted.
+pub fn read_mode_e(conns: &mut [TcpStream]) -> Vec<(u64, Vec<u8>)> {
+    let mut blocks = Vec::new();
+    for c in conns.iter_mut() {
+        loop {
+            let mut h = [0u8; 17];
+            c.read_exact(&mut h).unwrap();
+            let h = lightpath_proto::BlockHeader::parse(&h).unwrap();
+            let mut p = vec![0u8; h.payload_len() as usize];
+            c.read_exact(&mut p).unwrap();
+            if !p.is_empty() {
+                blocks.push((h.offset, p));
+            }
+            if h.is_eod() {
+                break;
+            }
+        }
+    }
+    blocks.sort();
+    blocks
 }
 
 fn lightpath_proto_addr(text: &str) -> SocketAddr {
