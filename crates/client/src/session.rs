@@ -112,8 +112,6 @@ pub struct Session {
     parallelism: u32,
     /// The `BlockSize=` sent with the stream count ([`Session::set_parallelism`]).
     asked_block: Option<u64>,
-    /// The server is lightpath: the book said so, then FEAT.
-    lightpath_peer: bool,
     /// MLST/SIZE answers fetched with the login: path -> (is a directory, size).
     stats: std::collections::HashMap<Vec<u8>, (bool, u64)>,
     /// The tree path of a `VRET path/` sent with the login whose reply is
@@ -198,7 +196,6 @@ impl Session {
             mode_e: None,
             parallelism: 0,
             asked_block: None,
-            lightpath_peer: peer.is_some(),
             stats: Default::default(),
             spec_vret: None,
             spec_retr: None,
@@ -222,7 +219,6 @@ impl Session {
         if fastopen.is_some() && s.ctl.fastopen_used() {
             tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
         }
-        s.lightpath_peer = feat.lightpath.is_some();
         s.feat = feat;
         s.stats = flight.into_iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
         if let Some(b) = book {
@@ -334,9 +330,9 @@ impl Session {
         Ok(())
     }
 
-    /// Whether the server is lightpath (the book said so, then FEAT).
+    /// Whether FEAT said the server is lightpath.
     pub fn is_lightpath(&self) -> bool {
-        self.lightpath_peer
+        self.feat.lightpath.is_some()
     }
 
     /// Ask the server for `n` streams on RETR and, when the receiver is

@@ -33,8 +33,8 @@ pub const WRITE_CHUNK: usize = 256 << 10;
 /// globus-url-copy took 5.7 s for 2 GiB from us with 1 MiB blocks.
 pub const DEFAULT_BLOCK: u64 = 256 << 10;
 
-/// The largest block a lightpath receiver asks a lightpath sender for
-/// (`OPTS RETR BlockSize=`): blocks grow to it while much is left
-/// ([`Growth`]). The receiver still writes 256 KiB pieces
-/// ([`WRITE_CHUNK`]); GCT peers are never asked.
+/// The largest block a lightpath receiver asks its sender for (`OPTS RETR
+/// BlockSize=`): a lightpath sender grows its blocks to it while much is
+/// left ([`Growth`]); GCT takes the option and keeps 256 KiB. The receiver
+/// still writes 256 KiB pieces ([`WRITE_CHUNK`]).
 pub const GROWN_BLOCK: u64 = 1 << 20;

@@ -87,8 +87,13 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
         .map(std::sync::Arc::new);
     // Blocks read into pool buffers are at most a buffer long: only
     // sendfile's grow.
-    let read_plan = SendPlan { grow: None, ..plan.clone() };
-    let plan = if zero_copy.is_some() { plan } else { &read_plan };
+    let read_plan;
+    let plan = if zero_copy.is_some() || plan.grow.is_none() {
+        plan
+    } else {
+        read_plan = SendPlan { grow: None, ..plan.clone() };
+        &read_plan
+    };
     let supplier = move || -> std::io::Result<Option<OutBlock>> {
         let Some((off, len)) = next_block(plan, &cursor) else { return Ok(None) };
         let payload = match &zero_copy {
