@@ -231,6 +231,10 @@ impl Session {
         if let Ok(rtt) = lightpath_sys::net::tcp_rtt(self.out.as_ref()) {
             self.rtt = rtt;
             configure(&mut self.dc, self.ctx.cfg.congestion.as_deref(), rtt);
+            if !rtt.is_zero() {
+                // The login flight's DCON or PASV may have come first.
+                self.dc.retune();
+            }
         }
     }
 
