@@ -11,6 +11,7 @@ use lightpath_proto::{
     Action, Line, LineBuffer, Output, PassiveKind, PerfMarker, Reply, RestartMarker, ServerPi, Transfer, TransferKind,
 };
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -55,7 +56,7 @@ struct Session {
 /// a start receive window for uploads sized as a client sizes its own
 /// ([`lightpath_plan::start_recv_window`] at the default target, over the
 /// streams a client opens at this RTT).
-fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
+pub(crate) fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
     dc.opts.congestion = lightpath_engine::congestion_choice(congestion);
     let rtt_us = rtt.as_micros() as u64;
     let streams = lightpath_plan::min_streams_for_rtt(rtt_us);
@@ -380,7 +381,9 @@ impl Session {
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
         dc.opts.buffer = fixed_buffer(t.settings.tcp_buffer);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
-        let path = transfer::ClientPath { rtt: self.rtt, loopback: self.peer.is_some_and(|p| p.ip().is_loopback()) };
+        let loopback = self.peer.is_some_and(|p| p.ip().is_loopback());
+        let control = self.rtt.is_zero().then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
+        let path = transfer::ClientPath { rtt: self.rtt, loopback, control };
         let mut job = tokio::task::spawn_blocking(move || {
             let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, path);
             (dc, r)

@@ -13,6 +13,8 @@ use lightpath_engine::{
 use lightpath_proto::{Mode, Reply, Restart, Transfer, TransferKind, VPath};
 use lightpath_sys::root::{Allowed, FileType, Root, Stat, TempFile, WriteMode};
 use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Largest file we accept (offset bound for hostile block headers).
@@ -47,13 +49,39 @@ impl Target {
 }
 
 /// What the session knows of the path to its client.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct ClientPath {
     /// The control connection's RTT (from the handshake).
-    pub rtt: std::time::Duration,
+    pub rtt: Duration,
     /// The client is on this host: its control connection comes from a
     /// loopback address.
     pub loopback: bool,
+    /// The control connection (a duplicate) while its RTT is unknown: a
+    /// client that logged in with TCP Fast Open sends an upload's STOR in
+    /// its first flight, before the handshake's last ACK, which gives the
+    /// first sample ([`ClientPath::learn_rtt`]).
+    pub control: Option<OwnedFd>,
+}
+
+/// Longest an upload waits for an unknown RTT ([`ClientPath::learn_rtt`]).
+const RTT_WAIT: Duration = Duration::from_secs(2);
+
+impl ClientPath {
+    /// The RTT, waited for (at most [`RTT_WAIT`]) when the login left it
+    /// unknown. Called with the 1xx reply out: the client's first bytes
+    /// come after its handshake's last ACK, so the wait costs nothing.
+    fn learn_rtt(&mut self) -> Duration {
+        let Some(c) = self.control.take() else { return self.rtt };
+        let until = Instant::now() + RTT_WAIT;
+        while self.rtt.is_zero() && Instant::now() < until {
+            match lightpath_sys::net::tcp_rtt(&c) {
+                Ok(r) if r.is_zero() => std::thread::sleep(Duration::from_millis(1)),
+                Ok(r) => self.rtt = r,
+                Err(_) => break,
+            }
+        }
+        self.rtt
+    }
 }
 
 /// Run `t`. Returns bytes moved, or the error reply.
@@ -66,7 +94,7 @@ pub fn execute(
     ready: Ready,
     path: ClientPath,
 ) -> Result<u64, Reply> {
-    let (memory, rtt) = (cfg.memory_paths, path.rtt);
+    let memory = cfg.memory_paths;
     match t.kind {
         TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
         TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready),
@@ -79,14 +107,7 @@ pub fn execute(
         };
         // A reservation ALLO made lasts as long as the transfer.
         match open_target(root, memory, &t) {
-            Ok((target, _reserved)) => {
-                let size = t.allo.unwrap_or(0);
-                let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt.as_micros() as u64, size, cfg.fsync);
-                if direct {
-                    tracing::info!(rtt_us = rtt.as_micros() as u64, size, "upload written with direct I/O");
-                }
-                receive(dc, &t, target, ctl, ready, (cfg.fsync, direct))
-            }
+            Ok((target, _reserved)) => receive(dc, &t, target, ctl, ready, cfg, path),
             Err(r) => fail_early(ready, r),
         }
     } else {
@@ -262,19 +283,13 @@ fn receive(
     target: Target,
     ctl: &Control,
     ready: Ready,
-    (fsync, direct): (bool, bool),
+    cfg: &crate::ServerConfig,
+    mut path: ClientPath,
 ) -> Result<u64, Reply> {
-    let base = match (&t.kind, &t.restart) {
-        (TransferKind::Esto { offset }, _) => *offset,
-        (_, Some(Restart::Offset(o))) => *o,
-        (TransferKind::Appe, _) => match &target {
-            Target::InPlace(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
-            _ => 0,
-        },
-        _ => 0,
-    };
+    let base = upload_base(t, &target);
     let moved = if t.settings.mode == Mode::Stream {
         let _ = ready.send(Ok(false));
+        let direct = upload_io(dc, cfg, &mut path, t);
         let conn = dc.open_stream().map_err(data_reply)?;
         let sink = target.sink(direct);
         dc.recv_s(conn, sink.as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(file_reply(&t.path))?
@@ -284,6 +299,7 @@ fn receive(
             Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
         };
         let _ = ready.send(Ok(reused));
+        let direct = upload_io(dc, cfg, &mut path, t);
         let opts = RecvOpts { base, max_offset: MAX_FILE, idle: dc.idle };
         let got = dc.recv_e(target.sink(direct).as_ref(), &opts, ctl).map_err(file_reply(&t.path))?;
         check_complete(t, &got)?;
@@ -294,8 +310,40 @@ fn receive(
             return Err(Reply::new(451, format!("Transfer incomplete: got {moved} of {n} bytes announced by ALLO.")));
         }
     }
-    finish(target, &t.path, fsync)?;
+    finish(target, &t.path, cfg.fsync)?;
     Ok(moved)
+}
+
+/// Where an upload's bytes start in the file.
+fn upload_base(t: &Transfer, target: &Target) -> u64 {
+    match (&t.kind, &t.restart) {
+        (TransferKind::Esto { offset }, _) => *offset,
+        (_, Some(Restart::Offset(o))) => *o,
+        (TransferKind::Appe, _) => match target {
+            Target::InPlace(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// How an upload is written, decided with its 1xx out (its RTT may be
+/// learned only then, [`ClientPath::learn_rtt`]): whether with direct I/O
+/// ([`lightpath_plan::direct_io_for`]), and the data connections get the
+/// start receive window of that RTT if they had none.
+fn upload_io(dc: &mut DataChannel, cfg: &crate::ServerConfig, path: &mut ClientPath, t: &Transfer) -> bool {
+    let unknown = path.rtt.is_zero();
+    let rtt_us = path.learn_rtt().as_micros() as u64;
+    if unknown && rtt_us > 0 {
+        crate::session::configure(dc, cfg.congestion.as_deref(), path.rtt);
+        dc.retune();
+    }
+    let size = t.allo.unwrap_or(0);
+    let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt_us, size, cfg.fsync);
+    if direct {
+        tracing::info!(rtt_us, size, learned = unknown, "upload written with direct I/O");
+    }
+    direct
 }
 
 /// In MODE E the sender says when it is done. A new upload must be one
@@ -409,5 +457,36 @@ fn entry_line(out: &mut Vec<u8>, kind: TransferKind, st: &Stat, name: &[u8], r: 
             out.extend_from_slice(name);
             out.extend_from_slice(b"\r\n");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn path(rtt: Duration, control: Option<OwnedFd>) -> ClientPath {
+        ClientPath { rtt, loopback: true, control }
+    }
+
+    #[test]
+    fn an_unknown_rtt_is_learned_from_the_control_connection() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        let dup = accepted.as_fd().try_clone_to_owned().unwrap();
+        let mut p = path(Duration::ZERO, Some(dup));
+        assert!(!p.learn_rtt().is_zero(), "the handshake gave a sample");
+        assert!(p.control.is_none(), "asked once");
+        // Known already, or nothing to ask: as it was.
+        let known = Duration::from_millis(95);
+        assert_eq!(path(known, None).learn_rtt(), known);
+        assert_eq!(path(Duration::ZERO, None).learn_rtt(), Duration::ZERO);
+        // Not a TCP socket: no wait, still unknown.
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let started = Instant::now();
+        let mut p = path(Duration::ZERO, Some(udp.as_fd().try_clone_to_owned().unwrap()));
+        assert_eq!(p.learn_rtt(), Duration::ZERO);
+        assert!(started.elapsed() < RTT_WAIT / 2);
     }
 }
