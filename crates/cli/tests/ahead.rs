@@ -168,6 +168,51 @@ fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
     assert!(ok, "{log}");
     assert!(log.contains("> DCON ") && log.contains("> PASV"), "{log}");
     assert_same_file(&local.join("file"), &root.join("up"));
+    // The STOR sent with the login had no connection (425); it went again.
+    assert!(log.contains("< 425 "), "{log}");
+    assert_eq!(log.matches("> STOR /up").count(), 2, "{log}");
+    assert_eq!(names_in(&root), vec!["up"], "no temporary file left");
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// With the connections opened ahead, an upload's ALLO and STOR go with
+/// the login too (one round trip less). A wrong guess (no such directory,
+/// a directory) fails as it would have, and leaves nothing behind.
+#[test]
+fn a_known_servers_upload_sends_its_stor_with_the_login() {
+    let (d, root, local) = root_and_local();
+    write_random(&local.join("file"), 3_000_029, 17);
+    std::fs::create_dir(root.join("dir")).unwrap();
+    let book = d.path().join("peers");
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let src = local.join("file").display().to_string();
+    let (ok, log) = cp_vv(&book, &[&src, &format!("ftp://127.0.0.1:{port}/first")]);
+    assert!(ok && !log.contains(OFFERED), "first visit: {log}");
+
+    let (ok, log) = cp_vv(&book, &[&src, &format!("ftp://127.0.0.1:{port}/second")]);
+    assert!(ok, "{log}");
+    assert_same_file(&local.join("file"), &root.join("second"));
+    let (stor, greeting) = (log.find("> STOR /second").unwrap(), log.find("< 220").unwrap());
+    assert!(stor < greeting, "STOR left before the greeting came back: {log}");
+    assert!(log.contains("> ALLO 3000029"), "{log}");
+    assert_eq!(log.matches("> STOR").count(), 1, "one STOR: {log}");
+    assert!(log.contains("< 125 "), "{log}");
+
+    for (bad, says) in [("missing/f", "STOR refused: /missing/f"), ("dir", "STOR refused: /dir")] {
+        let (ok, log) = cp_vv(&book, &[&src, &format!("ftp://127.0.0.1:{port}/{bad}")]);
+        assert!(!ok, "{bad}: {log}");
+        assert!(log.contains(OFFERED), "{bad}: sent with the login: {log}");
+        let said = log.lines().any(|l| l.starts_with("lightpath:") && l.contains(says));
+        assert!(said, "{bad}: the error names {says:?}: {log}");
+    }
+    assert_eq!(names_in(&root), vec!["dir", "first", "second"], "nothing else written");
+    assert_eq!(names_in(&root.join("dir")), Vec::<String>::new());
 }
 
 /// Our server offers DCON, but the connections the book sends go elsewhere

@@ -175,7 +175,7 @@ async fn try_tree(
     let target = crate::vfile::tree_target(src, dst);
     let mut dst_s = match &target {
         Location::Remote(r) => {
-            Some(offers(Session::open_speculating(r, sopts.clone(), &[], upload_from(src)).await?, verify)?)
+            Some(offers(Session::open_speculating(r, sopts.clone(), &[], tree_upload_from(src)).await?, verify)?)
         }
         Location::Local(_) => None,
     };
@@ -257,7 +257,7 @@ impl TreeEnds<'_> {
             *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);
         }
         if let Location::Remote(r) = self.target {
-            *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], upload_from(self.src)).await?);
+            *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], tree_upload_from(self.src)).await?);
         }
         Ok(())
     }
@@ -400,7 +400,7 @@ async fn worker(
         }
         let results = match sessions.as_mut() {
             Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
-            None => match open_sessions(&batch[0].item, &sopts, pre.take().unwrap_or_default()).await {
+            None => match open_sessions(&batch[0].item, &sopts, pre.take().unwrap_or_default(), &opts).await {
                 Ok(s) => run_batch(sessions.insert(s), &batch, &opts, root.as_deref(), &mut linked).await,
                 Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
             },
@@ -474,19 +474,32 @@ async fn run_batch(
 }
 
 /// Sessions for `item`'s remote ends, reusing `pre` where it points at the same server.
-async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair) -> Result<Pair, ClientError> {
+async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair, opts: &CopyOptions) -> Result<Pair, ClientError> {
     let src = reuse_or_open(&item.src, sopts, pre.0, Speculation::None).await?;
-    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, upload_from(&item.src)).await?))
+    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, upload_of(item, opts)).await?))
 }
 
-/// The destination session of a copy from `src`: an upload's opens its
-/// data connections ahead where it can.
-fn upload_from(src: &Location) -> Speculation<'static> {
+/// The destination session of a tree copy from `src`: an upload's opens
+/// its data connections ahead where it can (for the VSTO).
+fn tree_upload_from(src: &Location) -> Speculation<'static> {
     if matches!(src, Location::Local(_)) {
-        Speculation::Upload
+        Speculation::Upload(None)
     } else {
         Speculation::None
     }
+}
+
+/// The destination session of `item`'s copy: an upload's opens its data
+/// connections ahead where it can, and sends the whole file's STOR with
+/// them (not a part, nor with `--verify`, whose algorithm is checked
+/// first, nor when the file cannot be read: that is reported before any
+/// STOR).
+fn upload_of<'a>(item: &'a Item, opts: &CopyOptions) -> Speculation<'a> {
+    let Location::Local(p) = &item.src else { return Speculation::None };
+    let Location::Remote(dst) = &item.dst else { return Speculation::None };
+    let whole = opts.part.is_none() && opts.verify.is_none() && p != std::path::Path::new("/dev/zero");
+    let size = whole.then(|| LocalSource::File(p.clone()).open().map(|s| s.len()).ok()).flatten();
+    Speculation::Upload(size.map(|n| (dst.path.as_slice(), n)))
 }
 
 async fn reuse_or_open(

@@ -93,9 +93,12 @@ pub enum Speculation<'a> {
     Tree(&'a [u8]),
     /// `RETR file`: one remote file to a local path.
     File(&'a [u8]),
-    /// No command, but uploads follow: data connections are opened ahead
-    /// (to a server in the peer book) for the first STOR or VSTO.
-    Upload,
+    /// Uploads follow: data connections are opened ahead (to a server in
+    /// the peer book) for the first STOR or VSTO. With a file (its remote
+    /// path and size), its `ALLO` and `STOR` go with them; only with them,
+    /// so only to a lightpath server, whose STOR writes a temporary file
+    /// (an upload that is then not made leaves nothing).
+    Upload(Option<(&'a [u8], u64)>),
 }
 
 /// A logged-in control session and its data channel.
@@ -120,6 +123,9 @@ pub struct Session {
     /// The path of a `RETR` sent with the login whose replies are not read
     /// yet; [`Session::get_many`] takes it over.
     spec_retr: Option<Vec<u8>>,
+    /// The path of a `STOR` sent with the login whose replies are not read
+    /// yet; [`Session::put_many`] takes it over.
+    pub(crate) spec_stor: Option<(Vec<u8>, u64)>,
     /// Receive window our data connections start with
     /// ([`lightpath_plan::start_recv_window`]).
     recv_window: Option<usize>,
@@ -199,6 +205,7 @@ impl Session {
             stats: Default::default(),
             spec_vret: None,
             spec_retr: None,
+            spec_stor: None,
             recv_window,
             out_of_step: false,
             data_lost: false,
@@ -207,13 +214,17 @@ impl Session {
         if let Some(job) = pending {
             // They started with the control connection: give them its RTT again.
             if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {
-                s.offer_ahead(a, spec != Speculation::Upload).await?;
+                let upload = matches!(spec, Speculation::Upload(_));
+                s.offer_ahead(a, !upload).await?;
+                if let Speculation::Upload(Some((path, size))) = spec {
+                    s.speculate_stor(path, size).await?;
+                }
             }
         }
         match spec {
             Speculation::Tree(t) => s.speculate_vret(t).await?,
             Speculation::File(f) => s.speculate_retr(f).await?,
-            Speculation::None | Speculation::Upload => {}
+            Speculation::None | Speculation::Upload(_) => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
         if fastopen.is_some() && s.ctl.fastopen_used() {
@@ -651,7 +662,8 @@ mod tests {
         assert_eq!(follow_flight(Speculation::File(b"a"), &flight), Speculation::File(b"a"));
         assert_eq!(follow_flight(Speculation::File(&b), &flight), Speculation::None);
         assert_eq!(follow_flight(Speculation::Tree(&b), &flight), Speculation::None);
-        assert_eq!(follow_flight(Speculation::Upload, &flight), Speculation::Upload);
+        let up = Speculation::Upload(Some((&b, 1)));
+        assert_eq!(follow_flight(up, &flight), up);
     }
 
     #[test]

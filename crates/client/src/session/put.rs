@@ -15,8 +15,84 @@ impl Session {
     /// sent ahead; each file's data is sent only after its own 1xx reply,
     /// so a refused STOR never puts bytes on the channel for the wrong file.
     /// Behind a lost data channel, files go again after a new PASV
-    /// ([`super::batch`]).
-    pub async fn put_many(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
+    /// ([`super::batch`]). A `STOR` sent with the login is the first
+    /// file's when it names it, else it is aborted.
+    pub async fn put_many(&mut self, mut ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
+        let mut out = Vec::new();
+        if let Some((path, size)) = self.spec_stor.take() {
+            let hit = ops.first().is_some_and(|(_, op)| op.part.is_none() && op.remote == path);
+            if !hit {
+                if let Err(e) = self.drop_stor(&path).await {
+                    return super::fill_err(out, ops.len(), e);
+                }
+            } else {
+                let (src, op) = ops.remove(0);
+                match self.put_speculated(src.clone(), &op, size).await {
+                    Some(Err(e @ ClientError::Control(..))) => return super::fill_err(out, ops.len() + 1, e),
+                    Some(r) => out.push(r),
+                    None => ops.insert(0, (src, op)),
+                }
+            }
+        }
+        out.extend(self.put_many_now(ops).await);
+        out
+    }
+
+    /// `ALLO` and `STOR` for the first file of an upload, sent with the
+    /// login after the connections opened ahead: the upload starts a round
+    /// trip sooner ([`super::Speculation::Upload`]).
+    pub(crate) async fn speculate_stor(&mut self, path: &[u8], size: u64) -> Result<(), ClientError> {
+        let op = FileOp { remote: path.to_vec(), part: None };
+        if self.ctl.check(&stor_cmd(&op)).is_err() {
+            return Ok(()); // reported as that file's failure by put_many
+        }
+        self.send_put_cmds(&stor_cmd(&op), size).await?;
+        self.spec_stor = Some((path.to_vec(), size));
+        Ok(())
+    }
+
+    /// The file of the `STOR` sent with the login, `size` bytes as its
+    /// `ALLO` said. `None`: the server refused the connections opened
+    /// ahead, so the STOR had none (our server answers 425); the file goes
+    /// again the usual way.
+    async fn put_speculated(&mut self, src: LocalSource, op: &FileOp, size: u64) -> Option<Result<u64, ClientError>> {
+        if let Err(e) = self.settle().await {
+            return Some(Err(e));
+        }
+        if self.cached_send() > 0 {
+            return Some(self.put_one_e(src, op, size).await);
+        }
+        let _ = self.ctl.final_reply().await; // ALLO: advisory
+        match self.ctl.reply().await {
+            Ok(r) if r.code / 100 == 4 => None,
+            Ok(r) if r.is_preliminary() => Some(Err(self.abort_stor(&r).await)),
+            Ok(r) => Some(Err(self.ctl.unexpected("STOR", &r))),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Read the replies of a `STOR` sent with the login that names no file
+    /// of this upload, aborting it if the server took it.
+    async fn drop_stor(&mut self, path: &[u8]) -> Result<(), ClientError> {
+        self.settle().await?;
+        let _ = self.ctl.final_reply().await?; // ALLO
+        let r = self.ctl.reply().await?;
+        tracing::debug!(path = %String::from_utf8_lossy(path), code = r.code, "speculative STOR not wanted");
+        if r.is_preliminary() {
+            let _ = self.abort_stor(&r).await;
+        }
+        Ok(())
+    }
+
+    /// Abort a STOR the server took without connections to send it on; the
+    /// data channel is dropped (the next transfer asks PASV).
+    async fn abort_stor(&mut self, r: &lightpath_proto::Reply) -> ClientError {
+        self.abort().await;
+        self.dc().drop_cache();
+        self.ctl.unexpected("STOR (aborted)", r)
+    }
+
+    async fn put_many_now(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
         if !self.can_mode_e() {
             let mut out = Vec::new();
             for (src, op) in ops {
