@@ -97,7 +97,7 @@ pub fn execute(
     let memory = cfg.memory_paths;
     match t.kind {
         TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
-        TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready),
+        TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready, (cfg, path)),
         _ => {}
     }
     if t.kind.is_upload() {
@@ -327,17 +327,23 @@ fn upload_base(t: &Transfer, target: &Target) -> u64 {
     }
 }
 
-/// How an upload is written, decided with its 1xx out (its RTT may be
-/// learned only then, [`ClientPath::learn_rtt`]): whether with direct I/O
-/// ([`lightpath_plan::direct_io_for`]), and the data connections get the
-/// start receive window of that RTT if they had none.
-fn upload_io(dc: &mut DataChannel, cfg: &crate::ServerConfig, path: &mut ClientPath, t: &Transfer) -> bool {
+/// With an upload's 1xx out: an RTT the login left unknown is learned
+/// ([`ClientPath::learn_rtt`]), and the data connections get the start
+/// receive window of it. Returns the RTT in µs, and whether it was learned.
+pub(crate) fn learn_path(dc: &mut DataChannel, cfg: &crate::ServerConfig, path: &mut ClientPath) -> (u64, bool) {
     let unknown = path.rtt.is_zero();
     let rtt_us = path.learn_rtt().as_micros() as u64;
     if unknown && rtt_us > 0 {
         crate::session::configure(dc, cfg.congestion.as_deref(), path.rtt);
         dc.retune();
     }
+    (rtt_us, unknown)
+}
+
+/// How an upload is written, decided with its 1xx out ([`learn_path`]):
+/// whether with direct I/O ([`lightpath_plan::direct_io_for`]).
+fn upload_io(dc: &mut DataChannel, cfg: &crate::ServerConfig, path: &mut ClientPath, t: &Transfer) -> bool {
+    let (rtt_us, unknown) = learn_path(dc, cfg, path);
     let size = t.allo.unwrap_or(0);
     let direct = lightpath_plan::direct_io_for(cfg.direct_io, rtt_us, size, cfg.fsync);
     if direct {

@@ -123,7 +123,14 @@ fn remove_made(root: &Root, made: &[VPath]) {
 /// VSTO: receive and rebuild the tree under the target directory. The
 /// directories it created are removed again, before the reply, if it
 /// fails before putting anything in them.
-pub fn receive(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
+pub fn receive(
+    root: &Root,
+    dc: &mut DataChannel,
+    t: &Transfer,
+    ctl: &Control,
+    ready: Ready,
+    (cfg, mut path): (&crate::ServerConfig, crate::transfer::ClientPath),
+) -> Result<u64, Reply> {
     let mut made = Vec::new();
     let prepared = unpack_sink(root, t, &mut made).and_then(|sink| {
         let reused = dc.prepare_recv().map_err(|e| Reply::new(425, format!("Can't open data connection: {e}")))?;
@@ -132,6 +139,7 @@ pub fn receive(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, r
     let sink = match prepared {
         Ok((sink, reused)) => {
             drop(ready.send(Ok(reused)));
+            crate::transfer::learn_path(dc, cfg, &mut path);
             sink
         }
         Err(r) => {
