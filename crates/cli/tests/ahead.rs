@@ -154,6 +154,9 @@ fn uploads_open_data_connections_ahead_too() {
     assert!(ok, "{log}");
     assert_same_tree(&local.join("tree"), &root.join("tree"));
     assert!(log.contains("data connections adopted") && !log.contains("> PASV"), "VSTO too: {log}");
+    let (vsto, greeting) = (log.find("> VSTO /tree").unwrap(), log.find("< 220").unwrap());
+    assert!(vsto < greeting, "VSTO left with the login: {log}");
+    assert_eq!(log.matches("> VSTO").count(), 1, "{log}");
 }
 
 #[test]
@@ -172,6 +175,23 @@ fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
     assert!(log.contains("< 425 "), "{log}");
     assert_eq!(log.matches("> STOR /up").count(), 2, "{log}");
     assert_eq!(names_in(&root), vec!["up"], "no temporary file left");
+}
+
+#[test]
+fn a_tree_upload_falls_back_to_pasv_when_dcon_is_refused() {
+    let (d, root, local) = root_and_local();
+    make_tree(&open_dir(&local.join("tree")), 25, 7);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
+    let book = d.path().join("peers");
+    let _sink = misdirect(&book, port);
+    let tree = local.join("tree").display().to_string();
+    let (ok, log) = cp_vv(&book, &["-r", &format!("{tree}/"), &format!("ftp://127.0.0.1:{port}/up/")]);
+    assert!(ok, "{log}");
+    assert_same_tree(&local.join("tree"), &root.join("up"));
+    // The VSTO sent with the login had no connection (425); it went again.
+    assert!(log.contains("< 425 ") && log.contains("> PASV"), "{log}");
+    assert_eq!(log.matches("> VSTO /up").count(), 2, "{log}");
+    assert_eq!(names_in(&root), vec!["up"], "nothing else written");
 }
 
 fn names_in(dir: &Path) -> Vec<String> {

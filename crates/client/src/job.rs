@@ -175,7 +175,8 @@ async fn try_tree(
     let target = crate::vfile::tree_target(src, dst);
     let mut dst_s = match &target {
         Location::Remote(r) => {
-            Some(offers(Session::open_speculating(r, sopts.clone(), &[], tree_upload_from(src)).await?, verify)?)
+            let spec = tree_upload(src, r, verify.is_none());
+            Some(offers(Session::open_speculating(r, sopts.clone(), &[], spec).await?, verify)?)
         }
         Location::Local(_) => None,
     };
@@ -189,7 +190,7 @@ async fn try_tree(
         return Ok(None);
     }
     let files = Arc::new(AtomicU64::new(0));
-    let ends = TreeEnds { src, dst, target: &target, sopts, retries };
+    let ends = TreeEnds { src, dst, target: &target, sopts, retries, verify };
     let Some(r) = ends.run(lister, &mut dst_s, files.clone()).await else {
         return Ok(None);
     };
@@ -216,6 +217,7 @@ struct TreeEnds<'a> {
     target: &'a Location,
     sopts: &'a SessionOpts,
     retries: u32,
+    verify: Option<&'a str>,
 }
 
 impl TreeEnds<'_> {
@@ -257,7 +259,8 @@ impl TreeEnds<'_> {
             *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);
         }
         if let Location::Remote(r) = self.target {
-            *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], tree_upload_from(self.src)).await?);
+            let spec = tree_upload(self.src, r, self.verify.is_none());
+            *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], spec).await?);
         }
         Ok(())
     }
@@ -479,13 +482,14 @@ async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair, opts: &CopyO
     Ok((src, reuse_or_open(&item.dst, sopts, pre.1, upload_of(item, opts)).await?))
 }
 
-/// The destination session of a tree copy from `src`: an upload's opens
-/// its data connections ahead where it can (for the VSTO).
-fn tree_upload_from(src: &Location) -> Speculation<'static> {
-    if matches!(src, Location::Local(_)) {
-        Speculation::Upload(None)
-    } else {
-        Speculation::None
+/// The session of a tree copy from `src` to `target`: an upload's opens
+/// its data connections ahead where it can, and sends its VSTO with them
+/// (`with_vsto`: not with `--verify`, whose algorithm is checked first).
+fn tree_upload<'a>(src: &Location, target: &'a Remote, with_vsto: bool) -> Speculation<'a> {
+    match src {
+        Location::Local(_) if with_vsto => Speculation::UploadTree(&target.path),
+        Location::Local(_) => Speculation::Upload(None),
+        Location::Remote(_) => Speculation::None,
     }
 }
 

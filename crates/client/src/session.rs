@@ -99,6 +99,8 @@ pub enum Speculation<'a> {
     /// so only to a lightpath server, whose STOR writes a temporary file
     /// (an upload that is then not made leaves nothing).
     Upload(Option<(&'a [u8], u64)>),
+    /// `VSTO tree`: the same for a local tree to this remote path.
+    UploadTree(&'a [u8]),
 }
 
 /// A logged-in control session and its data channel.
@@ -126,6 +128,9 @@ pub struct Session {
     /// The path of a `STOR` sent with the login whose replies are not read
     /// yet; [`Session::put_many`] takes it over.
     pub(crate) spec_stor: Option<(Vec<u8>, u64)>,
+    /// The tree path of a `VSTO` sent with the login whose replies are not
+    /// read yet; [`crate::vfile::put_tree`] takes it over.
+    pub(crate) spec_vsto: Option<Vec<u8>>,
     /// Receive window our data connections start with
     /// ([`lightpath_plan::start_recv_window`]).
     recv_window: Option<usize>,
@@ -206,6 +211,7 @@ impl Session {
             spec_vret: None,
             spec_retr: None,
             spec_stor: None,
+            spec_vsto: None,
             recv_window,
             out_of_step: false,
             data_lost: false,
@@ -214,17 +220,19 @@ impl Session {
         if let Some(job) = pending {
             // They started with the control connection: give them its RTT again.
             if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {
-                let upload = matches!(spec, Speculation::Upload(_));
+                let upload = matches!(spec, Speculation::Upload(_) | Speculation::UploadTree(_));
                 s.offer_ahead(a, !upload).await?;
-                if let Speculation::Upload(Some((path, size))) = spec {
-                    s.speculate_stor(path, size).await?;
+                match spec {
+                    Speculation::Upload(Some((path, size))) => s.speculate_stor(path, size).await?,
+                    Speculation::UploadTree(tree) => crate::vfile::speculate_vsto(&mut s, tree).await?,
+                    _ => {}
                 }
             }
         }
         match spec {
             Speculation::Tree(t) => s.speculate_vret(t).await?,
             Speculation::File(f) => s.speculate_retr(f).await?,
-            Speculation::None | Speculation::Upload(_) => {}
+            Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(_) => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
         if fastopen.is_some() && s.ctl.fastopen_used() {
@@ -499,6 +507,11 @@ impl Session {
             self.data_lost = true;
         }
         self.dc = Some(dc);
+    }
+
+    /// Forget the cached data connections (the next transfer asks PASV).
+    pub(crate) fn drop_dc_cache(&mut self) {
+        self.dc().drop_cache();
     }
 
     /// Take the data channel for a blocking job (give it back with [`Session::put_dc`]).

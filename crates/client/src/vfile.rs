@@ -81,13 +81,45 @@ fn warn_skipped(n: u64, place: &str) {
     }
 }
 
+/// `VSTO tree`, sent with the login after the connections opened ahead
+/// ([`crate::session::Speculation::UploadTree`]): [`put_tree`] takes it over.
+pub(crate) async fn speculate_vsto(s: &mut Session, tree: &[u8]) -> Result<(), ClientError> {
+    if s.ctl.check(&verb("VSTO", tree)).is_ok() {
+        s.ctl.send(&verb("VSTO", tree)).await?;
+        s.spec_vsto = Some(tree.to_vec());
+    }
+    Ok(())
+}
+
+/// Whether a `VSTO` of `rpath` sent with the login stands, its 1xx still
+/// to read. One that cannot (the server refused the connections opened
+/// ahead, so it had none: 425; or it named another tree) is read here,
+/// and aborted if the server took it.
+async fn vsto_sent(s: &mut Session, rpath: &[u8]) -> Result<bool, ClientError> {
+    let Some(sent) = s.spec_vsto.take() else { return Ok(false) };
+    if sent == rpath && s.cached_send() > 0 {
+        return Ok(true);
+    }
+    let r = s.ctl.reply().await?;
+    tracing::debug!(tree = %String::from_utf8_lossy(&sent), code = r.code, "VSTO sent with the login not taken");
+    if r.is_preliminary() {
+        s.abort().await;
+        s.drop_dc_cache();
+        return Err(s.ctl.unexpected("VSTO (aborted)", &r));
+    }
+    Ok(false)
+}
+
 /// Upload the tree in `dir` to `rpath`.
 /// `files` receives the number of regular files sent.
 pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<AtomicU64>) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
     s.settle().await?; // a refused DCON drops the connections opened ahead
+    let sent = vsto_sent(s, rpath).await?;
     let pasv = if s.cached_send() == 0 { Some(s.pasv().await?) } else { None };
-    s.ctl.send(&verb("VSTO", rpath)).await?;
+    if !sent {
+        s.ctl.send(&verb("VSTO", rpath)).await?;
+    }
     let (streams, block) = (s.streams(), s.opts.block);
     let mut dc = s.take_dc();
     if let Some(addr) = pasv {

@@ -88,7 +88,7 @@ impl Session {
     /// data channel is dropped (the next transfer asks PASV).
     async fn abort_stor(&mut self, r: &lightpath_proto::Reply) -> ClientError {
         self.abort().await;
-        self.dc().drop_cache();
+        self.drop_dc_cache();
         self.ctl.unexpected("STOR (aborted)", r)
     }
 
