@@ -382,7 +382,9 @@ impl Session {
         dc.opts.buffer = fixed_buffer(t.settings.tcp_buffer);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
         let loopback = self.peer.is_some_and(|p| p.ip().is_loopback());
-        let control = self.rtt.is_zero().then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
+        // Only uploads wait for an unknown RTT (`ClientPath::learn_rtt`).
+        let unknown = self.rtt.is_zero() && t.kind.is_upload();
+        let control = unknown.then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
         let path = transfer::ClientPath { rtt: self.rtt, loopback, control };
         let mut job = tokio::task::spawn_blocking(move || {
             let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, path);
