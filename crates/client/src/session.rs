@@ -509,9 +509,13 @@ impl Session {
         self.dc = Some(dc);
     }
 
-    /// Forget the cached data connections (the next transfer asks PASV).
-    pub(crate) fn drop_dc_cache(&mut self) {
+    /// Abort the upload command `cmd` (sent with the login) that the server
+    /// took (`r`, a 1xx) although nothing will be sent for it; the data
+    /// channel is dropped (the next transfer asks PASV).
+    pub(crate) async fn abort_taken(&mut self, cmd: &str, r: &lightpath_proto::Reply) -> ClientError {
+        self.abort().await;
         self.dc().drop_cache();
+        self.ctl.unexpected(&format!("{cmd} (aborted)"), r)
     }
 
     /// Take the data channel for a blocking job (give it back with [`Session::put_dc`]).

@@ -84,8 +84,9 @@ fn warn_skipped(n: u64, place: &str) {
 /// `VSTO tree`, sent with the login after the connections opened ahead
 /// ([`crate::session::Speculation::UploadTree`]): [`put_tree`] takes it over.
 pub(crate) async fn speculate_vsto(s: &mut Session, tree: &[u8]) -> Result<(), ClientError> {
-    if s.ctl.check(&verb("VSTO", tree)).is_ok() {
-        s.ctl.send(&verb("VSTO", tree)).await?;
+    let vsto = verb("VSTO", tree);
+    if s.ctl.check(&vsto).is_ok() {
+        s.ctl.send(&vsto).await?;
         s.spec_vsto = Some(tree.to_vec());
     }
     Ok(())
@@ -103,9 +104,7 @@ async fn vsto_sent(s: &mut Session, rpath: &[u8]) -> Result<bool, ClientError> {
     let r = s.ctl.reply().await?;
     tracing::debug!(tree = %String::from_utf8_lossy(&sent), code = r.code, "VSTO sent with the login not taken");
     if r.is_preliminary() {
-        s.abort().await;
-        s.drop_dc_cache();
-        return Err(s.ctl.unexpected("VSTO (aborted)", &r));
+        return Err(s.abort_taken("VSTO", &r).await);
     }
     Ok(false)
 }

@@ -42,11 +42,11 @@ impl Session {
     /// login after the connections opened ahead: the upload starts a round
     /// trip sooner ([`super::Speculation::Upload`]).
     pub(crate) async fn speculate_stor(&mut self, path: &[u8], size: u64) -> Result<(), ClientError> {
-        let op = FileOp { remote: path.to_vec(), part: None };
-        if self.ctl.check(&stor_cmd(&op)).is_err() {
+        let stor = stor_cmd(&FileOp { remote: path.to_vec(), part: None });
+        if self.ctl.check(&stor).is_err() {
             return Ok(()); // reported as that file's failure by put_many
         }
-        self.send_put_cmds(&stor_cmd(&op), size).await?;
+        self.send_put_cmds(&stor, size).await?;
         self.spec_stor = Some((path.to_vec(), size));
         Ok(())
     }
@@ -65,7 +65,7 @@ impl Session {
         let _ = self.ctl.final_reply().await; // ALLO: advisory
         match self.ctl.reply().await {
             Ok(r) if r.code / 100 == 4 => None,
-            Ok(r) if r.is_preliminary() => Some(Err(self.abort_stor(&r).await)),
+            Ok(r) if r.is_preliminary() => Some(Err(self.abort_taken("STOR", &r).await)),
             Ok(r) => Some(Err(self.ctl.unexpected("STOR", &r))),
             Err(e) => Some(Err(e)),
         }
@@ -79,17 +79,9 @@ impl Session {
         let r = self.ctl.reply().await?;
         tracing::debug!(path = %String::from_utf8_lossy(path), code = r.code, "speculative STOR not wanted");
         if r.is_preliminary() {
-            let _ = self.abort_stor(&r).await;
+            let _ = self.abort_taken("STOR", &r).await;
         }
         Ok(())
-    }
-
-    /// Abort a STOR the server took without connections to send it on; the
-    /// data channel is dropped (the next transfer asks PASV).
-    async fn abort_stor(&mut self, r: &lightpath_proto::Reply) -> ClientError {
-        self.abort().await;
-        self.drop_dc_cache();
-        self.ctl.unexpected("STOR (aborted)", r)
     }
 
     async fn put_many_now(&mut self, ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
