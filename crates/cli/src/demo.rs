@@ -68,6 +68,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         ahead: lightpath_server::ahead::AheadPort::Auto,
         limits: Default::default(),
         data_peers: Default::default(),
+        keep_partial: lightpath_server::partial::KEEP_FOR,
     };
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;

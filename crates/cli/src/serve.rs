@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// part in third-party transfers between hosts).
     #[arg(long, value_enum, default_value = "client", env = "LIGHTPATH_DATA_PEERS")]
     pub data_peers: DataPeersArg,
+    /// Seconds an upload whose data connections broke keeps its partial
+    /// file (unnamed where the file system allows) for the client's restart
+    /// (`REST` with the ranges the server's markers named, then `STOR`);
+    /// 0 keeps none.
+    #[arg(long, default_value_t = lightpath_server::partial::KEEP_FOR.as_secs(), env = "LIGHTPATH_KEEP_PARTIAL")]
+    pub keep_partial: u64,
     /// Seconds a connection has to log in before it is closed.
     #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT")]
     pub login_timeout: u64,
@@ -107,6 +113,7 @@ impl ServeArgs {
                 DataPeersArg::Client => lightpath_server::DataPeers::Client,
                 DataPeersArg::Any => lightpath_server::DataPeers::Any,
             },
+            keep_partial: std::time::Duration::from_secs(self.keep_partial),
         }
     }
 }

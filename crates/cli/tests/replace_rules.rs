@@ -2,8 +2,8 @@
 //! temporary name renamed over the old one, which needs only the
 //! directory's write permission; they must still replace only what their
 //! writer could have written in place (as GCT's server and cp(1) do), and
-//! keep its permission bits. And a STOR after REST is refused: the server
-//! keeps no partial uploads, so there is nothing to resume.
+//! keep its permission bits. And a STOR after REST with no partial upload
+//! kept for it is refused (`resume.rs` has the upload that resumes).
 
 mod common;
 use common::*;

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 pub struct Control {
     bytes: AtomicU64,
     cancel: AtomicBool,
-    fresh: Mutex<RangeSet>,
+    lost: AtomicBool,
+    /// Ranges written: since the last [`Control::take_written`], and all.
+    written: Mutex<(RangeSet, RangeSet)>,
     parent: Option<Arc<AtomicU64>>,
     job_cancel: Option<Arc<AtomicBool>>,
     files: AtomicU64,
@@ -42,6 +44,16 @@ impl Control {
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
     }
+    /// Stop the transfer because its driver is gone (a server's control
+    /// connection closed), not because it was asked to stop.
+    pub fn lose(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+        self.cancel();
+    }
+    /// Whether [`Control::lose`] stopped it.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
     /// Whether cancel was asked.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || self.job_cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
@@ -56,7 +68,9 @@ impl Control {
     /// Record a range written to its destination (receiver side).
     pub fn add_written(&self, start: u64, end: u64) {
         self.add(end - start);
-        self.fresh.lock().unwrap_or_else(|e| e.into_inner()).insert(start, end);
+        let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        w.0.insert(start, end);
+        w.1.insert(start, end);
     }
     /// Record how many regular files the transfer moved (a virtual file's
     /// tree; the server says it in its 226 reply).
@@ -87,6 +101,10 @@ impl Control {
     }
     /// Ranges written since the last call (for `111 Range Marker`).
     pub fn take_written(&self) -> RangeSet {
-        std::mem::take(&mut *self.fresh.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut self.written.lock().unwrap_or_else(|e| e.into_inner()).0)
+    }
+    /// Every range written so far (what a failed upload kept).
+    pub fn written(&self) -> RangeSet {
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
     }
 }

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod ahead;
 pub mod fsops;
 pub mod listing;
+pub mod partial;
 pub mod reserve;
 pub mod session;
 pub mod transfer;
@@ -89,6 +90,9 @@ pub struct ServerConfig {
     pub limits: admission::Limits,
     /// Whom data connections may come from and go to.
     pub data_peers: DataPeers,
+    /// How long an upload whose data connections broke keeps its partial
+    /// file for a restart (zero: none is kept; [`partial`]).
+    pub keep_partial: std::time::Duration,
 }
 
 /// Whom a session's data connections may come from (PASV) and go to
@@ -119,6 +123,8 @@ pub struct ServerCtx {
     /// takes 19 MiB and tens of milliseconds of CPU, and guesses from many
     /// connections at once must queue, not take the machine.
     pub login_checks: tokio::sync::Semaphore,
+    /// Uploads whose data connections broke, kept for a restart.
+    pub partials: partial::Partials<lightpath_sys::root::TempFile>,
 }
 
 impl ServerCtx {
@@ -188,7 +194,9 @@ impl Server {
             None => None,
         };
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(ServerCtx { cfg, root, users, ahead: None, login_checks: tokio::sync::Semaphore::new(cpus) })
+        let login_checks = tokio::sync::Semaphore::new(cpus);
+        let partials = partial::Partials::new(cfg.keep_partial);
+        Ok(ServerCtx { cfg, root, users, ahead: None, login_checks, partials })
     }
 
     /// Check the configuration and bind the control port.

@@ -4,6 +4,7 @@
 //! queue while a transfer runs, so replies always come in order.
 
 use crate::fsops;
+use crate::partial::Owner;
 use crate::transfer;
 use crate::ServerCtx;
 use lightpath_engine::{Control, DataChannel};
@@ -131,8 +132,11 @@ async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Lin
             }
         }
     }
-    // The control connection is gone: stop whatever transfer runs.
-    cancel(&current);
+    // The control connection is gone: stop whatever transfer runs (an
+    // upload may keep what it wrote: `crate::partial`).
+    if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        c.lose();
+    }
 }
 
 /// Hand the complete lines on, cancelling the running transfer at an
@@ -385,9 +389,11 @@ impl Session {
         // Only uploads wait for an unknown RTT (`ClientPath::learn_rtt`).
         let unknown = self.rtt.is_zero() && t.kind.is_upload();
         let control = unknown.then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
-        let path = transfer::ClientPath { rtt: self.rtt, loopback, control };
+        let owner = Owner { user: self.pi.user().unwrap_or_default().to_string(), ip: self.peer.map(|p| p.ip()) };
+        let path = transfer::ClientPath { rtt: self.rtt, loopback, control, owner };
+        let upload = t.kind.is_upload();
         let mut job = tokio::task::spawn_blocking(move || {
-            let r = transfer::execute(&ctx.root, &ctx.cfg, &mut dc, t, &c2, ready_tx, path);
+            let r = transfer::execute(&ctx, &mut dc, t, &c2, ready_tx, path);
             (dc, r)
         });
         let ready = ready_rx.await.unwrap_or_else(|_| Err(Reply::new(451, "Internal error.")));
@@ -433,7 +439,15 @@ impl Session {
                 // and the special files its walk left out.
                 self.send(&Reply::tree_complete(ctl.files(), ctl.skipped())).await
             }
-            Err(r) => self.send(&r).await,
+            Err(r) => {
+                // What a failed upload wrote (and may have kept for a
+                // restart: `crate::partial`) is told first.
+                let fresh = if markers && upload { ctl.take_written() } else { Default::default() };
+                if !fresh.is_empty() {
+                    self.send(&RestartMarker(fresh).to_reply()).await?;
+                }
+                self.send(&r).await
+            }
         }
     }
 

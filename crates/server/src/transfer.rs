@@ -4,13 +4,14 @@
 
 use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
 use crate::listing::{facts, list_line, Rights};
+use crate::partial::{self, Owner};
 use crate::reserve::Reservation;
 use lightpath_engine::dio::{file_sink, DirectFileSource};
 use lightpath_engine::{
     BytesSource, Control, DataChannel, EngineError, FileSource, Growth, NullSink, RecvOpts, SendPlan, Sink, Source,
     ZeroSource, DEFAULT_BLOCK,
 };
-use lightpath_proto::{Mode, Reply, Restart, Transfer, TransferKind, VPath};
+use lightpath_proto::{Mode, RangeSet, Reply, Restart, Transfer, TransferKind, VPath};
 use lightpath_sys::root::{Allowed, FileType, Root, Stat, TempFile, WriteMode};
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -61,6 +62,8 @@ pub struct ClientPath {
     /// its first flight, before the handshake's last ACK, which gives the
     /// first sample ([`ClientPath::learn_rtt`]).
     pub control: Option<OwnedFd>,
+    /// Who the client is: a partial upload is only theirs to resume.
+    pub owner: Owner,
 }
 
 /// Longest an upload waits for an unknown RTT ([`ClientPath::learn_rtt`]).
@@ -86,36 +89,92 @@ impl ClientPath {
 
 /// Run `t`. Returns bytes moved, or the error reply.
 pub fn execute(
-    root: &Root,
-    cfg: &crate::ServerConfig,
+    ctx: &crate::ServerCtx,
     dc: &mut DataChannel,
     t: Transfer,
     ctl: &Control,
     ready: Ready,
     path: ClientPath,
 ) -> Result<u64, Reply> {
-    let memory = cfg.memory_paths;
+    let (root, cfg) = (&ctx.root, &ctx.cfg);
     match t.kind {
         TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
         TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready, (cfg, path)),
         _ => {}
     }
     if t.kind.is_upload() {
-        let t = match whole_stor(t) {
-            Ok(t) => t,
-            Err(r) => return fail_early(ready, r),
-        };
-        // A reservation ALLO made lasts as long as the transfer.
-        match open_target(root, memory, &t) {
-            Ok((target, _reserved)) => receive(dc, &t, target, ctl, ready, cfg, path),
-            Err(r) => fail_early(ready, r),
-        }
-    } else {
-        match open_source(root, cfg, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
-            Ok(src) => send(dc, &t, src.as_ref(), ctl, ready),
-            Err(r) => fail_early(ready, r),
-        }
+        return upload(ctx, dc, t, ctl, ready, path);
     }
+    match open_source(root, cfg, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
+        Ok(src) => send(dc, &t, src.as_ref(), ctl, ready),
+        Err(r) => fail_early(ready, r),
+    }
+}
+
+/// An upload, and the ranges its `REST` said the server already has.
+struct Upload {
+    t: Transfer,
+    claims: RangeSet,
+}
+
+/// A new file goes into a temporary one ([`open_target`]); a `STOR` after
+/// `REST` resumes the partial upload kept from its earlier try
+/// ([`crate::partial`]), or is refused.
+fn upload(
+    ctx: &crate::ServerCtx,
+    dc: &mut DataChannel,
+    mut t: Transfer,
+    ctl: &Control,
+    ready: Ready,
+    path: ClientPath,
+) -> Result<u64, Reply> {
+    let Some(claims) = partial::claims(&t) else {
+        let why = "only a MODE E upload kept here resumes, from the ranges its 111 markers named; send the whole file";
+        return fail_early(ready, Reply::new(554, format!("{}: Restart refused: {why}.", t.path.display())));
+    };
+    let opened = if claims.is_empty() {
+        if t.kind == TransferKind::Stor {
+            t.restart = None; // REST 0: a whole upload
+        }
+        open_target(&ctx.root, ctx.cfg.memory_paths, &t)
+    } else {
+        take_partial(ctx, &t, &claims, &path.owner).map(|f| (Target::Temp(f), None))
+    };
+    // A reservation ALLO made lasts as long as the transfer.
+    match opened {
+        Ok((target, _reserved)) => receive(ctx, dc, &Upload { t, claims }, target, ctl, ready, path),
+        Err(r) => fail_early(ready, r),
+    }
+}
+
+/// The partial upload `t` resumes, if the server kept one that holds
+/// `claims` ([`partial::check`]).
+fn take_partial(ctx: &crate::ServerCtx, t: &Transfer, claims: &RangeSet, who: &Owner) -> Result<TempFile, Reply> {
+    let (p, expired) = ctx.partials.take(Instant::now(), who, t.path.as_bytes());
+    drop(expired);
+    partial::check(t, claims, p.as_ref())?;
+    let p = p.expect("checked");
+    tracing::info!(path = %t.path.display(), have = %p.have, claims = %claims, "resuming a partial upload");
+    Ok(p.file)
+}
+
+/// A MODE E `STOR` whose data or control connection broke (not a disk,
+/// not an `ABOR`) keeps what it wrote, if that is worth a restart
+/// ([`partial::MIN_KEPT`]), for the client's next try ([`crate::partial`]).
+fn keep_partial(ctx: &crate::ServerCtx, up: &Upload, target: Target, ctl: &Control, who: &Owner, e: &EngineError) {
+    let Target::Temp(tmp) = target else { return };
+    let broke = e.is_transient() || (matches!(e, EngineError::Aborted) && ctl.is_lost());
+    let (stor, mode) = (up.t.kind == TransferKind::Stor, up.t.settings.mode);
+    if !(stor && mode == Mode::Extended && broke) {
+        return;
+    }
+    let have = up.claims.clone().union(&ctl.written());
+    if have.covered() < partial::MIN_KEPT {
+        return;
+    }
+    tracing::info!(path = %up.t.path.display(), have = %have, "partial upload kept for a restart");
+    let dropped = ctx.partials.keep(Instant::now(), who.clone(), up.t.path.as_bytes(), tmp, have, up.t.allo);
+    drop(dropped);
 }
 
 /// Report a failure before any data moved (the session sends `r` instead of 150).
@@ -199,27 +258,6 @@ fn cached_estimate(f: &File, size: u64) -> Option<u64> {
 /// a small readahead.
 const CACHE_PROBES: u64 = 4;
 
-/// A STOR after REST. The server keeps no partial uploads (a failed one is
-/// removed), so there is nothing to resume: writing the ranges the client
-/// claims to have in place under the final name would leave zeros where
-/// the file was missing, or mix in an older version's bytes. Such a
-/// restart is refused (RFC 959's 554, "invalid REST parameter") and the
-/// file left alone; a restart claiming nothing (`REST 0`) is a plain STOR.
-/// ESTO and APPE (offsets the client names) are not restarts.
-fn whole_stor(mut t: Transfer) -> Result<Transfer, Reply> {
-    let claims = match (&t.kind, &t.restart) {
-        (TransferKind::Stor, Some(Restart::Offset(o))) => *o,
-        (TransferKind::Stor, Some(Restart::Ranges(have))) => have.covered(),
-        _ => return Ok(t),
-    };
-    if claims > 0 {
-        let why = "this server keeps no partial uploads, so there is nothing to resume; send the whole file";
-        return Err(Reply::new(554, format!("{}: Restart refused: {why}.", t.path.display())));
-    }
-    t.restart = None;
-    Ok(t)
-}
-
 fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<(Target, Option<Reservation>), Reply> {
     if is_mem(memory, &t.path, DEV_NULL) {
         return Ok((Target::Null, None));
@@ -278,14 +316,15 @@ fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, rea
 }
 
 fn receive(
+    ctx: &crate::ServerCtx,
     dc: &mut DataChannel,
-    t: &Transfer,
+    up: &Upload,
     target: Target,
     ctl: &Control,
     ready: Ready,
-    cfg: &crate::ServerConfig,
     mut path: ClientPath,
 ) -> Result<u64, Reply> {
+    let (t, cfg) = (&up.t, &ctx.cfg);
     let base = upload_base(t, &target);
     let moved = if t.settings.mode == Mode::Stream {
         let _ = ready.send(Ok(false));
@@ -301,9 +340,17 @@ fn receive(
         let _ = ready.send(Ok(reused));
         let direct = upload_io(dc, cfg, &mut path, t);
         let opts = RecvOpts { base, max_offset: MAX_FILE, idle: dc.idle };
-        let got = dc.recv_e(target.sink(direct).as_ref(), &opts, ctl).map_err(file_reply(&t.path))?;
-        check_complete(t, &got)?;
-        got.covered()
+        let r = dc.recv_e(target.sink(direct).as_ref(), &opts, ctl);
+        let got = match r {
+            Ok(got) => got,
+            Err(e) => {
+                keep_partial(ctx, up, target, ctl, &path.owner, &e);
+                return Err(file_reply(&t.path)(e));
+            }
+        };
+        let moved = got.covered();
+        check_complete(t, &got.union(&up.claims))?;
+        moved
     };
     if let Some(n) = t.allo.filter(|_| t.restart.is_none() && t.settings.mode == Mode::Stream) {
         if moved != n {
@@ -352,11 +399,12 @@ fn upload_io(dc: &mut DataChannel, cfg: &crate::ServerConfig, path: &mut ClientP
     direct
 }
 
-/// In MODE E the sender says when it is done. A new upload must be one
-/// range from 0 (blocks are placed by offset, so a sender that skipped one
-/// would leave a hole of zeros); with ALLO we also know its size.
-fn check_complete(t: &Transfer, got: &lightpath_proto::RangeSet) -> Result<(), Reply> {
-    if !matches!((&t.kind, &t.restart), (TransferKind::Stor, None)) {
+/// In MODE E the sender says when it is done. A new upload, or a resumed
+/// one with what it had (`got`), must be one range from 0 (blocks are
+/// placed by offset, so a sender that skipped one would leave a hole of
+/// zeros); with ALLO we also know its size.
+fn check_complete(t: &Transfer, got: &RangeSet) -> Result<(), Reply> {
+    if t.kind != TransferKind::Stor {
         return Ok(());
     }
     if let Some(n) = t.allo.filter(|&n| n > 0 && !got.contains_range(0, n)) {
@@ -472,7 +520,8 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn path(rtt: Duration, control: Option<OwnedFd>) -> ClientPath {
-        ClientPath { rtt, loopback: true, control }
+        let owner = crate::partial::Owner { user: "u".into(), ip: None };
+        ClientPath { rtt, loopback: true, control, owner }
     }
 
     #[test]
