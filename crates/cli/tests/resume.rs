@@ -2,7 +2,8 @@
 //! again and resumes from the bytes it had (MODE E `REST` with the ranges
 //! held), against our server restarted on its port and against the real
 //! `globus-gridftp-server` whose session process was killed. Final
-//! failures are not tried again.
+//! failures are not tried again. An upload whose data stream died sends
+//! only what our server did not keep of it.
 
 mod common;
 use common::*;
@@ -260,6 +261,55 @@ fn a_download_whose_data_stream_dies_resumes() {
 fn a_download_from_gct_whose_data_stream_dies_resumes() {
     let err = gct_download(|daemon, port| kill_a_stream(midway(|| children(daemon)), port));
     assert_resumed(&err, false);
+}
+
+/// What the resumed upload said the server kept and it sent (`cp -v`).
+fn resumed_upload(err: &str) -> (u64, u64) {
+    let line = err.lines().find_map(|l| l.split("resumed an upload: ").nth(1));
+    let line = line.unwrap_or_else(|| panic!("no resumed upload in: {err}"));
+    let n: Vec<u64> = line.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
+    assert_eq!(n.len(), 2, "{line}");
+    (n[0], n[1])
+}
+
+/// `cp -p 4` of the island file up to our server (started with `args`),
+/// one of its data streams destroyed a quarter of the way: it must
+/// succeed. What it said, and the file's two places.
+fn upload_whose_stream_dies(args: &[&str]) -> (String, PathBuf, PathBuf, tempfile::TempDir) {
+    let (d, root, local) = root_and_local();
+    islands(&local.join("big"), LEN);
+    let (_srv, port) = lp_server(&root, &[&["--anonymous"], args].concat());
+    let cp = start_cp(&["-p", "4", local.join("big").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/big")]);
+    let pid = cp.id();
+    kill_a_stream(midway(|| vec![pid]), port);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&local.join("big"), &root.join("big"));
+    let names: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["big"], "nothing else left on the server");
+    (err, root, local, d)
+}
+
+/// The server keeps what it wrote of an upload whose data stream died
+/// and names it (111); the next try, at once, sends `REST` with those
+/// ranges and only the rest of the file.
+#[test]
+fn an_upload_whose_data_stream_dies_resumes() {
+    let (err, ..) = upload_whose_stream_dies(&[]);
+    let told = kept(&err);
+    let (kept, sent) = resumed_upload(&err);
+    assert!(kept > 0 && kept == told, "resumed from {kept} of the {told} bytes confirmed: {err}");
+    assert_eq!(kept + sent, LEN, "sent more than the missing ranges: {err}");
+    assert!(err.contains("trying again now"), "{err}");
+}
+
+/// A server that keeps no partial uploads (`--keep-partial 0`) refuses
+/// the restart (554); the file then goes again whole.
+#[test]
+fn an_upload_the_server_did_not_keep_goes_again_whole() {
+    let (err, ..) = upload_whose_stream_dies(&["--keep-partial", "0"]);
+    assert!(kept(&err) > 0, "{err}");
+    assert!(err.contains("the server no longer holds the partial upload (554"), "{err}");
+    assert!(!err.contains("resumed an upload"), "{err}");
 }
 
 /// The file changed on the server between the tries: the kept bytes are

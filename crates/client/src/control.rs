@@ -2,7 +2,7 @@
 //! `lightpath-proto`), log in, learn FEAT.
 
 use crate::ClientError;
-use lightpath_proto::{Features, Line, LineBuffer, PerfMarker, Reply, ReplyParser};
+use lightpath_proto::{Features, Line, LineBuffer, PerfMarker, RangeSet, Reply, ReplyParser, RestartMarker};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -77,6 +77,9 @@ pub struct ControlConn {
     pub name: String,
     /// The data path the server's last perf marker named (logged on change).
     server_path: Option<String>,
+    /// Ranges the server's `111` markers said it wrote, since the last
+    /// [`ControlConn::take_confirmed`] (what an upload may resume from).
+    confirmed: RangeSet,
     /// When the reply being read began to arrive (a line or part of one),
     /// while it is unfinished: the whole reply must come by
     /// [`reply_timeout`] after it.
@@ -118,6 +121,7 @@ impl ControlConn {
             rtt_from_book: fastopen.is_some(),
             name,
             server_path: None,
+            confirmed: RangeSet::new(),
             reply_started: None,
             last_sent: "(none yet: the greeting)".into(),
             last_reply: None,
@@ -217,6 +221,9 @@ impl ControlConn {
                 self.reply_started = None;
                 self.last_reply = Some(r.code);
                 self.note_data_path(&r);
+                if let Some(m) = RestartMarker::from_reply(&r) {
+                    self.confirmed = std::mem::take(&mut self.confirmed).union(&m.0);
+                }
                 return Ok(Some(r));
             }
         }
@@ -268,6 +275,11 @@ impl ControlConn {
     /// The error for a reply over the parser's bounds.
     fn limit_err(&self, e: &lightpath_proto::reply::ReplyError) -> ClientError {
         ClientError::Limit { server: self.name.clone(), what: format!("{e} (last command sent: {})", self.last_sent) }
+    }
+
+    /// The ranges the server's `111` markers named since the last call.
+    pub fn take_confirmed(&mut self) -> RangeSet {
+        std::mem::take(&mut self.confirmed)
     }
 
     /// Say in verbose output how the server moves the bytes, as its perf

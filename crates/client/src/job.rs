@@ -403,7 +403,7 @@ async fn worker(
         }
         let results = match sessions.as_mut() {
             Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
-            None => match open_sessions(&batch[0].item, &sopts, pre.take().unwrap_or_default(), &opts).await {
+            None => match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
                 Ok(s) => run_batch(sessions.insert(s), &batch, &opts, root.as_deref(), &mut linked).await,
                 Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
             },
@@ -470,16 +470,23 @@ async fn run_batch(
     let items: Vec<Item> = batch.iter().map(|t| t.item.clone()).collect();
     match (pair.0.as_mut(), pair.1.as_mut()) {
         (Some(s), None) => get_batch(s, batch, opts, root).await,
-        (None, Some(d)) => put_batch(d, &items, opts).await,
+        (None, Some(d)) => put_batch(d, batch, opts).await,
         (Some(s), Some(d)) => tpt_batch(s, d, &items, opts, linked).await,
         (None, None) => items.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),
     }
 }
 
-/// Sessions for `item`'s remote ends, reusing `pre` where it points at the same server.
-async fn open_sessions(item: &Item, sopts: &SessionOpts, pre: Pair, opts: &CopyOptions) -> Result<Pair, ClientError> {
+/// Sessions for `task`'s remote ends, reusing `pre` where it points at
+/// the same server. An upload that resumes sends nothing with the login:
+/// its STOR goes after a REST.
+async fn open_sessions(task: &Task, sopts: &SessionOpts, pre: Pair, opts: &CopyOptions) -> Result<Pair, ClientError> {
+    let item = &task.item;
     let src = reuse_or_open(&item.src, sopts, pre.0, Speculation::None).await?;
-    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, upload_of(item, opts)).await?))
+    let spec = match upload_of(item, opts) {
+        Speculation::Upload(Some(_)) if task.resume.kept_bytes() > 0 => Speculation::Upload(None),
+        s => s,
+    };
+    Ok((src, reuse_or_open(&item.dst, sopts, pre.1, spec).await?))
 }
 
 /// The session of a tree copy from `src` to `target`: an upload's opens
@@ -551,7 +558,7 @@ async fn get_batch(
         .map(|t| {
             let i = &t.item;
             (
-                FileOp { remote: remote(&i.src).path.clone(), part: opts.part },
+                FileOp { remote: remote(&i.src).path.clone(), part: opts.part, resume: None },
                 LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync, i.size)
                     .beneath(root)
                     .window(opts.part)
@@ -565,21 +572,25 @@ async fn get_batch(
     results
 }
 
-async fn put_batch(d: &mut Session, batch: &[Item], opts: &CopyOptions) -> Vec<Result<u64, ClientError>> {
+/// Upload `batch`, each resuming what the server kept of an earlier try.
+async fn put_batch(d: &mut Session, batch: &[Task], opts: &CopyOptions) -> Vec<Result<u64, ClientError>> {
     let ops = batch
         .iter()
-        .map(|i| {
+        .map(|t| {
+            let i = &t.item;
             let p = local(&i.src);
             let src = if p == std::path::Path::new("/dev/zero") {
                 LocalSource::Zero(opts.part.map(|x| x.0 + x.1).unwrap_or(0))
             } else {
                 LocalSource::File(p.to_path_buf())
             };
-            (src, FileOp { remote: remote(&i.dst).path.clone(), part: opts.part })
+            let resume = Some(t.resume.clone());
+            (src, FileOp { remote: remote(&i.dst).path.clone(), part: opts.part, resume })
         })
         .collect();
     let mut results = d.put_many(ops).await;
-    verify_batch(d, opts, batch.iter().map(|i| (&i.dst, &i.src)), Side::Remote, &mut results).await;
+    let pairs = batch.iter().map(|t| (&t.item.dst, &t.item.src));
+    verify_batch(d, opts, pairs, Side::Remote, &mut results).await;
     results
 }
 

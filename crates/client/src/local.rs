@@ -448,6 +448,13 @@ impl LocalSource {
         self.len().map(|l| l == 0)
     }
 
+    /// A file's size and mtime, to tell whether it changed between tries
+    /// of its upload (`None`: zeros, or a file that cannot be read).
+    pub(crate) fn stamp(&self) -> Option<crate::resume::Stamp> {
+        let LocalSource::File(p) = self else { return None };
+        std::fs::metadata(p).ok().map(|m| (m.len(), m.modified().ok()))
+    }
+
     /// The error of a send from this source. The engine does not know
     /// file names: a read that failed gets the file's ("F: reading
     /// source: file shrank while being read"); others stay as they are.

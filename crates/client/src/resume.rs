@@ -6,6 +6,11 @@
 //! Only the ranges the engine reported as written ([`lightpath_engine::Control`])
 //! count as received: a block claimed but not written when the transfer
 //! broke is asked for again.
+//!
+//! An upload to a lightpath server resumes the same way round: the server
+//! keeps a broken upload's partial file, its `111` markers say which
+//! ranges it wrote, and the next try sends `REST` with them and only the
+//! rest of the file, if the source is unchanged (same size and mtime).
 
 use crate::local::OpenTarget;
 use lightpath_engine::checksum::checksum;
@@ -20,7 +25,18 @@ const MAX_RANGES: usize = 64;
 /// caller that retries holds it across sessions. Dropping it drops the
 /// file (a temporary one vanishes).
 #[derive(Debug, Default)]
-pub struct Resume(Mutex<Option<Kept>>);
+pub struct Resume(Mutex<Option<Kept>>, Mutex<Option<Sent>>);
+
+/// A partial upload: the ranges the server confirmed, and the source as
+/// it was (a changed source starts over).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sent {
+    pub have: RangeSet,
+    pub source: Stamp,
+}
+
+/// A local source's size and modification time.
+pub(crate) type Stamp = (u64, Option<std::time::SystemTime>);
 
 /// A partial download: its open target and the ranges it holds.
 #[derive(Debug)]
@@ -44,9 +60,42 @@ impl Resume {
         self.slot().as_ref().map(|k| k.have.clone())
     }
 
-    /// Bytes kept from earlier tries.
+    /// Bytes kept from earlier tries (a download's here, or an upload's
+    /// on the server).
     pub fn kept_bytes(&self) -> u64 {
-        self.slot().as_ref().map_or(0, |k| k.have.covered())
+        let sent = self.sent().as_ref().map_or(0, |s| s.have.covered());
+        self.slot().as_ref().map_or(sent, |k| k.have.covered())
+    }
+
+    fn sent(&self) -> MutexGuard<'_, Option<Sent>> {
+        self.1.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The ranges of an upload of `source` the server confirmed in earlier
+    /// tries (at most [`MAX_RANGES`], within its size), if the source is
+    /// unchanged; else nothing (and what was kept is dropped).
+    pub(crate) fn sent_of(&self, source: Stamp) -> Option<RangeSet> {
+        let mut g = self.sent();
+        match g.take() {
+            Some(s) if s.source == source && !s.have.is_empty() => {
+                *g = Some(s.clone());
+                Some(s.have)
+            }
+            _ => None,
+        }
+    }
+
+    /// Note what the server confirmed of an upload of `source` that
+    /// failed (with what it had before: `have`).
+    pub(crate) fn keep_sent(&self, have: RangeSet, source: Stamp) {
+        let mut within = RangeSet::new();
+        for &(s, e) in have.ranges() {
+            if s < source.0 {
+                within.insert(s, e.min(source.0));
+            }
+        }
+        let have = first_ranges(within, MAX_RANGES);
+        *self.sent() = (!have.is_empty()).then_some(Sent { have, source });
     }
 
     /// Keep only the first range (the bulk, from the start of the file:
@@ -88,6 +137,7 @@ impl Resume {
     /// Drop what is kept.
     pub fn clear(&self) {
         self.slot().take();
+        self.sent().take();
     }
 }
 
@@ -129,6 +179,25 @@ mod tests {
         let kept = first_ranges(set(&many), MAX_RANGES);
         assert_eq!(kept.ranges(), &many[..MAX_RANGES]);
         assert_eq!(first_ranges(set(&many[..3]), MAX_RANGES).ranges(), &many[..3]);
+    }
+
+    #[test]
+    fn an_upload_resumes_only_from_an_unchanged_source_within_its_size() {
+        let r = Resume::new();
+        let t = Some(std::time::SystemTime::UNIX_EPOCH);
+        r.keep_sent(set(&[(0, 100), (150, 400)]), (300, t));
+        assert_eq!(r.kept_bytes(), 250);
+        assert_eq!(r.sent_of((300, t)), Some(set(&[(0, 100), (150, 300)])));
+        assert_eq!(r.sent_of((300, t)), Some(set(&[(0, 100), (150, 300)])), "kept until cleared");
+        assert_eq!(r.sent_of((301, t)), None, "another size");
+        assert_eq!(r.sent_of((300, t)), None, "dropped with the change");
+        r.keep_sent(set(&[(0, 100)]), (300, t));
+        assert_eq!(r.sent_of((300, None)), None, "another mtime");
+        r.keep_sent(set(&[(0, 100)]), (300, t));
+        r.clear();
+        assert_eq!(r.sent_of((300, t)), None);
+        r.keep_sent(set(&[(500, 600)]), (300, t));
+        assert_eq!(r.sent_of((300, t)), None, "nothing within the file");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! transient reason ([`ClientError::is_transient`]: the network, a server
 //! that went away or said "try later") goes again after a pause that
 //! doubles each time. A download keeps what it received ([`Resume`]) and
-//! asks only for the rest.
+//! asks only for the rest; an upload to a lightpath server sends only what
+//! the server did not keep.
 
 use crate::plan::{describe, Item};
 use crate::resume::Resume;
@@ -66,7 +67,7 @@ pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
     }
     task.at_once = task.tries == 1 && !matches!(e, ClientError::Control(..) | ClientError::Connect(..));
     let kept = task.resume.kept_bytes();
-    let keep = if kept > 0 { format!(", keeping the {kept} bytes received") } else { String::new() };
+    let keep = if kept > 0 { format!(", keeping the {kept} bytes moved") } else { String::new() };
     let when = if task.at_once { "now".to_string() } else { format!("in {:?}", task.wait()) };
     tracing::warn!("{}: {e}; trying again {when} (retry {} of {retries}{keep})", describe(&task.item.src), task.tries);
     true

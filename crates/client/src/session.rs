@@ -81,6 +81,9 @@ pub struct FileOp {
     pub remote: Vec<u8>,
     /// Partial transfer: offset and length.
     pub part: Option<(u64, u64)>,
+    /// An upload's place for what the server kept of it between tries
+    /// (a resumed one sends only the rest: [`crate::resume`]).
+    pub resume: Option<std::sync::Arc<crate::resume::Resume>>,
 }
 
 /// What a session sends with its login, before the server has answered
@@ -277,7 +280,7 @@ impl Session {
             return Ok(()); // reported as that file's failure by get_many
         }
         self.prepare_get().await?;
-        self.ctl.send(&retr_cmd(&FileOp { remote: path.to_vec(), part: None })).await?;
+        self.ctl.send(&retr_cmd(&FileOp { remote: path.to_vec(), part: None, resume: None })).await?;
         self.spec_retr = Some(path.to_vec());
         Ok(())
     }

@@ -21,8 +21,11 @@ impl Session {
         let mut out = Vec::new();
         if let Some(path) = self.spec_retr.take() {
             let hit = ops.first().is_some_and(|(op, _)| op.part.is_none() && op.remote == path);
-            let (op, target) =
-                if hit { ops.remove(0) } else { (FileOp { remote: path, part: None }, LocalTarget::Null) };
+            let (op, target) = if hit {
+                ops.remove(0)
+            } else {
+                (FileOp { remote: path, part: None, resume: None }, LocalTarget::Null)
+            };
             let r = self.get_speculated(&op, target).await;
             if let Err(e @ ClientError::Control(..)) = &r {
                 let n = ops.len() + usize::from(hit);

@@ -4,11 +4,23 @@
 use super::batch::{Batch, Round};
 use super::{FileOp, Session};
 use crate::local::LocalSource;
+use crate::resume::Stamp;
 use crate::ClientError;
 use lightpath_engine::{Growth, SendPlan, GROWN_BLOCK};
+use lightpath_proto::RangeSet;
 
 /// Files still to send, by their place in the batch.
 type Todo = Vec<(usize, LocalSource, FileOp)>;
+
+/// A file ready to go: its `STOR` (or `ESTO`) line, its size, and what a
+/// lightpath server kept of it from an earlier try (sent as `REST`).
+#[derive(Debug, Clone, Default)]
+struct Prepared {
+    stor: Vec<u8>,
+    size: u64,
+    kept: Option<RangeSet>,
+    stamp: Option<Stamp>,
+}
 
 impl Session {
     /// Upload files. In MODE E, ALLO+STOR for up to `pipeline` files are
@@ -42,11 +54,11 @@ impl Session {
     /// login after the connections opened ahead: the upload starts a round
     /// trip sooner ([`super::Speculation::Upload`]).
     pub(crate) async fn speculate_stor(&mut self, path: &[u8], size: u64) -> Result<(), ClientError> {
-        let stor = stor_cmd(&FileOp { remote: path.to_vec(), part: None });
+        let stor = stor_cmd(&FileOp { remote: path.to_vec(), part: None, resume: None });
         if self.ctl.check(&stor).is_err() {
             return Ok(()); // reported as that file's failure by put_many
         }
-        self.send_put_cmds(&stor, size).await?;
+        self.send_put_cmds(&Prepared { stor, size, ..Prepared::default() }).await?;
         self.spec_stor = Some((path.to_vec(), size));
         Ok(())
     }
@@ -60,7 +72,8 @@ impl Session {
             return Some(Err(e));
         }
         if self.cached_send() > 0 {
-            return Some(self.put_one_e(src, op, size).await);
+            let stamp = src.stamp();
+            return Some(self.put_one_e(src, op, Prepared { size, stamp, ..Prepared::default() }).await);
         }
         let _ = self.ctl.final_reply().await; // ALLO: advisory
         match self.ctl.reply().await {
@@ -118,15 +131,16 @@ impl Session {
         // A source that cannot be read is reported before its STOR is sent:
         // once the server says 150/125 it waits for that file's bytes.
         // So is a name that cannot travel in a command.
-        let prepared: Vec<Result<(Vec<u8>, u64), ClientError>> =
-            todo.iter().map(|(_, s, op)| prepare(&self.ctl, s, op)).collect();
+        let resumes = self.is_lightpath();
+        let prepared: Vec<Result<Prepared, ClientError>> =
+            todo.iter().map(|(_, s, op)| prepare(&self.ctl, s, op, resumes)).collect();
         let (mut round, mut again) = (Round::default(), Vec::new());
         // The first batch of ALLO+STOR leaves in one piece with the first reply read.
         self.ctl.cork();
         for (k, (i, src, op)) in todo.into_iter().enumerate() {
             while round.sending() && round.sent < prepared.len() && round.sent < k + self.opts.pipeline.max(1) {
-                if let Ok((stor, size)) = &prepared[round.sent] {
-                    self.send_put_cmds(stor, *size).await?;
+                if let Ok(p) = &prepared[round.sent] {
+                    self.send_put_cmds(p).await?;
                 }
                 round.sent += 1;
             }
@@ -135,8 +149,8 @@ impl Session {
                     batch.record(i, Err(e.clone()), false);
                 }
                 Ok(_) if k >= round.sent => again.push((i, src, op)),
-                Ok((_, size)) => {
-                    let r = self.put_one_e(src.clone(), &op, *size).await;
+                Ok(p) => {
+                    let r = self.put_one_e(src.clone(), &op, p.clone()).await;
                     if let Err(e @ ClientError::Control(..)) = r {
                         return Err(e);
                     }
@@ -165,23 +179,39 @@ impl Session {
         self.dc().cached(lightpath_engine::Direction::Send)
     }
 
-    /// ALLO (for a whole file: `stor` is a STOR) and the STOR or ESTO line `stor`.
-    async fn send_put_cmds(&mut self, stor: &[u8], size: u64) -> Result<(), ClientError> {
-        if stor.starts_with(b"STOR ") {
-            self.ctl.send(format!("ALLO {size}").as_bytes()).await?;
+    /// ALLO (for a whole file: a STOR), the REST of what the server kept
+    /// of it, and the STOR or ESTO line.
+    async fn send_put_cmds(&mut self, p: &Prepared) -> Result<(), ClientError> {
+        if p.stor.starts_with(b"STOR ") {
+            self.ctl.send(format!("ALLO {}", p.size).as_bytes()).await?;
+            if let Some(kept) = &p.kept {
+                self.ctl.send(&crate::resume::rest_cmd(kept)).await?;
+            }
         }
-        self.ctl.send(stor).await
+        self.ctl.send(&p.stor).await
     }
 
-    /// Send one file whose (ALLO and) STOR were already sent.
-    async fn put_one_e(&mut self, src: LocalSource, op: &FileOp, size: u64) -> Result<u64, ClientError> {
-        if op.part.is_none() {
-            let _ = self.ctl.final_reply().await?; // ALLO: advisory
-        }
-        let (ranges, wire_base) = match op.part {
-            Some((off, len)) => (vec![(off, off.saturating_add(len).min(size))], off),
-            None => (vec![(0, size)], 0),
+    /// Read the replies of ALLO (and REST) of a whole file: the ranges
+    /// the server keeps if it took the REST.
+    async fn put_preamble(&mut self, p: &Prepared) -> Result<Option<RangeSet>, ClientError> {
+        let _ = self.ctl.final_reply().await?; // ALLO: advisory
+        let Some(kept) = &p.kept else { return Ok(None) };
+        let r = self.ctl.final_reply().await?;
+        let taken = r.code == 350;
+        tracing::info!(code = r.code, kept = %kept, taken, "resuming an upload from what the server kept");
+        Ok(taken.then(|| kept.clone()))
+    }
+
+    /// Send one file whose (ALLO, REST and) STOR were already sent.
+    async fn put_one_e(&mut self, src: LocalSource, op: &FileOp, p: Prepared) -> Result<u64, ClientError> {
+        let size = p.size;
+        let kept = if op.part.is_none() { self.put_preamble(&p).await? } else { None };
+        let (ranges, wire_base) = match (op.part, &kept) {
+            (Some((off, len)), _) => (vec![(off, off.saturating_add(len).min(size))], off),
+            (None, Some(k)) => (k.missing(size).ranges().to_vec(), 0),
+            (None, None) => (vec![(0, size)], 0),
         };
+        let _ = self.ctl.take_confirmed(); // an earlier file's
         let streams = self.streams();
         // A lightpath server takes bigger blocks while much is left (as it
         // sends them to us: `Session::set_parallelism`); GCT gets `--block`.
@@ -215,9 +245,30 @@ impl Session {
             let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
             self.dc = Some(dc);
             let r = first?;
-            return Err(self.ctl.unexpected("STOR", &r));
+            return Err(match (&kept, &op.resume) {
+                (Some(_), Some(res)) if r.code == 554 => not_kept(res, op, &r),
+                _ => self.ctl.unexpected("STOR", &r),
+            });
         }
-        self.finish_stream_job(job, &ctl, &format!("STOR {}", String::from_utf8_lossy(&op.remote))).await
+        let r = self.finish_stream_job(job, &ctl, &format!("STOR {}", String::from_utf8_lossy(&op.remote))).await;
+        if let (Ok(n), Some(k)) = (&r, &kept) {
+            tracing::info!("resumed an upload: {} bytes kept by the server, {n} sent", k.covered());
+        }
+        self.note_sent(op, kept, p.stamp, &r);
+        r
+    }
+
+    /// After an upload's try: what the server confirmed of a failed one is
+    /// kept for the next ([`crate::resume`]); a done one keeps nothing.
+    fn note_sent(&mut self, op: &FileOp, kept: Option<RangeSet>, stamp: Option<Stamp>, r: &Result<u64, ClientError>) {
+        let confirmed = self.ctl.take_confirmed();
+        let (Some(res), Some(stamp)) = (&op.resume, stamp) else { return };
+        match r {
+            Err(_) if self.is_lightpath() && op.part.is_none() => {
+                res.keep_sent(kept.unwrap_or_default().union(&confirmed), stamp)
+            }
+            _ => res.clear(),
+        }
     }
 
     async fn put_stream(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
@@ -245,12 +296,33 @@ impl Session {
     }
 }
 
-/// The STOR (or ESTO) line of `op` and the size of `src`, or why the file
-/// cannot be sent.
-fn prepare(ctl: &crate::control::ControlConn, src: &LocalSource, op: &FileOp) -> Result<(Vec<u8>, u64), ClientError> {
+/// The STOR (or ESTO) line of `op`, the size of `src` and, where the
+/// server `resumes` uploads, what it kept of `src`; or why the file cannot
+/// be sent.
+fn prepare(
+    ctl: &crate::control::ControlConn,
+    src: &LocalSource,
+    op: &FileOp,
+    resumes: bool,
+) -> Result<Prepared, ClientError> {
     let stor = stor_cmd(op);
     ctl.check(&stor)?;
-    Ok((stor, src.clone().open()?.len()))
+    let size = src.clone().open()?.len();
+    let stamp = src.stamp();
+    let kept = match (&op.resume, stamp) {
+        (Some(r), Some(st)) if resumes && op.part.is_none() => r.sent_of(st),
+        _ => None,
+    };
+    Ok(Prepared { stor, size, kept, stamp })
+}
+
+/// A resumed upload's `STOR` refused with 554: the server no longer holds
+/// what it kept (expired, restarted). The next try sends the whole file.
+fn not_kept(res: &crate::resume::Resume, op: &FileOp, r: &lightpath_proto::Reply) -> ClientError {
+    res.clear();
+    let path = String::from_utf8_lossy(&op.remote);
+    let msg = format!("{path}: the server no longer holds the partial upload ({} {})", r.code, r.text());
+    ClientError::Data { msg, transient: true }
 }
 
 fn stor_cmd(op: &FileOp) -> Vec<u8> {
