@@ -312,6 +312,31 @@ fn an_upload_the_server_did_not_keep_goes_again_whole() {
     assert!(!err.contains("resumed an upload"), "{err}");
 }
 
+/// A third-party copy between two of our servers whose data stream dies
+/// (the source's end destroyed): the destination keeps what it wrote, and
+/// the next try tells both servers `REST` with it, so the source sends
+/// only the rest.
+#[test]
+fn a_third_party_copy_whose_data_stream_dies_resumes() {
+    let (_d, src_root, dst_root) = root_and_local();
+    islands(&src_root.join("big"), LEN);
+    let (src, sport) = lp_server(&src_root, &["--anonymous"]);
+    let (_dst, dport) = lp_server(&dst_root, &["--anonymous"]);
+    let urls = [format!("ftp://127.0.0.1:{sport}/big"), format!("ftp://127.0.0.1:{dport}/big")];
+    let cp = start_cp(&["-p", "4", &urls[0], &urls[1]]);
+    let pid = src.0.id();
+    kill_a_stream(midway(|| vec![pid]), sport);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&src_root.join("big"), &dst_root.join("big"));
+    let line = err.lines().find_map(|l| l.split("resumed a third-party copy: ").nth(1));
+    let line = line.unwrap_or_else(|| panic!("no resumed copy in: {err}"));
+    let n: Vec<u64> = line.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
+    assert!(n.len() == 2 && n[0] > 0 && n[0] == kept(&err), "{line}");
+    assert_eq!(n[0] + n[1], LEN, "the source sent more than the missing ranges: {err}");
+    let names: Vec<_> = std::fs::read_dir(&dst_root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["big"], "nothing else left at the destination");
+}
+
 /// The file changed on the server between the tries: the kept bytes are
 /// not joined to the new version's; the copy starts over.
 #[test]

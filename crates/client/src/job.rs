@@ -471,7 +471,7 @@ async fn run_batch(
     match (pair.0.as_mut(), pair.1.as_mut()) {
         (Some(s), None) => get_batch(s, batch, opts, root).await,
         (None, Some(d)) => put_batch(d, batch, opts).await,
-        (Some(s), Some(d)) => tpt_batch(s, d, &items, opts, linked).await,
+        (Some(s), Some(d)) => tpt_batch(s, d, batch, opts, linked).await,
         (None, None) => items.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),
     }
 }
@@ -707,22 +707,28 @@ pub(crate) fn local_digest(alg: &str, p: &std::path::Path) -> Result<String, Cli
     checksum(src.as_ref(), alg, 0, None).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))
 }
 
+/// Copy `batch` server to server, each resuming what the destination
+/// kept of an earlier try ([`crate::thirdparty`]).
 async fn tpt_batch(
     s: &mut Session,
     d: &mut Session,
-    batch: &[Item],
+    batch: &[Task],
     opts: &CopyOptions,
     linked: &mut bool,
 ) -> Vec<Result<u64, ClientError>> {
     let mut out = Vec::new();
-    for i in batch {
+    for t in batch {
+        let i = &t.item;
         // A server whose transfer was given up because the other failed.
         let reopened = match s.reopen_if_out_of_step().await {
             Ok(()) => d.reopen_if_out_of_step().await,
             e => e,
         };
         let mut r = match reopened {
-            Ok(()) => crate::thirdparty::transfer(s, d, remote(&i.src), remote(&i.dst), i.size, opts, linked).await,
+            Ok(()) => {
+                let ends = (remote(&i.src), remote(&i.dst));
+                crate::thirdparty::transfer(s, d, ends, i.size, opts, linked, &t.resume).await
+            }
             Err(e) => Err(e),
         };
         if r.is_err() {

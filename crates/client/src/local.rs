@@ -452,7 +452,9 @@ impl LocalSource {
     /// of its upload (`None`: zeros, or a file that cannot be read).
     pub(crate) fn stamp(&self) -> Option<crate::resume::Stamp> {
         let LocalSource::File(p) = self else { return None };
-        std::fs::metadata(p).ok().map(|m| (m.len(), m.modified().ok()))
+        let nanos = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_nanos());
+        let m = std::fs::metadata(p).ok()?;
+        Some((m.len(), m.modified().ok().and_then(nanos).map(|n| n.to_string())))
     }
 
     /// The error of a send from this source. The engine does not know

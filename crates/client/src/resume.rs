@@ -10,7 +10,9 @@
 //! An upload to a lightpath server resumes the same way round: the server
 //! keeps a broken upload's partial file, its `111` markers say which
 //! ranges it wrote, and the next try sends `REST` with them and only the
-//! rest of the file, if the source is unchanged (same size and mtime).
+//! rest of the file, if the source is unchanged (same size and mtime). So
+//! does a third-party copy of a large file to a lightpath server, the
+//! source told the same `REST` ([`crate::thirdparty`]).
 
 use crate::local::OpenTarget;
 use lightpath_engine::checksum::checksum;
@@ -35,8 +37,9 @@ pub(crate) struct Sent {
     pub source: Stamp,
 }
 
-/// A local source's size and modification time.
-pub(crate) type Stamp = (u64, Option<std::time::SystemTime>);
+/// A source's size and modification time, compared between tries as they
+/// are (a local file's in nanoseconds, a server's as its `MDTM` says).
+pub(crate) type Stamp = (u64, Option<String>);
 
 /// A partial download: its open target and the ranges it holds.
 #[derive(Debug)]
@@ -184,20 +187,20 @@ mod tests {
     #[test]
     fn an_upload_resumes_only_from_an_unchanged_source_within_its_size() {
         let r = Resume::new();
-        let t = Some(std::time::SystemTime::UNIX_EPOCH);
-        r.keep_sent(set(&[(0, 100), (150, 400)]), (300, t));
+        let t = || Some("20261126101112".to_string());
+        r.keep_sent(set(&[(0, 100), (150, 400)]), (300, t()));
         assert_eq!(r.kept_bytes(), 250);
-        assert_eq!(r.sent_of((300, t)), Some(set(&[(0, 100), (150, 300)])));
-        assert_eq!(r.sent_of((300, t)), Some(set(&[(0, 100), (150, 300)])), "kept until cleared");
-        assert_eq!(r.sent_of((301, t)), None, "another size");
-        assert_eq!(r.sent_of((300, t)), None, "dropped with the change");
-        r.keep_sent(set(&[(0, 100)]), (300, t));
-        assert_eq!(r.sent_of((300, None)), None, "another mtime");
-        r.keep_sent(set(&[(0, 100)]), (300, t));
+        assert_eq!(r.sent_of((300, t())), Some(set(&[(0, 100), (150, 300)])));
+        assert_eq!(r.sent_of((300, t())), Some(set(&[(0, 100), (150, 300)])), "kept until cleared");
+        assert_eq!(r.sent_of((301, t())), None, "another size");
+        assert_eq!(r.sent_of((300, t())), None, "dropped with the change");
+        r.keep_sent(set(&[(0, 100)]), (300, t()));
+        assert_eq!(r.sent_of((300, Some("20261126101113".into()))), None, "another mtime");
+        r.keep_sent(set(&[(0, 100)]), (300, t()));
         r.clear();
-        assert_eq!(r.sent_of((300, t)), None);
-        r.keep_sent(set(&[(500, 600)]), (300, t));
-        assert_eq!(r.sent_of((300, t)), None, "nothing within the file");
+        assert_eq!(r.sent_of((300, t())), None);
+        r.keep_sent(set(&[(500, 600)]), (300, t()));
+        assert_eq!(r.sent_of((300, t())), None, "nothing within the file");
     }
 
     #[test]

@@ -1,23 +1,35 @@
 //! Third-party transfers: the client tells the destination to listen and
 //! the source to connect, then watches both control channels. Data flows
 //! server to server. The MODE E channel stays linked between files.
+//!
+//! A large file whose copy to a lightpath server broke resumes on its
+//! next try: the destination kept what it wrote (its `111` markers said
+//! which ranges), and both servers get `REST` with those ranges, so the
+//! source sends only the rest ([`crate::resume`]). The source's size and
+//! `MDTM`, asked before each try, must not have changed.
 
 use crate::job::CopyOptions;
+use crate::resume::{rest_cmd, Resume, Stamp};
 use crate::session::{cancelled, path_cmd, Session};
 use crate::{ClientError, Remote};
-use lightpath_proto::{hostport, PerfMarker, Reply};
+use lightpath_proto::{hostport, PerfMarker, RangeSet, Reply};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Copy one file from `s` to `d`. `linked` says whether both servers still
-/// hold a MODE E channel between them from the previous file.
+/// Files at least this large can resume: their source's `MDTM` is asked
+/// before each try (a round trip, nothing beside their transfer).
+pub const RESUMABLE: u64 = 64 << 20;
+
+/// Copy one file from `s` to `d` (`src` to `dst`). `linked` says whether both servers still
+/// hold a MODE E channel between them from the previous file; `resume`
+/// holds what the destination kept of an earlier try.
 pub async fn transfer(
     s: &mut Session,
     d: &mut Session,
-    src: &Remote,
-    dst: &Remote,
+    (src, dst): (&Remote, &Remote),
     size: u64,
     opts: &CopyOptions,
     linked: &mut bool,
+    resume: &Resume,
 ) -> Result<u64, ClientError> {
     // A name one side cannot be sent fails before either side is set up.
     d.ctl.check(&path_cmd("STOR ", &dst.path))?;
@@ -37,6 +49,7 @@ pub async fn transfer(
         s.ctl.ok(&hp).await?;
         *linked = mode_e;
     }
+    let stamp = if mode_e && opts.part.is_none() { stamp_of(s, d, &src.path, size).await? } else { None };
     let (stor, retr) = match opts.part {
         Some((off, len)) => (format!("ESTO A {off} "), format!("ERET P {off} {len} ")),
         None => {
@@ -44,12 +57,75 @@ pub async fn transfer(
             ("STOR ".to_string(), "RETR ".to_string())
         }
     };
+    let kept = match &stamp {
+        Some(st) => rest_both(s, d, resume.sent_of(st.clone())).await?,
+        None => None,
+    };
     let verbs = (retr.trim_end().to_string(), stor.trim_end().to_string());
     d.ctl.send(&path_cmd(&stor, &dst.path)).await?;
     s.ctl.send(&path_cmd(&retr, &src.path)).await?;
     s.settle().await?;
     d.settle().await?;
-    watch(s, d, (&verbs.0, &verbs.1)).await.map(|(bytes, ..)| bytes)
+    let r = watch(s, d, (&verbs.0, &verbs.1)).await.map(|(bytes, ..)| bytes);
+    settle_resume(d, resume, stamp, kept, r)
+}
+
+/// The source's size and `MDTM` before a try that could resume (a large
+/// whole file to a lightpath server, in MODE E); `None`: it cannot.
+async fn stamp_of(s: &mut Session, d: &Session, path: &[u8], size: u64) -> Result<Option<Stamp>, ClientError> {
+    if !d.is_lightpath() || size < RESUMABLE {
+        return Ok(None);
+    }
+    // Without a time, nothing tells a source that changed between tries.
+    Ok(s.mtime(path).await?.map(|t| (size, Some(t))))
+}
+
+/// `REST` with the ranges the destination `kept` to both servers; the
+/// ranges if both took them. If either refused, the other is told
+/// `REST 0` and the file goes whole.
+async fn rest_both(s: &mut Session, d: &mut Session, kept: Option<RangeSet>) -> Result<Option<RangeSet>, ClientError> {
+    let Some(kept) = kept else { return Ok(None) };
+    let rest = rest_cmd(&kept);
+    let (a, b) = (d.ctl.ok(&rest).await?.code, s.ctl.ok(&rest).await?.code);
+    tracing::info!(kept = %kept, destination = a, source = b, "resuming a third-party copy");
+    if a == 350 && b == 350 {
+        return Ok(Some(kept));
+    }
+    for (side, code) in [(d, a), (s, b)] {
+        if code == 350 {
+            side.ctl.ok("REST 0").await?;
+        }
+    }
+    Ok(None)
+}
+
+/// After a try: what the destination confirmed of a failed one is kept
+/// for the next; a done one keeps nothing. A restart the destination
+/// refused (554: it kept nothing) is tried again whole.
+fn settle_resume(
+    d: &mut Session,
+    resume: &Resume,
+    stamp: Option<Stamp>,
+    kept: Option<RangeSet>,
+    r: Result<u64, ClientError>,
+) -> Result<u64, ClientError> {
+    let confirmed = d.ctl.take_confirmed();
+    let Some(stamp) = stamp else { return r };
+    match &r {
+        Ok(n) => {
+            if let Some(k) = &kept {
+                tracing::info!("resumed a third-party copy: {} bytes kept by the destination, {n} sent", k.covered());
+            }
+            resume.clear();
+        }
+        Err(ClientError::Refused { code: 554, reply, .. }) if kept.is_some() => {
+            resume.clear();
+            let msg = format!("the destination no longer holds the partial copy ({reply})");
+            return Err(ClientError::Data { msg, transient: true });
+        }
+        Err(_) => resume.keep_sent(kept.unwrap_or_default().union(&confirmed), stamp),
+    }
+    r
 }
 
 /// Read both control channels until both transfers end; returns the bytes

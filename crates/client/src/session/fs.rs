@@ -35,6 +35,13 @@ impl Session {
         Ok(st)
     }
 
+    /// `MDTM path`: the file's modification time as the server says it,
+    /// if it does.
+    pub async fn mtime(&mut self, path: &[u8]) -> Result<Option<String>, ClientError> {
+        let r = self.ctl.cmd(path_cmd("MDTM ", path)).await?;
+        Ok((r.code == 213).then(|| r.text().trim().to_string()))
+    }
+
     /// `SIZE path`, if the server supports it and the file exists.
     pub async fn remote_size(&mut self, path: &[u8]) -> Result<Option<u64>, ClientError> {
         let r = self.ctl.cmd(path_cmd("SIZE ", path)).await?;

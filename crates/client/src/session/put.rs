@@ -309,8 +309,8 @@ fn prepare(
     ctl.check(&stor)?;
     let size = src.clone().open()?.len();
     let stamp = src.stamp();
-    let kept = match (&op.resume, stamp) {
-        (Some(r), Some(st)) if resumes && op.part.is_none() => r.sent_of(st),
+    let kept = match (&op.resume, &stamp) {
+        (Some(r), Some(st)) if resumes && op.part.is_none() => r.sent_of(st.clone()),
         _ => None,
     };
     Ok(Prepared { stor, size, kept, stamp })
