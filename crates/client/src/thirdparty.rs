@@ -19,9 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// before each try (a round trip, nothing beside their transfer).
 pub const RESUMABLE: u64 = 64 << 20;
 
-/// Copy one file from `s` to `d` (`src` to `dst`). `linked` says whether both servers still
-/// hold a MODE E channel between them from the previous file; `resume`
-/// holds what the destination kept of an earlier try.
+/// Copy one file from `s` to `d` (`src` to `dst`). `linked` says whether
+/// both servers still hold a MODE E channel between them from the
+/// previous file; `resume` holds what the destination kept of an earlier
+/// try.
 pub async fn transfer(
     s: &mut Session,
     d: &mut Session,
@@ -77,7 +78,10 @@ async fn stamp_of(s: &mut Session, d: &Session, path: &[u8], size: u64) -> Resul
         return Ok(None);
     }
     // Without a time, nothing tells a source that changed between tries.
-    Ok(s.mtime(path).await?.map(|t| (size, Some(t))))
+    Ok(match s.size_and_mtime(path).await? {
+        (Some(now), Some(t)) => Some((now, Some(t))),
+        _ => None,
+    })
 }
 
 /// `REST` with the ranges the destination `kept` to both servers; the

@@ -35,11 +35,17 @@ impl Session {
         Ok(st)
     }
 
-    /// `MDTM path`: the file's modification time as the server says it,
-    /// if it does.
-    pub async fn mtime(&mut self, path: &[u8]) -> Result<Option<String>, ClientError> {
-        let r = self.ctl.cmd(path_cmd("MDTM ", path)).await?;
-        Ok((r.code == 213).then(|| r.text().trim().to_string()))
+    /// `SIZE` and `MDTM path` sent together (one round trip, not cached):
+    /// the file's size and modification time as the server says them, if
+    /// it does.
+    pub async fn size_and_mtime(&mut self, path: &[u8]) -> Result<(Option<u64>, Option<String>), ClientError> {
+        self.ctl.flush().await?;
+        self.ctl.send(&path_cmd("SIZE ", path)).await?;
+        self.ctl.send(&path_cmd("MDTM ", path)).await?;
+        let size = self.ctl.final_reply().await?;
+        let mdtm = self.ctl.final_reply().await?;
+        let size = (size.code == 213).then(|| size.text().trim().parse().ok()).flatten();
+        Ok((size, (mdtm.code == 213).then(|| mdtm.text().trim().to_string())))
     }
 
     /// `SIZE path`, if the server supports it and the file exists.
