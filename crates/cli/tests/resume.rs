@@ -92,12 +92,13 @@ fn kept(err: &str) -> u64 {
     n.unwrap_or_else(|| panic!("no retry keeping bytes in: {err}"))
 }
 
-/// What the resumed try said it kept and received (`cp -v`): a server
-/// that ignored the restart and sent the whole file again would make them
-/// add up to more than the file.
-fn resumed(err: &str) -> (u64, u64) {
-    let line = err.lines().find_map(|l| l.split("resumed a download: ").nth(1));
-    let line = line.unwrap_or_else(|| panic!("no resumed download in: {err}"));
+/// What the resumed try said was kept and moved (`cp -v`: "resumed a
+/// download: K bytes kept, M received", and so for `what` "an upload" and
+/// "a third-party copy"): a server that ignored the restart and sent the
+/// whole file again would make them add up to more than the file.
+fn resumed_as(err: &str, what: &str) -> (u64, u64) {
+    let line = err.lines().find_map(|l| l.split(&format!("resumed {what}: ")).nth(1));
+    let line = line.unwrap_or_else(|| panic!("no resumed {what} in: {err}"));
     let n: Vec<u64> = line.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
     assert_eq!(n.len(), 2, "{line}");
     (n[0], n[1])
@@ -109,7 +110,7 @@ fn resumed(err: &str) -> (u64, u64) {
 /// live session, the copy went on at once.
 fn assert_resumed(err: &str, server_went_away: bool) {
     let told = kept(err);
-    let (kept, received) = resumed(err);
+    let (kept, received) = resumed_as(err, "a download");
     assert!(kept > 0 && kept <= told, "kept {kept} of the {told} bytes it had");
     assert_eq!(kept + received, LEN, "the server sent more than the missing ranges");
     let compared = err.contains(&format!("comparing the {kept} bytes kept"));
@@ -263,15 +264,6 @@ fn a_download_from_gct_whose_data_stream_dies_resumes() {
     assert_resumed(&err, false);
 }
 
-/// What the resumed upload said the server kept and it sent (`cp -v`).
-fn resumed_upload(err: &str) -> (u64, u64) {
-    let line = err.lines().find_map(|l| l.split("resumed an upload: ").nth(1));
-    let line = line.unwrap_or_else(|| panic!("no resumed upload in: {err}"));
-    let n: Vec<u64> = line.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
-    assert_eq!(n.len(), 2, "{line}");
-    (n[0], n[1])
-}
-
 /// `cp -p 4` of the island file up to our server (started with `args`),
 /// one of its data streams destroyed a quarter of the way: it must
 /// succeed. What it said, and the file's two places.
@@ -296,7 +288,7 @@ fn upload_whose_stream_dies(args: &[&str]) -> (String, PathBuf, PathBuf, tempfil
 fn an_upload_whose_data_stream_dies_resumes() {
     let (err, ..) = upload_whose_stream_dies(&[]);
     let told = kept(&err);
-    let (kept, sent) = resumed_upload(&err);
+    let (kept, sent) = resumed_as(&err, "an upload");
     assert!(kept > 0 && kept == told, "resumed from {kept} of the {told} bytes confirmed: {err}");
     assert_eq!(kept + sent, LEN, "sent more than the missing ranges: {err}");
     assert!(err.contains("trying again now"), "{err}");
@@ -328,11 +320,9 @@ fn a_third_party_copy_whose_data_stream_dies_resumes() {
     kill_a_stream(midway(|| vec![pid]), sport);
     let err = succeeded(cp.wait_with_output().unwrap());
     assert_same_file(&src_root.join("big"), &dst_root.join("big"));
-    let line = err.lines().find_map(|l| l.split("resumed a third-party copy: ").nth(1));
-    let line = line.unwrap_or_else(|| panic!("no resumed copy in: {err}"));
-    let n: Vec<u64> = line.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
-    assert!(n.len() == 2 && n[0] > 0 && n[0] == kept(&err), "{line}");
-    assert_eq!(n[0] + n[1], LEN, "the source sent more than the missing ranges: {err}");
+    let (kept_there, sent) = resumed_as(&err, "a third-party copy");
+    assert!(kept_there > 0 && kept_there == kept(&err), "{err}");
+    assert_eq!(kept_there + sent, LEN, "the source sent more than the missing ranges: {err}");
     let names: Vec<_> = std::fs::read_dir(&dst_root).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["big"], "nothing else left at the destination");
 }
