@@ -63,8 +63,8 @@ pub struct ServeArgs {
     /// part in third-party transfers between hosts).
     #[arg(long, value_enum, default_value = "client", env = "LIGHTPATH_DATA_PEERS")]
     pub data_peers: DataPeersArg,
-    /// Seconds an upload whose data connections broke keeps its partial
-    /// file (unnamed where the file system allows) for the client's restart
+    /// Seconds an upload whose data or control connection broke keeps its
+    /// partial file (unnamed where the file system allows) for the client's restart
     /// (`REST` with the ranges the server's markers named, then `STOR`);
     /// 0 keeps none.
     #[arg(long, default_value_t = lightpath_server::partial::KEEP_FOR.as_secs(), env = "LIGHTPATH_KEEP_PARTIAL")]

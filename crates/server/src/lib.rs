@@ -223,6 +223,7 @@ impl Server {
         if let (Some(l), Some((a, _))) = (self.ahead, &self.ctx.ahead) {
             tokio::spawn(a.clone().serve(l));
         }
+        tokio::spawn(sweep_partials(self.ctx.clone()));
         let admission = admission::Admission::new(self.ctx.cfg.limits);
         loop {
             let (stream, peer) = match self.listener.accept().await {
@@ -243,6 +244,23 @@ impl Server {
         }
     }
 }
+
+/// Remove expired partial uploads ([`partial`]) every [`SWEEP_EVERY`],
+/// so that one nobody resumes frees its disk space on time.
+async fn sweep_partials(ctx: Arc<ServerCtx>) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    loop {
+        tick.tick().await;
+        let gone = ctx.partials.sweep(std::time::Instant::now());
+        if !gone.is_empty() {
+            tracing::info!(count = gone.len(), "expired partial uploads removed");
+            let _ = tokio::task::spawn_blocking(move || drop(gone)).await;
+        }
+    }
+}
+
+/// How often expired partial uploads are looked for.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Wait after a failed accept.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);

@@ -10,7 +10,8 @@
 //! (unnamed, `O_TMPFILE`, where the file system allows: nothing of it
 //! outlives the server process) until a resumed upload completes it, and
 //! is removed when it expires (`serve --keep-partial`, [`KEEP_FOR`] by
-//! default) or when more than [`MAX_KEPT`] are kept.
+//! default; the server sweeps every 30 s) or when more than [`MAX_KEPT`]
+//! are kept.
 
 use lightpath_proto::{Mode, RangeSet, Reply, Restart, Transfer, TransferKind};
 use std::net::IpAddr;
@@ -99,6 +100,11 @@ impl<F> Partials<F> {
         (i.map(|i| kept.remove(i)), gone)
     }
 
+    /// Remove the expired ones; returns their files (to drop outside the lock).
+    pub fn sweep(&self, now: Instant) -> Vec<F> {
+        expire(&mut self.lock(), now, self.keep_for)
+    }
+
     /// Partial uploads kept now.
     pub fn len(&self) -> usize {
         self.lock().len()
@@ -185,8 +191,12 @@ mod tests {
         let (ps, t0) = (Partials::new(KEEP_FOR), Instant::now());
         ps.keep(t0, owner("a"), b"/f", 1, set(&[(0, 1)]), None);
         assert_eq!(ps.keep(t0, owner("a"), b"/f", 2, set(&[(0, 2)]), None), vec![1]);
+        assert!(ps.sweep(t0 + KEEP_FOR / 2).is_empty(), "not yet");
+        assert_eq!(ps.sweep(t0 + KEEP_FOR), vec![2], "expired");
+        assert!(ps.is_empty());
+        ps.keep(t0, owner("a"), b"/f", 3, set(&[(0, 1)]), None);
         let (p, gone) = ps.take(t0 + KEEP_FOR, &owner("a"), b"/f");
-        assert!(p.is_none() && gone == vec![2], "expired");
+        assert!(p.is_none() && gone == vec![3], "expired at take");
         for i in 0..MAX_KEPT + 2 {
             ps.keep(t0, owner("a"), format!("/{i}").as_bytes(), i, RangeSet::new(), None);
         }
