@@ -673,21 +673,31 @@ enum Shrink {
 }
 
 /// Take items as a sender does until a read fails; what was sent, and the
-/// read's error. `src/a` shrinks as `how` says.
+/// read's error. `src/a` shrinks as `how` says. A large file's next block
+/// is read at once after its first, with no `next_item` between: each
+/// call may hand out a manifest chunk and let the walk go on, and on a
+/// loaded machine the walk could finish before a second data item came.
 fn send_until_a_read_fails(s: &Scratch, pack: &Pack, how: Shrink) -> (Sent, VfileError) {
     let reader = pack.reader();
     let mut sent = Sent { manifest: Vec::new(), blocks: Vec::new() };
+    let shrink = || File::options().write(true).open(s.p("src/a")).unwrap().set_len(5_000).unwrap();
     loop {
         match pack.next_item(10_000).unwrap().expect("more items") {
             PackItem::Manifest { bytes, .. } => sent.manifest.extend_from_slice(&bytes),
             PackItem::Data { offset, len } => {
-                if matches!((how, offset), (Shrink::BeforeRead, 0) | (Shrink::WhileRead, 10_000)) {
-                    File::options().write(true).open(s.p("src/a")).unwrap().set_len(5_000).unwrap();
+                if matches!((how, offset), (Shrink::BeforeRead, 0)) {
+                    shrink();
                 }
                 let mut buf = vec![0; len as usize];
                 match reader.read_at(&mut buf, offset) {
                     Ok(()) => sent.blocks.push((offset, buf)),
                     Err(e) => return (sent, e),
+                }
+                if matches!((how, offset), (Shrink::WhileRead, 0)) {
+                    shrink();
+                    let mut next = vec![0; 10_000];
+                    let e = reader.read_at(&mut next, len).expect_err("a read past the new end of a");
+                    return (sent, e);
                 }
             }
         }
