@@ -15,6 +15,7 @@
 //! source told the same `REST` ([`crate::thirdparty`]).
 
 use crate::local::OpenTarget;
+use crate::ClientError;
 use lightpath_engine::checksum::checksum;
 use lightpath_engine::FileSource;
 use lightpath_proto::ranges::RangeSet;
@@ -135,6 +136,38 @@ impl Resume {
         }
         let have = first_ranges(have, MAX_RANGES);
         *self.slot() = Some(Kept { target, have });
+    }
+
+    /// The end of a try of an upload or third-party copy of `source` that
+    /// resumed from `kept` (if it did), the server having confirmed
+    /// `confirmed` (its `111` markers): a done one keeps nothing; a failed
+    /// one keeps what the server now holds for the next try; a restart the
+    /// server refused (554: it kept nothing) keeps nothing and becomes a
+    /// transient error saying `gone(code, reply)`, so the next try goes
+    /// whole. A resumed try that succeeded is said in verbose output, as
+    /// `what` whose rest the `holder` kept.
+    pub(crate) fn settle(
+        &self,
+        r: Result<u64, ClientError>,
+        (kept, confirmed): (Option<RangeSet>, RangeSet),
+        source: Stamp,
+        (what, holder): (&str, &str),
+        gone: impl FnOnce(u16, &str) -> String,
+    ) -> Result<u64, ClientError> {
+        match &r {
+            Ok(n) => {
+                if let Some(k) = &kept {
+                    tracing::info!("resumed {what}: {} bytes kept by the {holder}, {n} sent", k.covered());
+                }
+                self.clear();
+            }
+            Err(ClientError::Refused { code: 554, reply, .. }) if kept.is_some() => {
+                self.clear();
+                return Err(ClientError::Data { msg: gone(554, reply), transient: true });
+            }
+            Err(_) => self.keep_sent(kept.unwrap_or_default().union(&confirmed), source),
+        }
+        r
     }
 
     /// Drop what is kept.

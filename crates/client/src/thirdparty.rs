@@ -103,9 +103,7 @@ async fn rest_both(s: &mut Session, d: &mut Session, kept: Option<RangeSet>) -> 
     Ok(None)
 }
 
-/// After a try: what the destination confirmed of a failed one is kept
-/// for the next; a done one keeps nothing. A restart the destination
-/// refused (554: it kept nothing) is tried again whole.
+/// After a try ([`Resume::settle`]), if it could resume (`stamp`).
 fn settle_resume(
     d: &mut Session,
     resume: &Resume,
@@ -115,21 +113,8 @@ fn settle_resume(
 ) -> Result<u64, ClientError> {
     let confirmed = d.ctl.take_confirmed();
     let Some(stamp) = stamp else { return r };
-    match &r {
-        Ok(n) => {
-            if let Some(k) = &kept {
-                tracing::info!("resumed a third-party copy: {} bytes kept by the destination, {n} sent", k.covered());
-            }
-            resume.clear();
-        }
-        Err(ClientError::Refused { code: 554, reply, .. }) if kept.is_some() => {
-            resume.clear();
-            let msg = format!("the destination no longer holds the partial copy ({reply})");
-            return Err(ClientError::Data { msg, transient: true });
-        }
-        Err(_) => resume.keep_sent(kept.unwrap_or_default().union(&confirmed), stamp),
-    }
-    r
+    let gone = |_, reply: &str| format!("the destination no longer holds the partial copy ({reply})");
+    resume.settle(r, (kept, confirmed), stamp, ("a third-party copy", "destination"), gone)
 }
 
 /// Read both control channels until both transfers end; returns the bytes

@@ -72,7 +72,7 @@ impl Session {
             return Some(Err(e));
         }
         if self.cached_send() > 0 {
-            let stamp = src.stamp();
+            let stamp = self.is_lightpath().then(|| src.stamp()).flatten();
             return Some(self.put_one_e(src, op, Prepared { size, stamp, ..Prepared::default() }).await);
         }
         let _ = self.ctl.final_reply().await; // ALLO: advisory
@@ -244,31 +244,29 @@ impl Session {
             ctl.cancel();
             let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
             self.dc = Some(dc);
-            let r = first?;
-            return Err(match (&kept, &op.resume) {
-                (Some(_), Some(res)) if r.code == 554 => not_kept(res, op, &r),
-                _ => self.ctl.unexpected("STOR", &r),
-            });
+            let refused = Err(self.ctl.unexpected("STOR", &first?));
+            // A refused restart keeps nothing; any other refusal of a
+            // resumed STOR leaves the ranges as they were.
+            return if kept.is_some() { self.settle_put(op, refused, (kept, p.stamp)) } else { refused };
         }
         let r = self.finish_stream_job(job, &ctl, &format!("STOR {}", String::from_utf8_lossy(&op.remote))).await;
-        if let (Ok(n), Some(k)) = (&r, &kept) {
-            tracing::info!("resumed an upload: {} bytes kept by the server, {n} sent", k.covered());
-        }
-        self.note_sent(op, kept, p.stamp, &r);
-        r
+        self.settle_put(op, r, (kept, p.stamp))
     }
 
-    /// After an upload's try: what the server confirmed of a failed one is
-    /// kept for the next ([`crate::resume`]); a done one keeps nothing.
-    fn note_sent(&mut self, op: &FileOp, kept: Option<RangeSet>, stamp: Option<Stamp>, r: &Result<u64, ClientError>) {
+    /// After an upload's try ([`crate::resume::Resume::settle`]), if it can
+    /// resume (a stamped source: a whole file to a lightpath server).
+    fn settle_put(
+        &mut self,
+        op: &FileOp,
+        r: Result<u64, ClientError>,
+        (kept, stamp): (Option<RangeSet>, Option<Stamp>),
+    ) -> Result<u64, ClientError> {
         let confirmed = self.ctl.take_confirmed();
-        let (Some(res), Some(stamp)) = (&op.resume, stamp) else { return };
-        match r {
-            Err(_) if self.is_lightpath() && op.part.is_none() => {
-                res.keep_sent(kept.unwrap_or_default().union(&confirmed), stamp)
-            }
-            _ => res.clear(),
-        }
+        let (Some(res), Some(stamp)) = (&op.resume, stamp) else { return r };
+        let path = String::from_utf8_lossy(&op.remote);
+        let gone =
+            |code, reply: &str| format!("{path}: the server no longer holds the partial upload ({code} {reply})");
+        res.settle(r, (kept, confirmed), stamp, ("an upload", "server"), gone)
     }
 
     async fn put_stream(&mut self, src: LocalSource, op: &FileOp) -> Result<u64, ClientError> {
@@ -308,21 +306,13 @@ fn prepare(
     let stor = stor_cmd(op);
     ctl.check(&stor)?;
     let size = src.clone().open()?.len();
-    let stamp = src.stamp();
+    // Only a whole file to a lightpath server can resume: only its source is stamped.
+    let stamp = (resumes && op.part.is_none()).then(|| src.stamp()).flatten();
     let kept = match (&op.resume, &stamp) {
-        (Some(r), Some(st)) if resumes && op.part.is_none() => r.sent_of(st.clone()),
+        (Some(r), Some(st)) => r.sent_of(st.clone()),
         _ => None,
     };
     Ok(Prepared { stor, size, kept, stamp })
-}
-
-/// A resumed upload's `STOR` refused with 554: the server no longer holds
-/// what it kept (expired, restarted). The next try sends the whole file.
-fn not_kept(res: &crate::resume::Resume, op: &FileOp, r: &lightpath_proto::Reply) -> ClientError {
-    res.clear();
-    let path = String::from_utf8_lossy(&op.remote);
-    let msg = format!("{path}: the server no longer holds the partial upload ({} {})", r.code, r.text());
-    ClientError::Data { msg, transient: true }
 }
 
 fn stor_cmd(op: &FileOp) -> Vec<u8> {
