@@ -57,11 +57,19 @@ struct Session {
 /// a start receive window for uploads sized as a client sizes its own
 /// ([`lightpath_plan::start_recv_window`] at the default target, over the
 /// streams a client opens at this RTT).
-pub(crate) fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
+fn configure(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
     dc.opts.congestion = lightpath_engine::congestion_choice(congestion);
     let rtt_us = rtt.as_micros() as u64;
     let streams = lightpath_plan::min_streams_for_rtt(rtt_us);
     dc.opts.recv_window = lightpath_plan::start_recv_window(rtt_us, lightpath_plan::DEFAULT_TARGET_BPS, streams);
+}
+
+/// [`configure`] for an RTT just learned, applied again to the listener
+/// and the connections already there (a login flight's DCON or PASV, or
+/// an upload's adopted connections, may have come before it).
+pub(crate) fn retune(dc: &mut DataChannel, congestion: Option<&str>, rtt: Duration) {
+    configure(dc, congestion, rtt);
+    dc.retune();
 }
 
 /// A session's data channel, before any endpoint: configured for the
@@ -134,9 +142,7 @@ async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Lin
     }
     // The control connection is gone: stop whatever transfer runs (an
     // upload may keep what it wrote: `crate::partial`).
-    if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        c.lose();
-    }
+    stop(&current, Control::lose);
 }
 
 /// Hand the complete lines on, cancelling the running transfer at an
@@ -144,7 +150,7 @@ async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Lin
 async fn forward(lb: &mut LineBuffer, tx: &mpsc::Sender<Line>, current: &Current) -> bool {
     while let Some(line) = lb.poll_line() {
         if is_abor(&line) {
-            cancel(current);
+            stop(current, Control::cancel);
         }
         if tx.send(line).await.is_err() {
             return false;
@@ -153,9 +159,11 @@ async fn forward(lb: &mut LineBuffer, tx: &mpsc::Sender<Line>, current: &Current
     true
 }
 
-fn cancel(current: &Current) {
+/// Stop the running transfer, if any, the way `how` says: cancelled at
+/// an ABOR, lost with the control connection.
+fn stop(current: &Current, how: fn(&Control)) {
     if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        c.cancel();
+        how(c);
     }
 }
 
@@ -235,10 +243,11 @@ impl Session {
         }
         if let Ok(rtt) = lightpath_sys::net::tcp_rtt(self.out.as_ref()) {
             self.rtt = rtt;
-            configure(&mut self.dc, self.ctx.cfg.congestion.as_deref(), rtt);
-            if !rtt.is_zero() {
-                // The login flight's DCON or PASV may have come first.
-                self.dc.retune();
+            let congestion = self.ctx.cfg.congestion.as_deref();
+            if rtt.is_zero() {
+                configure(&mut self.dc, congestion, rtt);
+            } else {
+                retune(&mut self.dc, congestion, rtt);
             }
         }
     }
@@ -386,12 +395,12 @@ impl Session {
         dc.opts.buffer = fixed_buffer(t.settings.tcp_buffer);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
         let loopback = self.peer.is_some_and(|p| p.ip().is_loopback());
+        let upload = t.kind.is_upload();
         // Only uploads wait for an unknown RTT (`ClientPath::learn_rtt`).
-        let unknown = self.rtt.is_zero() && t.kind.is_upload();
+        let unknown = self.rtt.is_zero() && upload;
         let control = unknown.then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
         let owner = Owner { user: self.pi.user().unwrap_or_default().to_string(), ip: self.peer.map(|p| p.ip()) };
         let path = transfer::ClientPath { rtt: self.rtt, loopback, control, owner };
-        let upload = t.kind.is_upload();
         let mut job = tokio::task::spawn_blocking(move || {
             let r = transfer::execute(&ctx, &mut dc, t, &c2, ready_tx, path);
             (dc, r)

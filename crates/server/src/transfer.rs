@@ -381,8 +381,7 @@ pub(crate) fn learn_path(dc: &mut DataChannel, cfg: &crate::ServerConfig, path: 
     let unknown = path.rtt.is_zero();
     let rtt_us = path.learn_rtt().as_micros() as u64;
     if unknown && rtt_us > 0 {
-        crate::session::configure(dc, cfg.congestion.as_deref(), path.rtt);
-        dc.retune();
+        crate::session::retune(dc, cfg.congestion.as_deref(), path.rtt);
     }
     (rtt_us, unknown)
 }
