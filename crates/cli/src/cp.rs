@@ -73,6 +73,12 @@ pub struct CpArgs {
     /// from the bytes it received. 0: fail at once.
     #[arg(long, default_value_t = 3, env = "LIGHTPATH_RETRIES")]
     pub retries: u32,
+    /// Keep a download that fails for good (its retries spent) or is
+    /// interrupted as `.NAME.lightpath-partial` next to its destination,
+    /// and resume a file kept so by an earlier run: its kept bytes are
+    /// compared with the server's file, and only the rest is fetched.
+    #[arg(long, env = "LIGHTPATH_PARTIAL")]
+    pub partial: bool,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -143,6 +149,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         fastopen: !a.no_fastopen,
         congestion: crate::congestion::check(a.congestion.as_deref())?,
         retries: a.retries,
+        partial: a.partial,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -162,7 +169,8 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     // not answer) are left behind; the process is about to end.
     rt.shutdown_timeout(Duration::from_millis(100));
     let Some(results) = results? else {
-        eprintln!("lightpath: interrupted: transfers stopped; unfinished files removed, finished ones kept");
+        let unfinished = if a.partial { "unfinished downloads kept for --partial" } else { "unfinished files removed" };
+        eprintln!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept");
         return Ok(Outcome::Interrupted);
     };
     let failed: Vec<_> = results.iter().filter(|r| r.result.is_err()).collect();
@@ -177,7 +185,17 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     let trees = ok.iter().filter(|r| r.files == 0).count();
     let what =
         if trees > 0 { format!("{files} file(s) and {trees} third-party tree(s)") } else { format!("{files} file(s)") };
+    let kept = bytes.saturating_sub(progress.bytes.load(Ordering::Relaxed));
     summary(&what, failed.len(), bytes, started.elapsed());
+    if kept > 0 {
+        // Resumed files count whole above; the rate is what moved.
+        let moved = bytes - kept;
+        let rate = moved as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        eprintln!(
+            "lightpath: {kept} of those bytes were kept from earlier tries; {moved} moved ({:.1} MB/s)",
+            rate / 1e6
+        );
+    }
     Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed })
 }
 

@@ -90,6 +90,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         fastopen: false,
         congestion: None,
         retries: 0,
+        partial: false,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

@@ -50,14 +50,6 @@ fn cause(err: &str) -> &str {
     rest.split_once(": ").unwrap_or_else(|| panic!("no cause in {line}")).1
 }
 
-/// Names in `dir` (temporary files included).
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn full_disk_on_the_server_fails_the_upload_cleanly() {
     let d = scratch();

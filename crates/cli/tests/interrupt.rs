@@ -26,15 +26,6 @@ fn wait_for(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-/// SIGINT `cp`, then its exit code and stderr.
-fn interrupt(mut cp: Child) -> (Option<i32>, String) {
-    assert!(cp.try_wait().unwrap().is_none(), "cp ended before it was interrupted");
-    let st = Command::new("kill").args(["-INT", &cp.id().to_string()]).status().unwrap();
-    assert!(st.success());
-    let out = cp.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
 /// A sparse 4 GiB file at `p`: far more than moves before the signal
 /// (64 MiB, then one poll), and a size whose reservation at the receiver
 /// (it allocates the whole file before data moves) fits on a test
@@ -42,10 +33,6 @@ fn interrupt(mut cp: Child) -> (Option<i32>, String) {
 /// "No space left on device" once the disk had 38 GiB free.
 fn sparse(p: &Path) {
     std::fs::File::create(p).unwrap().set_len(4 << 30).unwrap();
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
 }
 
 #[test]

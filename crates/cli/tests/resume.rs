@@ -3,7 +3,9 @@
 //! held), against our server restarted on its port and against the real
 //! `globus-gridftp-server` whose session process was killed. Final
 //! failures are not tried again. An upload whose data stream died sends
-//! only what our server did not keep of it.
+//! only what our server did not keep of it. With `--partial`, a download
+//! that failed for good or was interrupted is kept, and resumed by the
+//! next run.
 
 mod common;
 use common::*;
@@ -327,19 +329,22 @@ fn a_third_party_copy_whose_data_stream_dies_resumes() {
     assert_eq!(names, ["big"], "nothing else left at the destination");
 }
 
+/// Make `root/big` a new version of the same size, different everywhere
+/// the island file has data.
+fn new_version(root: &Path) {
+    let new = scratch();
+    write_random(&new.path().join("island"), 1 << 20, 99);
+    let f = std::fs::OpenOptions::new().write(true).open(root.join("big")).unwrap();
+    for off in (0..LEN).step_by(256 << 20) {
+        f.write_all_at(&std::fs::read(new.path().join("island")).unwrap(), off).unwrap();
+    }
+}
+
 /// The file changed on the server between the tries: the kept bytes are
 /// not joined to the new version's; the copy starts over.
 #[test]
 fn a_file_changed_between_tries_starts_over() {
-    // A new version of the same size, different everywhere it has data.
-    let (err, u) = download_across_a_server_restart(|root| {
-        let new = scratch();
-        write_random(&new.path().join("island"), 1 << 20, 99);
-        let f = std::fs::OpenOptions::new().write(true).open(root.join("big")).unwrap();
-        for off in (0..LEN).step_by(256 << 20) {
-            f.write_all_at(&std::fs::read(new.path().join("island")).unwrap(), off).unwrap();
-        }
-    });
+    let (err, u) = download_across_a_server_restart(new_version);
     assert!(err.contains("changed") && err.contains("starting over"), "{err}");
     assert!(!err.contains("resumed a download"), "{err}");
     let (src, dst) = u.files();
@@ -400,4 +405,77 @@ fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
     let err = restart_and_finish(&root, port, cp);
     assert!(err.contains("trying the tree again"), "{err}");
     assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// `cp --partial` of the island file, interrupted (Ctrl-C) once the
+/// server has read a quarter of it: the download is kept under its hidden
+/// name, alone in the directory. The bytes `cp` said it kept.
+fn interrupted_with_partial(u: &Under, cp: Child) -> u64 {
+    let pid = u.srv.0.id();
+    midway(|| vec![pid]);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    assert_eq!(names(&u.local), [".big.lightpath-partial"], "{err}");
+    let n = err.split("kept ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
+    n.unwrap_or_else(|| panic!("no kept bytes in: {err}"))
+}
+
+/// Run `cp -v --partial URL local/big` (`URL`: `name` on `u`'s server) to
+/// success: what it said.
+fn partial_run(u: &Under, name: &str) -> String {
+    let url = format!("ftp://127.0.0.1:{}/{name}", u.port);
+    succeeded(start_cp(&["--partial", &url, u.local.join("big").to_str().unwrap()]).wait_with_output().unwrap())
+}
+
+/// `cp --partial`: a download interrupted midway is kept, and the next
+/// run takes it up, compares it with the server's file and fetches only
+/// the rest; nothing but the complete file is left.
+#[test]
+fn an_interrupted_download_kept_with_partial_resumes_in_the_next_run() {
+    let (u, cp) = download_under_way(&["--partial", "-p", "4"]);
+    let kept = interrupted_with_partial(&u, cp);
+    assert!(kept > 0 && kept < LEN, "{kept}");
+    let err = partial_run(&u, "big");
+    assert!(err.contains(&format!("taking up {kept} bytes kept by an earlier run")), "{err}");
+    assert!(err.contains(&format!("comparing the {kept} bytes kept")), "{err}");
+    assert_eq!(resumed_as(&err, "a download"), (kept, LEN - kept), "{err}");
+    let (src, dst) = u.files();
+    assert_same_file(&src, &dst);
+    assert_eq!(names(&u.local), ["big"]);
+}
+
+/// A download whose retries were spent (the server killed, `--retries
+/// 0`) is kept too; the file changes on the server before the next run,
+/// which finds that out by digest and starts over.
+#[test]
+fn a_kept_download_of_a_file_changed_since_starts_over() {
+    let (mut u, cp) = download_under_way(&["--partial", "--retries", "0"]);
+    u.kill_server_midway();
+    let out = cp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("(the same cp --partial resumes it)"), "{err}");
+    assert_eq!(names(&u.local), [".big.lightpath-partial"]);
+    new_version(&u.root);
+    let _again = lp_server_on(&u.root, u.port, &["--anonymous"]);
+    let err = partial_run(&u, "big");
+    assert!(err.contains("it changed on the server") && err.contains("starting over"), "{err}");
+    assert!(!err.contains("resumed a download"), "{err}");
+    let (src, dst) = u.files();
+    assert_same_file(&src, &dst);
+    assert_eq!(names(&u.local), ["big"]);
+}
+
+/// A kept file is taken up only by a copy of the same source: another
+/// source to the same destination replaces it.
+#[test]
+fn a_file_kept_from_another_source_is_not_taken_up() {
+    let (u, cp) = download_under_way(&["--partial"]);
+    interrupted_with_partial(&u, cp);
+    write_random(&u.root.join("other"), 3 << 20, 5);
+    let err = partial_run(&u, "other");
+    assert!(err.contains(&format!("it was kept from ftp://127.0.0.1:{}/big", u.port)), "{err}");
+    assert!(!err.contains("taking up"), "{err}");
+    assert_same_file(&u.root.join("other"), &u.local.join("big"));
+    assert_eq!(names(&u.local), ["big"]);
 }

@@ -46,6 +46,9 @@ pub struct CopyOptions {
     /// Times a file that failed for a transient reason is tried again
     /// ([`crate::retry`]); a download resumes from what it received.
     pub retries: u32,
+    /// Keep a download that failed for good, or was interrupted, for the
+    /// next run, and take up one kept by an earlier run ([`crate::partial`]).
+    pub partial: bool,
 }
 
 /// Outcome for one file.
@@ -121,7 +124,9 @@ pub async fn copy(
     let spec = match (&remote_src, &dst) {
         _ if verify.is_some() => Speculation::None,
         (Some(r), Location::Local(_)) if tree && same_server(r) => Speculation::Tree(r.path.as_slice()),
-        (Some(r), Location::Local(_)) if one_file && same_server(r) => Speculation::File(r.path.as_slice()),
+        (Some(r), Location::Local(d)) if one_file && same_server(r) && !(opts.partial && kept_for(d, &r.path)) => {
+            Speculation::File(r.path.as_slice())
+        }
         _ => Speculation::None,
     };
     let mut lister = match &remote_src {
@@ -401,6 +406,8 @@ async fn worker(
         if batch.is_empty() {
             break;
         }
+        let partial = root.as_deref().filter(|_| opts.partial);
+        batch.iter().filter(|t| t.tries == 0).for_each(|t| take_up_kept(t, partial));
         let results = match sessions.as_mut() {
             Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
             None => match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
@@ -412,14 +419,17 @@ async fn worker(
             sessions = None;
             linked = false;
         }
-        let wait = settle_batch(batch, results, opts.retries, &mut out, &mut again);
+        let wait = settle_batch(batch, results, (opts.retries, partial), &mut out, &mut again);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
     }
     // Files left to retry when the job was stopped.
     let stopped = ClientError::Local("interrupted".into());
-    out.extend(again.iter().map(|t| result(&t.item, Err(stopped.clone()))));
+    for t in &again {
+        end_task(t, true, root.as_deref().filter(|_| opts.partial));
+        out.push(result(&t.item, Err(stopped.clone())));
+    }
     if let Some((a, b)) = sessions {
         for s in [a, b].into_iter().flatten() {
             s.quit().await;
@@ -430,11 +440,13 @@ async fn worker(
 
 /// Sort a batch's results: a file that goes again ([`retry::again`]) joins
 /// `again`, any other gives its result to `out`. Returns the longest pause
-/// the files going again ask for (`None`: none goes again).
+/// the files going again ask for (`None`: none goes again). A file done
+/// for good drops what it kept, or keeps it for a later run (`partial`:
+/// the destination root of `cp --partial`).
 fn settle_batch(
     batch: Vec<Task>,
     results: Vec<Result<u64, ClientError>>,
-    retries: u32,
+    (retries, partial): (u32, Option<&std::path::Path>),
     out: &mut Vec<FileResult>,
     again: &mut Vec<Task>,
 ) -> Option<std::time::Duration> {
@@ -445,10 +457,49 @@ fn settle_batch(
                 wait = wait.max(Some(task.wait()));
                 again.push(task);
             }
-            r => out.push(result(&task.item, r)),
+            r => {
+                end_task(&task, r.is_err(), partial);
+                out.push(result(&task.item, r));
+            }
         }
     }
     wait
+}
+
+/// A file is done with: what a download that `failed` holds is kept for
+/// a later `cp --partial` ([`kept_place`] in `partial`), or dropped.
+fn end_task(task: &Task, failed: bool, partial: Option<&std::path::Path>) {
+    if let Some(dst) = kept_place(task, partial).filter(|_| failed) {
+        crate::partial::keep(task, dst);
+    }
+    task.resume.clear();
+}
+
+/// A download of `cp --partial` into the destination `root` (the file
+/// itself, or one directly in it: no directory beneath it is opened by
+/// a path) takes up the file an earlier run kept for it.
+fn take_up_kept(task: &Task, root: Option<&std::path::Path>) {
+    if let Some(dst) = kept_place(task, root).filter(|_| task.resume.have().is_none()) {
+        crate::partial::adopt(task, dst);
+    }
+}
+
+/// Where `task` keeps and takes up a file for `cp --partial` into `root`:
+/// a download's destination, if it is `root` or directly in it.
+fn kept_place<'a>(task: &'a Task, root: Option<&std::path::Path>) -> Option<&'a std::path::Path> {
+    let (Location::Remote(_), Location::Local(dst), Some(r)) = (&task.item.src, &task.item.dst, root) else {
+        return None;
+    };
+    (dst == r || dst.parent() == Some(r)).then_some(dst.as_path())
+}
+
+/// Whether an earlier run kept a file for the download of `remote` to
+/// `dst` (the path itself, or the directory it names): the download
+/// then sends no RETR with the login, since its `REST` goes first.
+fn kept_for(dst: &std::path::Path, remote: &[u8]) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::OsStr::from_bytes(remote.rsplit(|&b| b == b'/').next().unwrap_or(remote));
+    [dst.to_path_buf(), dst.join(name)].iter().any(|p| crate::local::kept_name(p).is_ok_and(|k| k.exists()))
 }
 
 /// The files to try next: those going again, else a new batch of `n`.

@@ -7,6 +7,7 @@ pub mod control;
 pub mod job;
 pub mod local;
 pub mod location;
+pub mod partial;
 pub mod peers;
 pub mod plan;
 pub mod resume;

@@ -108,9 +108,15 @@ impl LocalTarget {
     /// Open it, resuming the partial file its slot kept, if any; also
     /// gives the ranges that file holds already.
     pub fn open_resuming(self) -> Result<(OpenTarget, RangeSet), ClientError> {
-        match self.resume_slot().and_then(|r| r.take()) {
-            Some(k) => Ok((k.target, k.have)),
-            None => Ok((self.open()?, RangeSet::new())),
+        match (self.resume_slot().and_then(|r| r.take()), &self) {
+            // The I/O chosen for this try (a file taken up from an earlier
+            // process has the defaults until now).
+            (Some(mut k), LocalTarget::File { fsync, direct, .. }) => {
+                (k.target.fsync, k.target.direct) = (*fsync, *direct);
+                Ok((k.target, k.have))
+            }
+            (Some(k), LocalTarget::Null) => Ok((k.target, k.have)),
+            (None, _) => Ok((self.open()?, RangeSet::new())),
         }
     }
 
@@ -320,6 +326,39 @@ impl OpenTarget {
         matches!(self.out, Output::Temp(_)) && self.window.is_none()
     }
 
+    /// Keep the partial file under the lasting name [`kept_name`] next
+    /// to its final path, with `note` ([`crate::partial`]); returns that
+    /// name. Only a whole file's temporary file can be kept.
+    pub(crate) fn keep_as(self, note: &[u8]) -> Result<PathBuf, ClientError> {
+        let kept = kept_name(&self.path)?;
+        let Output::Temp(temp) = self.out else {
+            return Err(ClientError::Local(format!("{}: written in place, nothing to keep", self.path.display())));
+        };
+        let name = kept.file_name().unwrap_or_default();
+        temp.keep_as(name, note).map_err(|e| ClientError::Local(format!("{}: {e}", kept.display())))?;
+        Ok(kept)
+    }
+
+    /// The file kept for `path` by [`OpenTarget::keep_as`], taken up again
+    /// to become `path` when complete, with its note (`None`: none kept).
+    pub(crate) fn adopt(path: &Path) -> Result<Option<(OpenTarget, Vec<u8>)>, ClientError> {
+        let kept = kept_name(path)?;
+        let dir = kept.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let (k, name) = (kept.file_name().unwrap_or_default(), path.file_name().unwrap_or_default());
+        let found =
+            TempFile::adopt(dir, k, name).map_err(|e| ClientError::Local(format!("{}: {e}", kept.display())))?;
+        Ok(found.map(|(temp, note)| {
+            let t = OpenTarget {
+                out: Output::Temp(temp),
+                path: path.to_path_buf(),
+                fsync: false,
+                direct: false,
+                window: None,
+            };
+            (t, note)
+        }))
+    }
+
     /// Complete: check that a window arrived whole, fix the length,
     /// optionally flush to disk, rename into place. A temporary file that
     /// cannot be renamed into place is removed.
@@ -342,6 +381,18 @@ impl OpenTarget {
             Output::Null | Output::InPlace(_) => Ok(()),
         }
     }
+}
+
+/// Where a download of `path` that failed is kept for `cp --partial`:
+/// `.NAME.lightpath-partial` in the same directory (hidden, and never
+/// taken for the complete file).
+pub fn kept_name(path: &Path) -> Result<PathBuf, ClientError> {
+    let name = path.file_name().ok_or_else(|| ClientError::Local(format!("{}: not a file name", path.display())))?;
+    let stem = &name.as_bytes()[..name.len().min(200)];
+    let mut kept = b".".to_vec();
+    kept.extend_from_slice(stem);
+    kept.extend_from_slice(b".lightpath-partial");
+    Ok(path.with_file_name(std::ffi::OsStr::from_bytes(&kept)))
 }
 
 /// The bytes a partial download may write, and those it wrote.

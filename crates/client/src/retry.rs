@@ -62,7 +62,6 @@ pub fn wait_after(n: u32) -> Duration {
 pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
     task.tries += 1;
     if !e.is_transient() || task.tries > retries {
-        task.resume.clear();
         return false;
     }
     task.at_once = task.tries == 1 && !matches!(e, ClientError::Control(..) | ClientError::Connect(..));

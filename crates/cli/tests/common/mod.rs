@@ -52,6 +52,23 @@ pub fn bytes_open_in(dir: &Path) -> u64 {
     open_in(dir).iter().filter_map(|fd| std::fs::metadata(fd).ok()).map(|m| m.len()).sum()
 }
 
+/// Names in `dir` (temporary files included), sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// SIGINT `cp`, then its exit code and stderr.
+pub fn interrupt(mut cp: Child) -> (Option<i32>, String) {
+    assert!(cp.try_wait().unwrap().is_none(), "cp ended before it was interrupted");
+    let st = Command::new("kill").args(["-INT", &cp.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let out = cp.wait_with_output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// A directory that `gftp` can write to.
 pub fn open_dir(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();

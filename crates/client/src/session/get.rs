@@ -203,10 +203,11 @@ fn recv_into(
             }
             Ok((w, have.union(&got)))
         }
-        // Kept only when the network failed: not after a disk error or
-        // a peer that broke the protocol's rules.
+        // Kept only when the network failed, or the copy was interrupted
+        // (for `cp --partial`): not after a disk error or a peer that
+        // broke the protocol's rules.
         Err(e) => {
-            if e.is_transient() {
+            if e.is_transient() || ctl.is_cancelled() {
                 slot.inspect(|s| s.keep(w, have.union(&ctl.take_written())));
             }
             Err(e.into())

@@ -129,6 +129,64 @@ impl TempFile {
     }
 }
 
+/// The extended attribute holding a kept file's note ([`TempFile::keep_as`]).
+const NOTE_XATTR: &str = "user.lightpath.partial";
+/// The longest note kept or read back.
+pub const MAX_NOTE: usize = 4096;
+
+impl TempFile {
+    /// Stop being temporary: the file takes the lasting name `kept` in its
+    /// directory (replacing an older file there), with `note` in an
+    /// extended attribute, to be taken up again by [`TempFile::adopt`]
+    /// (`cp --partial`). On a file system without user extended
+    /// attributes it fails, and the file is dropped as usual.
+    pub fn keep_as(mut self, kept: &OsStr, note: &[u8]) -> io::Result<()> {
+        if note.len() > MAX_NOTE {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "note too long"));
+        }
+        rustix::fs::fsetxattr(self.file(), NOTE_XATTR, note, rustix::fs::XattrFlags::empty())?;
+        if self.is_unnamed() {
+            self.link_temp_name()?;
+        }
+        self.file.take();
+        rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, kept)?;
+        self.tmp.clear();
+        Ok(())
+    }
+
+    /// Take up the file kept as `kept` in `dir` ([`TempFile::keep_as`]) to
+    /// become `name` there when committed, with its note. `None` when
+    /// there is none. Refused: a `kept` that is not a regular file (a
+    /// symlink is not followed), and one another process holds (an
+    /// exclusive `flock`, held while the file is open here).
+    pub fn adopt(dir: &Path, kept: &OsStr, name: &OsStr) -> io::Result<Option<(TempFile, Vec<u8>)>> {
+        let dfd = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = match rustix::fs::openat(&dfd, kept, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(rustix::io::Errno::LOOP) => return Err(io::Error::other("a symlink, not a kept file")),
+            Err(e) => return Err(e.into()),
+        };
+        if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+            return Err(io::Error::other("not a regular file"));
+        }
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .map_err(|_| io::Error::other("in use by another process"))?;
+        let mut note = vec![0; MAX_NOTE];
+        let n = rustix::fs::fgetxattr(&fd, NOTE_XATTR, &mut note)?;
+        note.truncate(n);
+        let file = File::from(fd);
+        let t = TempFile {
+            dir: Arc::new(dfd),
+            tmp: kept.as_bytes().to_vec(),
+            name: name.as_bytes().to_vec(),
+            file: Some(file),
+        };
+        Ok(Some((t, note)))
+    }
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.tmp.is_empty() {
@@ -185,6 +243,40 @@ mod temp_tests {
         assert_eq!(names(&d), ["f"]);
         drop(TempFile::create_named(dir, OsStr::new("g"), 0o640).unwrap());
         assert_eq!(names(&d), ["f"]);
+    }
+
+    /// A file kept under a lasting name keeps its note, is taken up again
+    /// (once: a second taker is refused while the first holds it), and
+    /// becomes its final name when committed.
+    #[test]
+    fn a_kept_file_is_adopted_with_its_note_and_committed() {
+        let (d, dir) = scratch();
+        let t = TempFile::create(dir, OsStr::new("f"), 0o640).unwrap();
+        std::io::Write::write_all(&mut t.file(), b"half").unwrap();
+        t.keep_as(OsStr::new(".f.kept"), b"note 1").unwrap();
+        assert_eq!(names(&d), [".f.kept"]);
+        let (k, f) = (OsStr::new(".f.kept"), OsStr::new("f"));
+        let (t, note) = TempFile::adopt(d.path(), k, f).unwrap().expect("kept");
+        assert_eq!(note, b"note 1");
+        let busy = TempFile::adopt(d.path(), k, f).unwrap_err();
+        assert!(busy.to_string().contains("in use"), "{busy}");
+        t.commit().unwrap();
+        assert_eq!(names(&d), ["f"]);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"half");
+        assert!(TempFile::adopt(d.path(), k, f).unwrap().is_none(), "gone once committed");
+    }
+
+    /// Neither a symlink nor a directory under the kept name is taken up.
+    #[test]
+    fn only_a_regular_kept_file_is_adopted() {
+        let (d, _dir) = scratch();
+        std::fs::write(d.path().join("target"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.path().join("target"), d.path().join(".l")).unwrap();
+        std::fs::create_dir(d.path().join(".d")).unwrap();
+        assert!(TempFile::adopt(d.path(), OsStr::new(".l"), OsStr::new("l")).is_err());
+        assert!(TempFile::adopt(d.path(), OsStr::new(".d"), OsStr::new("d")).is_err());
+        std::fs::write(d.path().join(".plain"), b"x").unwrap();
+        assert!(TempFile::adopt(d.path(), OsStr::new(".plain"), OsStr::new("p")).is_err(), "no note");
     }
 
     /// A commit that cannot rename (a directory has the name) leaves no

@@ -1,0 +1,158 @@
+//! A download kept across runs (`cp --partial`): a file whose retries were
+//! spent, or whose copy was interrupted (Ctrl-C, SIGTERM), is kept under
+//! the hidden name `.NAME.lightpath-partial` next to its destination
+//! ([`crate::local::kept_name`]) instead of vanishing, with a note in an
+//! extended attribute: the source, its size and the bytes held. The next
+//! `cp --partial` of the same source to the same place takes it up, and
+//! the file resumes as a retry within one run does: the kept bytes are
+//! compared with the server's file first ([`crate::retry::check_kept`]),
+//! then only the rest is fetched. A note of another source or size, or
+//! one that does not parse, starts the file over (the kept file goes).
+//!
+//! The note is plain text, every line `key value`:
+//!
+//! ```text
+//! lightpath-partial 1
+//! size 1073741824
+//! have 0-536870912
+//! source ftp://host:2811/data/big
+//! ```
+
+use crate::local::OpenTarget;
+use crate::plan::describe;
+use crate::retry::Task;
+use lightpath_proto::ranges::RangeSet;
+use std::path::Path;
+
+const VERSION_LINE: &str = "lightpath-partial 1";
+
+/// What a kept file holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Note {
+    /// The source as [`describe`] names it (no password).
+    source: String,
+    /// The source's size when the file was kept.
+    size: u64,
+    /// The bytes held: `[start, end)`.
+    have: (u64, u64),
+}
+
+impl Note {
+    fn encode(&self) -> Vec<u8> {
+        let (s, e) = self.have;
+        format!("{VERSION_LINE}\nsize {}\nhave {s}-{e}\nsource {}\n", self.size, self.source).into_bytes()
+    }
+
+    /// Parse a note read from the disk (any bytes: refused with the reason
+    /// unless it is well formed and its range lies within its size).
+    fn parse(raw: &[u8]) -> Result<Note, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+        let mut lines = text.strip_suffix('\n').ok_or("unterminated")?.split('\n');
+        if lines.next() != Some(VERSION_LINE) {
+            return Err("not a lightpath-partial 1 note".into());
+        }
+        let mut field = |key: &str| {
+            let line = lines.next().ok_or(format!("no {key}"))?;
+            line.strip_prefix(key)
+                .and_then(|v| v.strip_prefix(' '))
+                .ok_or(format!("{key} expected"))
+                .map(str::to_string)
+        };
+        let num = |v: &str| v.parse::<u64>().map_err(|_| format!("bad number {v:?}"));
+        let size = num(&field("size")?)?;
+        let have = field("have")?;
+        let (s, e) = have.split_once('-').ok_or("bad range")?;
+        let have = (num(s)?, num(e)?);
+        let source = field("source")?;
+        if lines.next().is_some() {
+            return Err("trailing lines".into());
+        }
+        if have.0 >= have.1 || have.1 > size {
+            return Err(format!("range {}-{} not within {size} bytes", have.0, have.1));
+        }
+        Ok(Note { source, size, have })
+    }
+}
+
+/// Keep what `task` (a download that failed for good) holds for a later
+/// `cp --partial`, and say where. Nothing held: nothing kept.
+pub(crate) fn keep(task: &Task, dst: &Path) {
+    let Some(k) = task.resume.take() else { return };
+    let Some(&have) = k.have.ranges().first() else { return };
+    let note = Note { source: describe(&task.item.src), size: task.item.size, have };
+    match k.target.keep_as(&note.encode()) {
+        Ok(kept) => eprintln!(
+            "lightpath: kept {} bytes of {} as {} (the same cp --partial resumes it)",
+            have.1 - have.0,
+            dst.display(),
+            kept.display()
+        ),
+        Err(e) => tracing::warn!("{}: the partial file cannot be kept: {e}", dst.display()),
+    }
+}
+
+/// Take up the file kept for `dst` by an earlier run into `task`'s resume
+/// slot, when its note names the same source and size; one that does not
+/// is removed (the copy replaces it anyway). Returns whether one was taken.
+pub(crate) fn adopt(task: &Task, dst: &Path) -> bool {
+    let (target, raw) = match OpenTarget::adopt(dst) {
+        Ok(Some(found)) => found,
+        Ok(None) => return false,
+        Err(e) => {
+            tracing::warn!("{e}; not resumed");
+            return false;
+        }
+    };
+    let source = describe(&task.item.src);
+    let why = match Note::parse(&raw) {
+        Ok(n) if n.source == source && n.size == task.item.size => {
+            tracing::info!("{}: taking up {} bytes kept by an earlier run", dst.display(), n.have.1 - n.have.0);
+            let mut have = RangeSet::new();
+            have.insert(n.have.0, n.have.1);
+            task.resume.keep(target, have);
+            return true;
+        }
+        Ok(n) if n.source != source => format!("it was kept from {}", n.source),
+        Ok(n) => format!("the source had {} bytes then, {} now", n.size, task.item.size),
+        Err(e) => format!("its note is unreadable ({e})"),
+    };
+    tracing::warn!("{}: not resuming the file kept for it: {why}; starting over", dst.display());
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note() -> Note {
+        Note { source: "ftp://h:2811/a b".into(), size: 1000, have: (0, 600) }
+    }
+
+    #[test]
+    fn a_note_reads_back_as_written() {
+        let n = note();
+        assert_eq!(Note::parse(&n.encode()), Ok(n));
+    }
+
+    #[test]
+    fn bad_notes_are_refused_with_a_reason() {
+        let good = String::from_utf8(note().encode()).unwrap();
+        let bad = [
+            good.replace("partial 1", "partial 2"),
+            good.replace("have 0-600", "have 600-600"),
+            good.replace("have 0-600", "have 0-1001"),
+            good.replace("have 0-600", "have 0600"),
+            good.replace("size 1000", "size -1"),
+            good.replace("size 1000", "size 99999999999999999999999"),
+            good.replace("size", "sise"),
+            good.trim_end().to_string(),
+            format!("{good}extra\n"),
+            good.lines().take(2).map(|l| format!("{l}\n")).collect(),
+            String::new(),
+        ];
+        for b in bad {
+            assert!(Note::parse(b.as_bytes()).is_err(), "{b:?} accepted");
+        }
+        assert!(Note::parse(&[0xff, b'\n']).is_err());
+    }
+}
