@@ -1,9 +1,12 @@
-//! Faults injected into a run (`[fault]` in a scenario): one of the
-//! server's data connections destroyed midway with `ss -K` in its
-//! namespace, the same moment for every tool. The kernel resets the
-//! connection at both ends, as a middlebox or a dead path would.
+//! Faults injected into a run (`[fault]` in a scenario), at the same
+//! moment for every tool: one of the server's data connections destroyed
+//! midway with `ss -K` in its namespace (the kernel resets the connection
+//! at both ends, as a middlebox or a dead path would); or the client
+//! interrupted (SIGINT) and run again.
 
-use crate::proc::run_quiet;
+use crate::proc::{check_stop, run_quiet, Ending, Proc};
+use anyhow::Result;
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -38,6 +41,37 @@ pub fn kill_stream(
         Ok(_) => format!("destroyed data connection {local} -> {peer} at {at:.2} s"),
         Err(e) => format!("at {at:.2} s: {e:#}"),
     }
+}
+
+/// Run the client (`cmd` makes its command), interrupt it with SIGINT
+/// (its process group, as a terminal's Ctrl-C) `after` from `t0`, wait
+/// for it to stop, then run the same command again to the end, within
+/// `limit` in all. The second run's ending with the time from `t0`, and
+/// what happened. A client that ends before the interrupt is not run again.
+pub fn interrupted_run(
+    cmd: &dyn Fn() -> Command,
+    logs: &Path,
+    after: Duration,
+    limit: Duration,
+    t0: Instant,
+) -> Result<((Ending, Duration), String)> {
+    let mut first = Proc::spawn("client", cmd(), Some(&logs.join("client-interrupted")))?;
+    while t0.elapsed() < after {
+        if let Some(st) = first.try_wait()? {
+            let said = format!("the client ended ({st}) before {:.2} s: not interrupted", after.as_secs_f64());
+            return Ok(((Ending::Exited(st.code()), t0.elapsed()), said));
+        }
+        check_stop()?;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let at = t0.elapsed().as_secs_f64();
+    first.signal_group(rustix::process::Signal::INT);
+    let (ended, _) = first.wait_timeout(limit.saturating_sub(t0.elapsed()))?;
+    let stopped = t0.elapsed().as_secs_f64();
+    let mut second = Proc::spawn("client", cmd(), Some(&logs.join("client")))?;
+    let (ending, _) = second.wait_timeout(limit.saturating_sub(t0.elapsed()))?;
+    let said = format!("client interrupted at {at:.2} s, stopped at {stopped:.2} s ({ended:?}), run again to the end");
+    Ok(((ending, t0.elapsed()), said))
 }
 
 /// The local and peer address of the first connection in `ss -tnpH state

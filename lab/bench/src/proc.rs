@@ -128,6 +128,13 @@ impl Proc {
     }
 
     /// Kills the whole process group and reaps the leader.
+    /// Send `sig` to its process group (the leader and what it started).
+    pub fn signal_group(&self, sig: Signal) {
+        if let (None, Some(pid)) = (self.status, Pid::from_raw(self.child.id() as i32)) {
+            let _ = kill_process_group(pid, sig);
+        }
+    }
+
     pub fn kill(&mut self) {
         kill_group(self.child.id());
         if self.status.is_none() {

@@ -183,10 +183,7 @@ fn failure(r: &RunRecord) -> Option<String> {
 /// The scenario's injected fault, said once under its table.
 fn fault_line(sc: &ScenarioResult) -> String {
     match &sc.scenario.fault {
-        Some(f) => format!(
-            "\n- fault in every run: one data connection of the server destroyed {:.2} s after the client started (`ss -K`; each run's record says which)\n",
-            f.kill_stream_after.0.as_secs_f64()
-        ),
+        Some(f) => format!("\n- fault in every run: {}\n", f.describe()),
         None => String::new(),
     }
 }

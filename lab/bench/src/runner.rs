@@ -278,11 +278,14 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
         running.push(start_server(env, path, s, logs)?);
     }
     let group = env.cgroups.group("client")?;
-    let mut cmd = path.command(inv.client_side, &group, &inv.client[0]);
-    cmd.args(&inv.client[1..]);
-    // lightpath's book of servers met (data connections opened ahead from
-    // the second visit on) lives with the bench's cache, not in ~root.
-    cmd.env("LIGHTPATH_PEERS", env.cache.join("lightpath-peers"));
+    let client = || {
+        let mut cmd = path.command(inv.client_side, &group, &inv.client[0]);
+        cmd.args(&inv.client[1..]);
+        // lightpath's book of servers met (data connections opened ahead
+        // from the second visit on) lives with the bench's cache, not in ~root.
+        cmd.env("LIGHTPATH_PEERS", env.cache.join("lightpath-peers"));
+        cmd
+    };
     let groups: Vec<&Group> = std::iter::once(&group).chain(running.iter().map(|r| &r.group)).collect();
     let stop = AtomicBool::new(false);
     let reader = path.counter_reader();
@@ -292,15 +295,24 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
     let (waited, trace) = std::thread::scope(|scope| {
         let sampler = scope.spawn(|| sampler::run(&reader, &groups, t0, base, &stop));
         let stop_ref = &stop;
-        let fault = sc.fault.as_ref().zip(running.first()).map(|(f, srv)| {
+        let kill = sc.fault.as_ref().and_then(|f| f.kill_stream_after).zip(running.first());
+        let fault = kill.map(|(after, srv)| {
             let pids = || srv.group.pids();
             let ns = path.ns(srv.side);
-            scope.spawn(move || crate::fault::kill_stream(ns, &pids, srv.port, f.kill_stream_after.0, t0, stop_ref))
+            scope.spawn(move || crate::fault::kill_stream(ns, &pids, srv.port, after.0, t0, stop_ref))
         });
-        let waited =
-            Proc::spawn("client", cmd, Some(&logs.join("client"))).and_then(|mut p| p.wait_timeout(sc.timeout.0));
+        let mut said = Vec::new();
+        let waited = match sc.fault.as_ref().and_then(|f| f.interrupt_after) {
+            Some(after) => crate::fault::interrupted_run(&client, logs, after.0, sc.timeout.0, t0).map(|(w, s)| {
+                said.push(s);
+                w
+            }),
+            None => Proc::spawn("client", client(), Some(&logs.join("client")))
+                .and_then(|mut p| p.wait_timeout(sc.timeout.0)),
+        };
         stop.store(true, Ordering::SeqCst);
-        rec.fault = fault.and_then(|f| f.join().ok());
+        said.extend(fault.and_then(|f| f.join().ok()));
+        rec.fault = (!said.is_empty()).then(|| said.join("; "));
         (waited, sampler.join().unwrap_or_default())
     });
     rec.emulator = emu0.zip(path.emu_snapshot()).map(|(b, a)| crate::wanlab::delta(&b, &a));

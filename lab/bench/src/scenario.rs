@@ -45,7 +45,30 @@ pub struct FaultConfig {
     /// Destroy one data connection of the (first) server this long after
     /// the client started (`ss -K`, as a middlebox's reset or a dead path
     /// would end it): a stream dies, the control connection lives.
-    pub kill_stream_after: Dur,
+    #[serde(default)]
+    pub kill_stream_after: Option<Dur>,
+    /// Interrupt the client (SIGINT, as Ctrl-C) this long after it
+    /// started, and once it has stopped run the same command again to the
+    /// end: the copy across a stopped run. TTC is from the first start to
+    /// the second run's end.
+    #[serde(default)]
+    pub interrupt_after: Option<Dur>,
+}
+
+impl FaultConfig {
+    /// What it does, said once under a scenario's table.
+    pub fn describe(&self) -> String {
+        let mut said = Vec::new();
+        if let Some(d) = &self.kill_stream_after {
+            let at = d.0.as_secs_f64();
+            said.push(format!("one data connection of the server destroyed {at:.2} s after the client started (`ss -K`; each run's record says which)"));
+        }
+        if let Some(d) = &self.interrupt_after {
+            let at = d.0.as_secs_f64();
+            said.push(format!("the client interrupted (SIGINT) {at:.2} s after it started, then the same command run again to the end; TTC spans both"));
+        }
+        said.join("; ")
+    }
 }
 
 fn default_repetitions() -> u32 {
@@ -446,6 +469,9 @@ impl Scenario {
         self.dataset.validate()?;
         if let Some(q) = &self.quick {
             ensure!(q.repetitions != Some(0), "quick.repetitions must be at least 1");
+        }
+        if let Some(f) = &self.fault {
+            ensure!(f.kill_stream_after.is_some() || f.interrupt_after.is_some(), "[fault] names no fault");
         }
         for (i, t) in self.tools.iter().enumerate() {
             t.validate().with_context(|| format!("[[tool]] #{}", i + 1))?;

@@ -184,3 +184,18 @@ fn a_client_may_talk_to_the_other_kinds_server() {
     let e = err(&GOOD.replace("parallel = 8", "parallel = 8\nserver = \"vsftpd\""));
     assert!(e.contains("unknown variant"), "{e}");
 }
+
+#[test]
+fn faults_are_parsed_and_an_empty_one_is_refused() {
+    let s = parse(&format!("{GOOD}\n[fault]\ninterrupt_after = \"4s\"\n")).unwrap();
+    let f = s.fault.unwrap();
+    assert_eq!(f.interrupt_after.unwrap().0.as_secs(), 4);
+    assert!(f.kill_stream_after.is_none());
+    assert!(f.describe().contains("interrupted (SIGINT) 4.00 s"), "{}", f.describe());
+    let s = parse(&format!("{GOOD}\n[fault]\nkill_stream_after = \"2s\"\n")).unwrap();
+    assert!(s.fault.unwrap().describe().contains("destroyed 2.00 s"));
+    let e = err(&format!("{GOOD}\n[fault]\n"));
+    assert!(e.contains("names no fault"), "{e}");
+    let e = err(&format!("{GOOD}\n[fault]\nkill_client_after = \"4s\"\n"));
+    assert!(e.contains("unknown field"), "{e}");
+}

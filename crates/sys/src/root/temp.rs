@@ -158,7 +158,8 @@ impl TempFile {
     /// become `name` there when committed, with its note. `None` when
     /// there is none. Refused: a `kept` that is not a regular file (a
     /// symlink is not followed), and one another process holds (an
-    /// exclusive `flock`, held while the file is open here).
+    /// exclusive `flock`, held while the file is open here), and one
+    /// owned by another user.
     pub fn adopt(dir: &Path, kept: &OsStr, name: &OsStr) -> io::Result<Option<(TempFile, Vec<u8>)>> {
         let dfd = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
         let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
@@ -168,8 +169,14 @@ impl TempFile {
             Err(rustix::io::Errno::LOOP) => return Err(io::Error::other("a symlink, not a kept file")),
             Err(e) => return Err(e.into()),
         };
-        if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(io::Error::other("not a regular file"));
+        }
+        // Another user's file (planted in a shared directory) would stay
+        // theirs under the final name.
+        if st.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(io::Error::other("owned by another user"));
         }
         rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
             .map_err(|_| io::Error::other("in use by another process"))?;
@@ -277,6 +284,15 @@ mod temp_tests {
         assert!(TempFile::adopt(d.path(), OsStr::new(".d"), OsStr::new("d")).is_err());
         std::fs::write(d.path().join(".plain"), b"x").unwrap();
         assert!(TempFile::adopt(d.path(), OsStr::new(".plain"), OsStr::new("p")).is_err(), "no note");
+        let t = TempFile::create(
+            Arc::new(rustix::fs::open(d.path(), OFlags::DIRECTORY, Mode::empty()).unwrap()),
+            OsStr::new("o"),
+            0o644,
+        );
+        t.unwrap().keep_as(OsStr::new(".o"), b"n").unwrap();
+        rustix::fs::chown(d.path().join(".o"), Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
+        let e = TempFile::adopt(d.path(), OsStr::new(".o"), OsStr::new("o")).unwrap_err();
+        assert!(e.to_string().contains("another user"), "{e}");
     }
 
     /// A commit that cannot rename (a directory has the name) leaves no
