@@ -412,10 +412,17 @@ fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
 /// name, alone in the directory. The bytes `cp` said it kept.
 fn interrupted_with_partial(u: &Under, cp: Child) -> u64 {
     let pid = u.srv.0.id();
-    midway(|| vec![pid]);
+    interrupt_midway(|| vec![pid], &u.local, cp)
+}
+
+/// Interrupt `cp --partial` (a download into `local`) once one of the
+/// server processes `pids` gives has read a quarter of the file: it must
+/// have kept the download, alone there. The bytes it said it kept.
+fn interrupt_midway(pids: impl Fn() -> Vec<u32>, local: &Path, cp: Child) -> u64 {
+    midway(pids);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
-    assert_eq!(names(&u.local), [".big.lightpath-partial"], "{err}");
+    assert_eq!(names(local), [".big.lightpath-partial"], "{err}");
     let n = err.split("kept ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
     n.unwrap_or_else(|| panic!("no kept bytes in: {err}"))
 }
@@ -478,4 +485,24 @@ fn a_file_kept_from_another_source_is_not_taken_up() {
     assert!(!err.contains("taking up"), "{err}");
     assert_same_file(&u.root.join("other"), &u.local.join("big"));
     assert_eq!(names(&u.local), ["big"]);
+}
+
+/// The same against the real `globus-gridftp-server`: the next run's
+/// comparison (`CKSM ADLER32` over the kept range) and `REST` ranges are
+/// GCT's.
+#[test]
+fn a_download_from_gct_kept_with_partial_resumes_in_the_next_run() {
+    let (home, local) = (scratch(), scratch());
+    islands(&home.path().join("big"), LEN);
+    let (srv, port) = gct_server(home.path());
+    let url = format!("ftp://127.0.0.1:{port}{}", home.path().join("big").display());
+    let dst = local.path().join("big");
+    let cp = start_cp(&["--partial", "-p", "4", &url, dst.to_str().unwrap()]);
+    let daemon = srv.0.id();
+    let kept = interrupt_midway(|| children(daemon), local.path(), cp);
+    let err = succeeded(start_cp(&["--partial", &url, dst.to_str().unwrap()]).wait_with_output().unwrap());
+    assert!(err.contains(&format!("comparing the {kept} bytes kept with the server's file (ADLER32)")), "{err}");
+    assert_eq!(resumed_as(&err, "a download"), (kept, LEN - kept), "{err}");
+    assert_same_file(&home.path().join("big"), &dst);
+    assert_eq!(names(local.path()), ["big"]);
 }

@@ -124,7 +124,9 @@ pub async fn copy(
     let spec = match (&remote_src, &dst) {
         _ if verify.is_some() => Speculation::None,
         (Some(r), Location::Local(_)) if tree && same_server(r) => Speculation::Tree(r.path.as_slice()),
-        (Some(r), Location::Local(d)) if one_file && same_server(r) && !(opts.partial && kept_for(d, &r.path)) => {
+        (Some(r), Location::Local(d))
+            if one_file && same_server(r) && !(opts.partial && crate::partial::kept_for(d, &r.path)) =>
+        {
             Speculation::File(r.path.as_slice())
         }
         _ => Speculation::None,
@@ -400,14 +402,15 @@ async fn worker(
     let mut linked = false;
     // Files that failed for a transient reason and go again first.
     let mut again: Vec<Task> = Vec::new();
+    // `cp --partial`: where downloads are kept for a later run.
+    let partial = root.as_deref().filter(|_| opts.partial);
     // Stopped (Ctrl-C): files waiting to go again are reported below.
     while !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
         let batch = next_batch(&q, &mut again, opts.pipeline.max(1));
         if batch.is_empty() {
             break;
         }
-        let partial = root.as_deref().filter(|_| opts.partial);
-        batch.iter().filter(|t| t.tries == 0).for_each(|t| take_up_kept(t, partial));
+        batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, partial));
         let results = match sessions.as_mut() {
             Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
             None => match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
@@ -427,7 +430,7 @@ async fn worker(
     // Files left to retry when the job was stopped.
     let stopped = ClientError::Local("interrupted".into());
     for t in &again {
-        end_task(t, true, root.as_deref().filter(|_| opts.partial));
+        crate::partial::end(t, true, partial);
         out.push(result(&t.item, Err(stopped.clone())));
     }
     if let Some((a, b)) = sessions {
@@ -458,48 +461,12 @@ fn settle_batch(
                 again.push(task);
             }
             r => {
-                end_task(&task, r.is_err(), partial);
+                crate::partial::end(&task, r.is_err(), partial);
                 out.push(result(&task.item, r));
             }
         }
     }
     wait
-}
-
-/// A file is done with: what a download that `failed` holds is kept for
-/// a later `cp --partial` ([`kept_place`] in `partial`), or dropped.
-fn end_task(task: &Task, failed: bool, partial: Option<&std::path::Path>) {
-    if let Some(dst) = kept_place(task, partial).filter(|_| failed) {
-        crate::partial::keep(task, dst);
-    }
-    task.resume.clear();
-}
-
-/// A download of `cp --partial` into the destination `root` (the file
-/// itself, or one directly in it: no directory beneath it is opened by
-/// a path) takes up the file an earlier run kept for it.
-fn take_up_kept(task: &Task, root: Option<&std::path::Path>) {
-    if let Some(dst) = kept_place(task, root).filter(|_| task.resume.have().is_none()) {
-        crate::partial::adopt(task, dst);
-    }
-}
-
-/// Where `task` keeps and takes up a file for `cp --partial` into `root`:
-/// a download's destination, if it is `root` or directly in it.
-fn kept_place<'a>(task: &'a Task, root: Option<&std::path::Path>) -> Option<&'a std::path::Path> {
-    let (Location::Remote(_), Location::Local(dst), Some(r)) = (&task.item.src, &task.item.dst, root) else {
-        return None;
-    };
-    (dst == r || dst.parent() == Some(r)).then_some(dst.as_path())
-}
-
-/// Whether an earlier run kept a file for the download of `remote` to
-/// `dst` (the path itself, or the directory it names): the download
-/// then sends no RETR with the login, since its `REST` goes first.
-fn kept_for(dst: &std::path::Path, remote: &[u8]) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::OsStr::from_bytes(remote.rsplit(|&b| b == b'/').next().unwrap_or(remote));
-    [dst.to_path_buf(), dst.join(name)].iter().any(|p| crate::local::kept_name(p).is_ok_and(|k| k.exists()))
 }
 
 /// The files to try next: those going again, else a new batch of `n`.

@@ -18,10 +18,13 @@
 //! source ftp://host:2811/data/big
 //! ```
 
-use crate::local::OpenTarget;
+use crate::local::{kept_name, OpenTarget};
 use crate::plan::describe;
 use crate::retry::Task;
+use crate::Location;
 use lightpath_proto::ranges::RangeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 const VERSION_LINE: &str = "lightpath-partial 1";
@@ -74,9 +77,45 @@ impl Note {
     }
 }
 
+/// A file is done with: what a download that `failed` holds is kept for
+/// a later run when `partial` (the destination root of `cp --partial`)
+/// has a [`place`] for it, or dropped.
+pub(crate) fn end(task: &Task, failed: bool, partial: Option<&Path>) {
+    if let Some(dst) = place(task, partial).filter(|_| failed) {
+        keep(task, dst);
+    }
+    task.resume.clear();
+}
+
+/// A download of `cp --partial` into the destination `root` (the file
+/// itself, or one directly in it: no directory beneath it is opened by
+/// a path) takes up the file an earlier run kept for it.
+pub(crate) fn take_up(task: &Task, root: Option<&Path>) {
+    if let Some(dst) = place(task, root).filter(|_| task.resume.have().is_none()) {
+        adopt(task, dst);
+    }
+}
+
+/// Where `task` keeps and takes up a file for `cp --partial` into `root`:
+/// a download's destination, if it is `root` or directly in it.
+fn place<'a>(task: &'a Task, root: Option<&Path>) -> Option<&'a Path> {
+    let (Location::Remote(_), Location::Local(dst), Some(r)) = (&task.item.src, &task.item.dst, root) else {
+        return None;
+    };
+    (dst == r || dst.parent() == Some(r)).then_some(dst.as_path())
+}
+
+/// Whether an earlier run kept a file for the download of `remote` to
+/// `dst` (the path itself, or the directory it names): the download
+/// then sends no RETR with the login, since its `REST` goes first.
+pub(crate) fn kept_for(dst: &Path, remote: &[u8]) -> bool {
+    let name = OsStr::from_bytes(remote.rsplit(|&b| b == b'/').next().unwrap_or(remote));
+    [dst.to_path_buf(), dst.join(name)].iter().any(|p| kept_name(p).is_ok_and(|k| k.exists()))
+}
+
 /// Keep what `task` (a download that failed for good) holds for a later
 /// `cp --partial`, and say where. Nothing held: nothing kept.
-pub(crate) fn keep(task: &Task, dst: &Path) {
+fn keep(task: &Task, dst: &Path) {
     let Some(k) = task.resume.take() else { return };
     let Some(&have) = k.have.ranges().first() else { return };
     let note = Note { source: describe(&task.item.src), size: task.item.size, have };
@@ -94,7 +133,7 @@ pub(crate) fn keep(task: &Task, dst: &Path) {
 /// Take up the file kept for `dst` by an earlier run into `task`'s resume
 /// slot, when its note names the same source and size; one that does not
 /// is removed (the copy replaces it anyway). Returns whether one was taken.
-pub(crate) fn adopt(task: &Task, dst: &Path) -> bool {
+fn adopt(task: &Task, dst: &Path) -> bool {
     let (target, raw) = match OpenTarget::adopt(dst) {
         Ok(Some(found)) => found,
         Ok(None) => return false,
