@@ -506,3 +506,18 @@ fn a_download_from_gct_kept_with_partial_resumes_in_the_next_run() {
     assert_same_file(&home.path().join("big"), &dst);
     assert_eq!(names(local.path()), ["big"]);
 }
+
+/// A copy that completes without `--partial` removes the file an earlier
+/// run kept for its destination.
+#[test]
+fn a_complete_copy_removes_a_file_kept_for_it() {
+    let (u, cp) = download_under_way(&["--partial"]);
+    interrupted_with_partial(&u, cp);
+    let url = format!("ftp://127.0.0.1:{}/big", u.port);
+    let err = succeeded(start_cp(&[&url, u.local.join("big").to_str().unwrap()]).wait_with_output().unwrap());
+    assert!(err.contains("removed the partial file an earlier run kept for it"), "{err}");
+    assert!(!err.contains("resumed a download"), "{err}");
+    let (src, dst) = u.files();
+    assert_same_file(&src, &dst);
+    assert_eq!(names(&u.local), ["big"]);
+}

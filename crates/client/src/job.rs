@@ -402,15 +402,14 @@ async fn worker(
     let mut linked = false;
     // Files that failed for a transient reason and go again first.
     let mut again: Vec<Task> = Vec::new();
-    // `cp --partial`: where downloads are kept for a later run.
-    let partial = root.as_deref().filter(|_| opts.partial);
+    let keeping = crate::partial::Keeping { root: root.as_deref(), on: opts.partial };
     // Stopped (Ctrl-C): files waiting to go again are reported below.
     while !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
         let batch = next_batch(&q, &mut again, opts.pipeline.max(1));
         if batch.is_empty() {
             break;
         }
-        batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, partial));
+        batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
         let results = match sessions.as_mut() {
             Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
             None => match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
@@ -422,7 +421,7 @@ async fn worker(
             sessions = None;
             linked = false;
         }
-        let wait = settle_batch(batch, results, (opts.retries, partial), &mut out, &mut again);
+        let wait = settle_batch(batch, results, (opts.retries, keeping), &mut out, &mut again);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
@@ -430,7 +429,7 @@ async fn worker(
     // Files left to retry when the job was stopped.
     let stopped = ClientError::Local("interrupted".into());
     for t in &again {
-        crate::partial::end(t, true, partial);
+        crate::partial::end(t, true, keeping);
         out.push(result(&t.item, Err(stopped.clone())));
     }
     if let Some((a, b)) = sessions {
@@ -444,12 +443,11 @@ async fn worker(
 /// Sort a batch's results: a file that goes again ([`retry::again`]) joins
 /// `again`, any other gives its result to `out`. Returns the longest pause
 /// the files going again ask for (`None`: none goes again). A file done
-/// for good drops what it kept, or keeps it for a later run (`partial`:
-/// the destination root of `cp --partial`).
+/// for good drops what it kept, or keeps it for a later run ([`crate::partial::end`]).
 fn settle_batch(
     batch: Vec<Task>,
     results: Vec<Result<u64, ClientError>>,
-    (retries, partial): (u32, Option<&std::path::Path>),
+    (retries, keeping): (u32, crate::partial::Keeping<'_>),
     out: &mut Vec<FileResult>,
     again: &mut Vec<Task>,
 ) -> Option<std::time::Duration> {
@@ -461,7 +459,7 @@ fn settle_batch(
                 again.push(task);
             }
             r => {
-                crate::partial::end(&task, r.is_err(), partial);
+                crate::partial::end(&task, r.is_err(), keeping);
                 out.push(result(&task.item, r));
             }
         }

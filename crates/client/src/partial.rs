@@ -77,22 +77,43 @@ impl Note {
     }
 }
 
-/// A file is done with: what a download that `failed` holds is kept for
-/// a later run when `partial` (the destination root of `cp --partial`)
-/// has a [`place`] for it, or dropped.
-pub(crate) fn end(task: &Task, failed: bool, partial: Option<&Path>) {
-    if let Some(dst) = place(task, partial).filter(|_| failed) {
-        keep(task, dst);
+/// Where and whether downloads are kept across runs: the destination
+/// root of a copy to local files, and `cp --partial`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keeping<'a> {
+    pub root: Option<&'a Path>,
+    pub on: bool,
+}
+
+/// A file is done with. What a download that `failed` holds is kept for
+/// a later run with `cp --partial`, or dropped. A download that arrived
+/// whole removes a file an earlier run kept for it (it is of no use now,
+/// and would hold its space for ever), `--partial` or not.
+pub(crate) fn end(task: &Task, failed: bool, k: Keeping<'_>) {
+    match place(task, k.root) {
+        Some(dst) if failed && k.on => keep(task, dst),
+        Some(dst) if !failed => remove_stale(dst),
+        _ => {}
     }
     task.resume.clear();
 }
 
-/// A download of `cp --partial` into the destination `root` (the file
+/// With `cp --partial`, a download into the destination root (the file
 /// itself, or one directly in it: no directory beneath it is opened by
 /// a path) takes up the file an earlier run kept for it.
-pub(crate) fn take_up(task: &Task, root: Option<&Path>) {
-    if let Some(dst) = place(task, root).filter(|_| task.resume.have().is_none()) {
+pub(crate) fn take_up(task: &Task, k: Keeping<'_>) {
+    if let Some(dst) = place(task, k.root).filter(|_| k.on && task.resume.have().is_none()) {
         adopt(task, dst);
+    }
+}
+
+/// Remove the file kept for `dst` by an earlier run, if there is one of
+/// ours (a regular file of this user's with a note; anything else under
+/// that name is left alone).
+fn remove_stale(dst: &Path) {
+    if let Ok(Some((kept, _))) = OpenTarget::adopt(dst) {
+        drop(kept); // an adopted file not committed is removed
+        tracing::info!("{}: removed the partial file an earlier run kept for it", dst.display());
     }
 }
 
