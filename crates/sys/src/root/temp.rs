@@ -158,8 +158,8 @@ impl TempFile {
     /// become `name` there when committed, with its note. `None` when
     /// there is none. Refused: a `kept` that is not a regular file (a
     /// symlink is not followed), and one another process holds (an
-    /// exclusive `flock`, held while the file is open here), and one
-    /// owned by another user.
+    /// exclusive `flock`, held while the file is open here), one owned by
+    /// another user, and one with other names.
     pub fn adopt(dir: &Path, kept: &OsStr, name: &OsStr) -> io::Result<Option<(TempFile, Vec<u8>)>> {
         let dfd = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
         let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
@@ -177,6 +177,10 @@ impl TempFile {
         // theirs under the final name.
         if st.st_uid != rustix::process::geteuid().as_raw() {
             return Err(io::Error::other("owned by another user"));
+        }
+        // A file with other names would change under those too.
+        if st.st_nlink != 1 {
+            return Err(io::Error::other("it has other names (hard links)"));
         }
         rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
             .map_err(|_| io::Error::other("in use by another process"))?;
@@ -293,6 +297,12 @@ mod temp_tests {
         rustix::fs::chown(d.path().join(".o"), Some(rustix::process::Uid::from_raw(65534)), None).unwrap();
         let e = TempFile::adopt(d.path(), OsStr::new(".o"), OsStr::new("o")).unwrap_err();
         assert!(e.to_string().contains("another user"), "{e}");
+        rustix::fs::chown(d.path().join(".o"), Some(rustix::process::geteuid()), None).unwrap();
+        std::fs::hard_link(d.path().join(".o"), d.path().join("elsewhere")).unwrap();
+        let e = TempFile::adopt(d.path(), OsStr::new(".o"), OsStr::new("o")).unwrap_err();
+        assert!(e.to_string().contains("hard links"), "{e}");
+        std::fs::remove_file(d.path().join("elsewhere")).unwrap();
+        assert!(TempFile::adopt(d.path(), OsStr::new(".o"), OsStr::new("o")).unwrap().is_some());
     }
 
     /// A commit that cannot rename (a directory has the name) leaves no
