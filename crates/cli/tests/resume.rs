@@ -371,8 +371,8 @@ fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
 }
 
 /// A tree sent as one virtual file (VRET) whose server was killed midway
-/// and started again: `cp -r` tries the whole tree again and it arrives
-/// complete.
+/// through its first file (the island file, walked first) and started
+/// again: `cp -r` tries the whole tree again and it arrives complete.
 #[test]
 fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
     let (_d, root, local) = root_and_local();
@@ -384,6 +384,29 @@ fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
     srv.0.wait().unwrap();
     let err = restart_and_finish(&root, port, cp);
     assert!(err.contains("trying the tree again"), "{err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}
+
+/// A tree download whose server was killed once the files before its
+/// last one (the island file, walked last) had arrived: the next try asks
+/// the server to leave them out, and only the island file goes again.
+#[test]
+fn a_tree_download_resumes_after_the_files_it_holds() {
+    let (_d, root, local) = root_and_local();
+    let tree = open_dir(&root.join("tree"));
+    let n = make_tree(&tree, 30, 9);
+    islands(&tree.join("zz-big"), LEN);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    srv.0.wait().unwrap();
+    let err = restart_and_finish(&root, port, cp);
+    assert!(err.contains(&format!("trying the tree again in 1s, leaving out the {n} files held")), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    // The second try rebuilt the island file alone: the server left out the rest.
+    let rebuilt = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(rebuilt.contains("files: 1,"), "{err}");
     assert_same_tree(&tree, &local.join("tree"));
 }
 

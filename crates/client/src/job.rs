@@ -228,21 +228,26 @@ struct TreeEnds<'a> {
 }
 
 impl TreeEnds<'_> {
-    /// [`run_tree`], tried again from the start on new sessions after a
-    /// transient failure, up to `retries` times (a tree does not resume:
-    /// the files that arrived whole are sent again).
+    /// [`run_tree`], tried again on new sessions after a transient
+    /// failure, up to `retries` times. A download resumes: the next try
+    /// leaves out the files the failed ones left complete, up to the first
+    /// gap ([`crate::vfile::TreeHeld`]); an upload or third-party tree
+    /// starts over (the files that arrived whole are sent again).
     async fn run(
         &self,
         s: &mut Option<Session>,
         d: &mut Option<Session>,
         files: Arc<AtomicU64>,
     ) -> Option<Result<u64, ClientError>> {
-        let mut tries = 0;
+        let (mut tries, mut held) = (0, crate::vfile::TreeHeld::default());
         loop {
             // A retry starts on new sessions (those of a failed try may be gone).
             let opened = if tries == 0 { Ok(()) } else { self.reopen(s, d).await };
             let r = match opened {
-                Ok(()) => run_tree(self.src, self.dst, self.target, s.as_mut(), d.as_mut(), files.clone()).await?,
+                Ok(()) => {
+                    let ends = (s.as_mut(), d.as_mut());
+                    run_tree(self.src, self.dst, self.target, ends, files.clone(), &mut held).await?
+                }
                 Err(e) => Err(e),
             };
             let Err(e) = &r else { return Some(r) };
@@ -255,7 +260,11 @@ impl TreeEnds<'_> {
             tries += 1;
             let wait = retry::wait_after(tries);
             let (what, n) = (describe(self.src), self.retries);
-            tracing::warn!("{what}: {e}; trying the tree again in {wait:?}, from the start (retry {tries} of {n})");
+            let from = match held.files {
+                0 => "from the start".to_string(),
+                k => format!("leaving out the {k} files held"),
+            };
+            tracing::warn!("{what}: {e}; trying the tree again in {wait:?}, {from} (retry {tries} of {n})");
             retry::pause(wait, &self.sopts.cancel).await;
         }
     }
@@ -278,13 +287,13 @@ async fn run_tree(
     src: &Location,
     dst: &Location,
     target: &Location,
-    s: Option<&mut Session>,
-    d: Option<&mut Session>,
+    (s, d): (Option<&mut Session>, Option<&mut Session>),
     files: Arc<AtomicU64>,
+    held: &mut crate::vfile::TreeHeld,
 ) -> Option<Result<u64, ClientError>> {
     Some(match (src, dst, target, s, d) {
         (Location::Remote(sr), Location::Local(root), Location::Local(p), Some(s), None) => {
-            crate::vfile::get_tree(s, &sr.path, root.clone(), p.clone(), files).await
+            crate::vfile::get_tree(s, &sr.path, (root.clone(), p.clone()), files, held).await
         }
         (Location::Local(p), _, Location::Remote(dr), None, Some(d)) => {
             crate::vfile::put_tree(d, p.clone(), &dr.path, files).await

@@ -11,10 +11,11 @@ use crate::{ClientError, Location};
 use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
+use lightpath_proto::command::{opts_vret, MAX_VRET_AFTER};
 use lightpath_sys::root::Root;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 fn verb(v: &str, p: &[u8]) -> Vec<u8> {
     let mut c = format!("{v} ").into_bytes();
@@ -34,43 +35,85 @@ pub fn tree_target(src: &Location, dst: &Location) -> Location {
 /// Download the tree at `rpath` into `dir`, in the copy's destination
 /// directory `root` (`dir` or a directory beneath it, where no symlink is
 /// followed: [`crate::local::tree_root`]).
-/// `files` receives the number of regular files rebuilt.
+/// `files` receives the number of regular files of the tree. `held` says
+/// what earlier tries left complete ([`TreeHeld`]), and this one adds to it
+/// when it fails.
 pub async fn get_tree(
     s: &mut Session,
     rpath: &[u8],
-    root: PathBuf,
-    dir: PathBuf,
+    (root, dir): (PathBuf, PathBuf),
     files: Arc<AtomicU64>,
+    held: &mut TreeHeld,
 ) -> Result<u64, ClientError> {
     if !s.take_speculation(rpath) {
+        if let Some(after) = held.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
+            s.ctl.queue_optional(opts_vret(after)).await?;
+        }
         s.send_vret(rpath, false).await?;
     }
     s.settle().await?;
+    if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
+        tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
+    }
     let first = s.ctl.reply().await?;
     if !first.is_preliminary() {
         return Err(s.ctl.unexpected("VRET", &first));
     }
     let ctl = s.opts.control();
     let mut dc = s.take_dc();
-    let c2 = ctl.clone();
+    let (c2, f2, now) = (ctl.clone(), files.clone(), Arc::new(Mutex::new(None)));
+    let now2 = now.clone();
     let job = tokio::task::spawn_blocking(move || {
         let r = crate::local::tree_root(&root, &dir).and_then(|root| {
             let sink = VfileSink::new(
                 Unpacker::new(Arc::new(root), UnpackOptions::default())
                     .map_err(|e| ClientError::Local(e.to_string()))?,
             );
-            let got = dc.recv_e(&sink, &recv_opts(dc.idle), &c2)?;
+            let got = match dc.recv_e(&sink, &recv_opts(dc.idle), &c2) {
+                Ok(got) => got,
+                Err(e) => {
+                    *now2.lock().unwrap_or_else(|p| p.into_inner()) = sink.give_up();
+                    return Err(e.into());
+                }
+            };
             tracing::debug!(bytes = got.covered(), "tree data received; finishing");
             let stats = sink.finish()?;
             tracing::info!(?stats, "tree rebuilt");
-            files.store(stats.files, Ordering::Relaxed);
+            f2.store(stats.files, Ordering::Relaxed);
             Ok(got.covered())
         });
         (dc, r)
     });
-    let (bytes, fin) = s.finish_job_with_reply(job, &ctl, "VRET").await?;
+    let r = s.finish_job_with_reply(job, &ctl, "VRET").await;
+    held.note(now.lock().unwrap_or_else(|p| p.into_inner()).take());
+    let (bytes, fin) = r?;
+    // The server counts the files the earlier tries left here too.
+    if let Some(n) = fin.files_completed() {
+        files.store(n, Ordering::Relaxed);
+    }
     warn_skipped(fin.special_files_skipped(), " on the server");
     Ok(bytes)
+}
+
+/// What the failed tries of a tree download left complete: every regular
+/// file up to `after` in the sender's walk order, `files` of them in all.
+/// The next try asks the server to leave them out (`OPTS VRET After=`).
+#[derive(Debug, Default)]
+pub struct TreeHeld {
+    /// The manifest path of the last file held.
+    pub after: Option<Vec<u8>>,
+    /// Files held.
+    pub files: u64,
+}
+
+impl TreeHeld {
+    /// Add what a failed try left (`None`: nothing new).
+    fn note(&mut self, got: Option<(Vec<u8>, u64)>) {
+        if let Some((after, n)) = got {
+            self.after = Some(after);
+            self.files += n;
+        }
+    }
 }
 
 /// Tell the user (whatever the log level) that `n` special files were not

@@ -134,6 +134,12 @@ impl VfileSink {
         Ok(())
     }
 
+    /// Give up a tree whose transfer broke: what the receiver holds for a
+    /// resumed try ([`Unpacker::give_up`]).
+    pub fn give_up(self) -> Option<(Vec<u8>, u64)> {
+        self.unpacker.give_up()
+    }
+
     /// Everything arrived: complete the tree (or say what is missing).
     pub fn finish(self) -> Result<UnpackStats> {
         let m = self.manifest.into_inner().unwrap_or_else(|e| e.into_inner());

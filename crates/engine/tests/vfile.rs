@@ -283,6 +283,52 @@ fn round_trip_scrambled() {
     }
 }
 
+/// A tree resumed after a broken try: the first try gets the manifest and
+/// the blocks below half the virtual file, in order, and says what it
+/// holds; the second pack, told so, leaves those files out, and the tree
+/// completes the same as the source.
+#[test]
+fn a_resumed_tree_leaves_out_what_the_receiver_holds() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let mut rng = Rng(11);
+    make_tree(&s.p("src"), &mut rng);
+    let unpacker = || Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() });
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
+    let mut sent = send_all(&pack, &mut rng, 100_000);
+    let whole = pack.wait().unwrap();
+    let u = unpacker().unwrap();
+    u.manifest_bytes(&sent.manifest).unwrap();
+    sent.blocks.sort_by_key(|b| b.0);
+    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
+        u.write_block(*o, d).unwrap();
+    }
+    let (after, held) = u.give_up().expect("the first files complete");
+    assert!(held > 0 && held < whole.files, "{held} of {}", whole.files);
+    let opts = PackOptions { after: Some(after.clone()), ..small_pack_opts() };
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], opts).unwrap();
+    let sent = send_all(&pack, &mut rng, 100_000);
+    let rest = pack.wait().unwrap();
+    // A file with hard links goes again (the prefix held holds one here).
+    assert_eq!(rest.files + rest.held, whole.files, "after {}", manifest::show(&after));
+    assert!(rest.held > 0 && rest.held <= held, "{} left out, {held} held", rest.held);
+    assert!(rest.bytes < whole.bytes);
+    let u = unpacker().unwrap();
+    deliver(&u, scramble(sent, &mut rng)).unwrap();
+    assert_eq!(u.finish().unwrap().files, rest.files);
+    assert_same_tree(&s.p("src"), &s.p("dst"));
+}
+
+#[test]
+fn walk_order_is_depth_first_by_name() {
+    use std::cmp::Ordering::*;
+    let o = vfile::walk_order;
+    assert_eq!(o(b"a", b"a/b"), Less, "a directory before what it holds");
+    assert_eq!(o(b"a/z", b"a-b"), Less, "all of a/ before a-b ('/' sorts after '-')");
+    assert_eq!(o(b"a/b", b"a/b"), Equal);
+    assert_eq!(o(b"b", b"a/z/z"), Greater);
+}
+
 #[test]
 fn round_trip_parallel_writers_with_a_late_manifest() {
     let _dog = Watchdog::new();

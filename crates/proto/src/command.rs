@@ -60,6 +60,13 @@ pub enum Opts {
         /// Within [`crate::modee::BLOCK_SIZE_OPTION`].
         block_size: Option<u64>,
     },
+    /// `OPTS VRET After=<hex>;` (lightpath): the next VRET resumes a tree
+    /// whose receiver holds every regular file up to this manifest path, in
+    /// the walk's order, from an earlier try (docs/manifest.md).
+    Vret {
+        /// The manifest path, decoded.
+        after: Vec<u8>,
+    },
     /// `OPTS MLST fact;fact;`
     Mlst(String),
     /// `OPTS CKSM markers=n;` and anything else we accept blindly.
@@ -405,9 +412,38 @@ fn parse_opts(t: &str) -> Result<Opts, CommandError> {
     let (sub, rest) = t.split_once(' ').unwrap_or((t, ""));
     match sub.to_ascii_uppercase().as_str() {
         "RETR" => parse_opts_retr(rest),
+        "VRET" => parse_opts_vret(rest),
         "MLST" | "MLSD" | "MLSR" => Ok(Opts::Mlst(rest.to_string())),
         _ => Ok(Opts::Other(t.to_string())),
     }
+}
+
+/// The longest path `OPTS VRET After=` takes (decoded): its hex and the
+/// command fit in a control line ([`crate::line::MAX_LINE`]). A longer
+/// one does not travel, and the tree goes whole.
+pub const MAX_VRET_AFTER: usize = 4000;
+
+/// `OPTS VRET After=<hex>;`, for the manifest path `after`.
+pub fn opts_vret(after: &[u8]) -> Vec<u8> {
+    let hex: String = after.iter().map(|b| format!("{b:02x}")).collect();
+    format!("OPTS VRET After={hex};").into_bytes()
+}
+
+/// `After=<hex>;`: a manifest path of 1 to [`MAX_VRET_AFTER`] bytes, hex
+/// coded so that any bytes a name may hold travel in the command.
+fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
+    let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
+    let (k, v) = rest.trim().strip_suffix(';').and_then(|o| o.split_once('=')).ok_or_else(bad)?;
+    let hex = v.bytes().all(|b| b.is_ascii_hexdigit());
+    if !k.eq_ignore_ascii_case("after") || !hex || v.is_empty() || v.len() % 2 != 0 || v.len() > 2 * MAX_VRET_AFTER {
+        return Err(bad());
+    }
+    let after = (0..v.len())
+        .step_by(2)
+        .map(|i| v.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(bad)?;
+    Ok(Opts::Vret { after })
 }
 
 /// `Parallelism=4,4,4;markers=5;` — every option ends with `;` (GCT rejects
@@ -573,6 +609,12 @@ mod tests {
             b"\xff\xfe",
             b"RETR a\0b",
             b"OPTS RETR Parallelism=0;",
+            b"OPTS VRET After=;",
+            b"OPTS VRET After=6;",
+            b"OPTS VRET After=zz;",
+            b"OPTS VRET After=+1;",
+            b"OPTS VRET Before=61;",
+            b"OPTS VRET After=61",
             b"OPTS RETR BlockSize=0;",
             b"OPTS RETR BlockSize=4095;",
             b"OPTS RETR BlockSize=16777217;",
@@ -581,5 +623,14 @@ mod tests {
         ] {
             assert!(Command::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn opts_vret_carries_any_path_bytes() {
+        let after = b"a b/\n\xff\x00;=/f".to_vec();
+        assert_eq!(Command::parse(&opts_vret(&after)).unwrap(), Command::Opts(Opts::Vret { after }));
+        let long = vec![b'x'; MAX_VRET_AFTER];
+        assert!(Command::parse(&opts_vret(&long)).is_ok());
+        assert!(Command::parse(&opts_vret(&[long, vec![b'y']].concat())).is_err());
     }
 }

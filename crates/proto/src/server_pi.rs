@@ -65,6 +65,9 @@ pub struct TransferSettings {
     /// Largest MODE E block the receiver asked for on RETR
     /// (`OPTS RETR BlockSize=N;`), if it did.
     pub block_size: Option<u64>,
+    /// `OPTS VRET After=`: where the next VRET resumes, consumed by the
+    /// next transfer as REST is.
+    pub vret_after: Option<Vec<u8>>,
 }
 
 impl Default for TransferSettings {
@@ -77,6 +80,7 @@ impl Default for TransferSettings {
             restart_interval: 5,
             retr_markers: None,
             block_size: None,
+            vret_after: None,
         }
     }
 }
@@ -539,6 +543,10 @@ impl ServerPi {
                 }
                 self.reply(200, "OPTS Command Successful.");
             }
+            Opts::Vret { after } => {
+                self.settings.vret_after = Some(after);
+                self.reply(200, "OPTS Command Successful.");
+            }
             Opts::Mlst(_) => self.reply(200, "OPTS Command Successful."),
             Opts::Other(t) if t.to_ascii_uppercase().starts_with("CKSM") => self.reply(200, "OPTS Command Successful."),
             Opts::Other(_) => self.reply(500, "OPTS failed."),
@@ -630,7 +638,8 @@ impl ServerPi {
         if let (Some(Restart::Ranges(_)), Mode::Stream) = (&restart, self.settings.mode) {
             return self.reply(501, "Range restart markers need MODE E.");
         }
-        let settings = self.settings.clone();
+        let mut settings = self.settings.clone();
+        settings.vret_after = self.settings.vret_after.take().filter(|_| kind == TransferKind::VfileRetr);
         let dir_only = raw.len() > 1 && raw.ends_with(b"/");
         self.with_path(raw, |path| Action::Transfer(Transfer { kind, path, restart, allo, settings, dir_only }));
     }

@@ -332,6 +332,18 @@ fn rest_is_consumed_by_the_next_transfer() {
 }
 
 #[test]
+fn opts_vret_after_is_consumed_by_the_next_transfer_and_kept_by_a_vret_only() {
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VRET After=612f62;\r\n")), [200, 200]);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, Some(b"a/b".to_vec()));
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, None);
+    s.send(b"OPTS VRET After=61;\r\n");
+    assert_eq!(one_transfer(&s.send(b"RETR /f\r\n")).settings.vret_after, None);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, None, "consumed by the RETR");
+    assert_eq!(codes(&s.send(b"OPTS VRET After=6;\r\n")), [501]);
+}
+
+#[test]
 fn allo_is_consumed_by_the_next_transfer() {
     let mut s = Session::logged_in(cfg(false, false));
     assert_eq!(codes(&s.send(b"ALLO 1048581\r\n")), [200]);

@@ -56,9 +56,12 @@ fn hidden_links(tree: &VPath) -> (OnHidden, Arc<AtomicU64>) {
 pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
     let (on_hidden, hidden) = hidden_links(&t.path);
     let packed = need_mode_e(t).and_then(|_| pack_root(root, &t.path, t.dir_only, on_hidden));
+    // A resumed tree leaves out what the receiver holds (one tree only:
+    // the walk order is that of its names).
+    let after = |items: &[Vec<u8>]| t.settings.vret_after.clone().filter(|_| items.len() == 1);
     let prepared = packed.and_then(|(sub, items)| {
-        pack(Arc::new(sub), items, PackOptions::default())
-            .map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
+        let opts = PackOptions { after: after(&items), ..PackOptions::default() };
+        pack(Arc::new(sub), items, opts).map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
     });
     let pk = match prepared {
         Ok(p) => p,
@@ -71,9 +74,10 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl);
     let (bytes, stats) = outcome(sent, pk.wait(), &t.path)?;
     let skipped = stats.skipped + hidden.load(Ordering::Relaxed);
-    ctl.set_files(stats.files);
+    // The reply counts the tree's regular files, those the receiver held too.
+    ctl.set_files(stats.files + stats.held);
     ctl.set_skipped(skipped);
-    tracing::info!(files = stats.files, dirs = stats.dirs, skipped, "VRET {}", t.path.display());
+    tracing::info!(files = stats.files, held = stats.held, dirs = stats.dirs, skipped, "VRET {}", t.path.display());
     Ok(bytes)
 }
 

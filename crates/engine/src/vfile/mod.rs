@@ -27,7 +27,7 @@ mod reader;
 mod unpack;
 mod writer;
 
-pub use pack::{pack, Pack, PackItem, PackOptions, PackStats};
+pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats};
 pub use reader::PackReader;
 pub use unpack::{UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
 

@@ -31,6 +31,11 @@ pub struct PackOptions {
     pub open_files: usize,
     /// Limits of the manifest (the receiver's must be at least as large).
     pub limits: Limits,
+    /// A resumed tree (`OPTS VRET After=`): the receiver holds every
+    /// regular file up to this manifest path in the walk's order, so those
+    /// are left out (a file with hard links still goes: its other names
+    /// need it in the manifest). Directories and symlinks go anyway.
+    pub after: Option<Vec<u8>>,
 }
 
 impl Default for PackOptions {
@@ -43,6 +48,7 @@ impl Default for PackOptions {
             cache_bytes: 32 << 20,
             open_files: 64,
             limits: Limits::default(),
+            after: None,
         }
     }
 }
@@ -60,8 +66,17 @@ pub struct PackStats {
     pub hardlinks: u64,
     /// FIFOs, sockets and devices left out (each with a warning).
     pub skipped: u64,
+    /// Regular files left out as the receiver holds them ([`PackOptions::after`]).
+    pub held: u64,
     /// Length of the virtual file.
     pub bytes: u64,
+}
+
+/// How manifest paths `a` and `b` follow each other in the walk: depth
+/// first, each directory's entries in byte order (a directory before what
+/// it holds), so component by component.
+pub fn walk_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.split(|&c| c == b'/').cmp(b.split(|&c| c == b'/'))
 }
 
 /// A published run of the virtual file: one regular file.
@@ -474,11 +489,20 @@ impl<'a> Walker<'a> {
             }
             self.links.insert((m.dev, m.ino), n.name.clone());
         }
+        if m.nlink <= 1 && self.held(&n.name) {
+            self.stats.held += 1;
+            return Ok(());
+        }
         self.stats.files += 1;
         let offset = self.enc.next_offset();
         let x = Extent { start: offset, size: m.size, src: n.src.as_slice().into(), dev: m.dev, ino: m.ino };
         let kind = Kind::File { size: m.size, offset };
         self.emit(Entry { path: n.name.clone(), kind, mode, mtime_ns }, Some(x))
+    }
+
+    /// Whether the receiver holds the file `name` from an earlier try.
+    fn held(&self, name: &[u8]) -> bool {
+        self.sh.opts.after.as_deref().is_some_and(|a| walk_order(name, a) != std::cmp::Ordering::Greater)
     }
 
     fn emit(&mut self, e: Entry, x: Option<Extent>) -> Result<(), VfileError> {

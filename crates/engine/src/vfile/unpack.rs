@@ -418,6 +418,21 @@ impl Unpacker {
         }
     }
 
+    /// Give up a tree whose transfer broke: let the writers finish what
+    /// was queued, then say what a resumed try may leave out (`OPTS VRET
+    /// After=`): the manifest path of the last regular file of the longest
+    /// run of complete ones from the manifest's first, and how many that
+    /// run holds. `None`: the first is not complete. (A file completed
+    /// beyond a gap is fetched again; the gap is a few files, those in
+    /// flight when the try broke.) Dropped then, as without `finish`.
+    pub fn give_up(mut self) -> Option<(Vec<u8>, u64)> {
+        let _ = self.pool.join();
+        let st = self.lock();
+        let n = st.files.iter().take_while(|f| f.is_done()).count();
+        let last = st.files[..n].last()?;
+        Some((last.path.clone(), n as u64))
+    }
+
     fn check_complete(files: &[Arc<FileSlot>]) -> Result<(), VfileError> {
         let mut missing = files.iter().filter(|f| !f.is_done());
         let Some(first) = missing.next() else { return Ok(()) };
