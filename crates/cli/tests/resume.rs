@@ -404,6 +404,7 @@ fn a_tree_download_resumes_after_the_files_it_holds() {
     let err = restart_and_finish(&root, port, cp);
     assert!(err.contains(&format!("trying the tree again in 1s, leaving out the {n} files held")), "{err}");
     assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
     // The second try rebuilt the island file alone: the server left out the rest.
     let rebuilt = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
     assert!(rebuilt.contains("files: 1,"), "{err}");

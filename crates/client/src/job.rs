@@ -229,7 +229,8 @@ struct TreeEnds<'a> {
 
 impl TreeEnds<'_> {
     /// [`run_tree`], tried again on new sessions after a transient
-    /// failure, up to `retries` times. A download resumes: the next try
+    /// failure, up to `retries` times (after the pause a file's retry
+    /// would take: none after a first data-stream failure). A download resumes: the next try
     /// leaves out the files the failed ones left complete, up to the first
     /// gap ([`crate::vfile::TreeHeld`]); an upload or third-party tree
     /// starts over (the files that arrived whole are sent again).
@@ -250,7 +251,10 @@ impl TreeEnds<'_> {
                 }
                 Err(e) => Err(e),
             };
-            let Err(e) = &r else { return Some(r) };
+            let Err(e) = &r else {
+                held.say_kept();
+                return Some(r);
+            };
             if !e.is_transient()
                 || tries >= self.retries
                 || self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed)
@@ -258,15 +262,21 @@ impl TreeEnds<'_> {
                 return Some(r);
             }
             tries += 1;
-            let wait = retry::wait_after(tries);
-            let (what, n) = (describe(self.src), self.retries);
-            let from = match held.files {
-                0 => "from the start".to_string(),
-                k => format!("leaving out the {k} files held"),
-            };
-            tracing::warn!("{what}: {e}; trying the tree again in {wait:?}, {from} (retry {tries} of {n})");
+            let wait = self.wait_to_retry(tries, e, &held);
             retry::pause(wait, &self.sopts.cancel).await;
         }
+    }
+
+    /// The pause before retry `tries` after `e`, said with what is held.
+    fn wait_to_retry(&self, tries: u32, e: &ClientError, held: &crate::vfile::TreeHeld) -> std::time::Duration {
+        let wait = if retry::at_once(tries, e) { std::time::Duration::ZERO } else { retry::wait_after(tries) };
+        let (what, n, when) = (describe(self.src), self.retries, retry::when(wait));
+        let from = match held.files {
+            0 => "from the start".to_string(),
+            k => format!("leaving out the {k} files held"),
+        };
+        tracing::warn!("{what}: {e}; trying the tree again {when}, {from} (retry {tries} of {n})");
+        wait
     }
 
     /// New sessions for the remote ends.

@@ -64,12 +64,28 @@ pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
     if !e.is_transient() || task.tries > retries {
         return false;
     }
-    task.at_once = task.tries == 1 && !matches!(e, ClientError::Control(..) | ClientError::Connect(..));
+    task.at_once = at_once(task.tries, e);
     let kept = task.resume.kept_bytes();
     let keep = if kept > 0 { format!(", keeping the {kept} bytes moved") } else { String::new() };
-    let when = if task.at_once { "now".to_string() } else { format!("in {:?}", task.wait()) };
+    let when = when(task.wait());
     tracing::warn!("{}: {e}; trying again {when} (retry {} of {retries}{keep})", describe(&task.item.src), task.tries);
     true
+}
+
+/// Whether the retry after `tries` tries, the last failed with `e`, goes
+/// at once: the first failure, under a live session (a data stream died;
+/// the server answered). A server that went away is waited for.
+pub(crate) fn at_once(tries: u32, e: &ClientError) -> bool {
+    tries == 1 && !matches!(e, ClientError::Control(..) | ClientError::Connect(..))
+}
+
+/// When a retry goes, for messages: "now" or "in 2s".
+pub(crate) fn when(wait: Duration) -> String {
+    if wait.is_zero() {
+        "now".to_string()
+    } else {
+        format!("in {wait:?}")
+    }
 }
 
 /// Before a download resumes from what `task` kept, the server's file

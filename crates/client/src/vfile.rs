@@ -8,7 +8,7 @@ use crate::job::{compare_digests, discard_copy, local_digest, FileResult};
 use crate::plan::{base_name, describe, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
-use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
+use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
 use lightpath_proto::command::{opts_vret, MAX_VRET_AFTER};
@@ -41,20 +41,11 @@ pub fn tree_target(src: &Location, dst: &Location) -> Location {
 pub async fn get_tree(
     s: &mut Session,
     rpath: &[u8],
-    (root, dir): (PathBuf, PathBuf),
+    dirs: (PathBuf, PathBuf),
     files: Arc<AtomicU64>,
     held: &mut TreeHeld,
 ) -> Result<u64, ClientError> {
-    if !s.take_speculation(rpath) {
-        if let Some(after) = held.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
-            s.ctl.queue_optional(opts_vret(after)).await?;
-        }
-        s.send_vret(rpath, false).await?;
-    }
-    s.settle().await?;
-    if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
-        tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
-    }
+    ask_tree(s, rpath, held).await?;
     let first = s.ctl.reply().await?;
     if !first.is_preliminary() {
         return Err(s.ctl.unexpected("VRET", &first));
@@ -64,24 +55,7 @@ pub async fn get_tree(
     let (c2, f2, now) = (ctl.clone(), files.clone(), Arc::new(Mutex::new(None)));
     let now2 = now.clone();
     let job = tokio::task::spawn_blocking(move || {
-        let r = crate::local::tree_root(&root, &dir).and_then(|root| {
-            let sink = VfileSink::new(
-                Unpacker::new(Arc::new(root), UnpackOptions::default())
-                    .map_err(|e| ClientError::Local(e.to_string()))?,
-            );
-            let got = match dc.recv_e(&sink, &recv_opts(dc.idle), &c2) {
-                Ok(got) => got,
-                Err(e) => {
-                    *now2.lock().unwrap_or_else(|p| p.into_inner()) = sink.give_up();
-                    return Err(e.into());
-                }
-            };
-            tracing::debug!(bytes = got.covered(), "tree data received; finishing");
-            let stats = sink.finish()?;
-            tracing::info!(?stats, "tree rebuilt");
-            f2.store(stats.files, Ordering::Relaxed);
-            Ok(got.covered())
-        });
+        let r = receive_tree(&mut dc, dirs, &c2, &f2, &now2);
         (dc, r)
     });
     let r = s.finish_job_with_reply(job, &ctl, "VRET").await;
@@ -95,23 +69,79 @@ pub async fn get_tree(
     Ok(bytes)
 }
 
+/// The `VRET` of `rpath` (unless it went with the login), after `OPTS
+/// VRET After=` when earlier tries left files (`held`); its replies but
+/// the VRET's read. A server that refuses the option sends the whole tree.
+async fn ask_tree(s: &mut Session, rpath: &[u8], held: &TreeHeld) -> Result<(), ClientError> {
+    if !s.take_speculation(rpath) {
+        if let Some(after) = held.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
+            s.ctl.queue_optional(opts_vret(after)).await?;
+        }
+        s.send_vret(rpath, false).await?;
+    }
+    s.settle().await?;
+    if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
+        tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
+    }
+    Ok(())
+}
+
+/// Receive the tree into `dir` beneath `root` (blocking): the bytes, with
+/// the tree's file count in `files`. A try that breaks leaves what it
+/// holds in `held` ([`VfileSink::give_up`]).
+fn receive_tree(
+    dc: &mut DataChannel,
+    (root, dir): (PathBuf, PathBuf),
+    ctl: &Control,
+    files: &AtomicU64,
+    held: &Mutex<Option<Held>>,
+) -> Result<u64, ClientError> {
+    let root = crate::local::tree_root(&root, &dir)?;
+    let unpacker = Unpacker::new(Arc::new(root), UnpackOptions::default());
+    let sink = VfileSink::new(unpacker.map_err(|e| ClientError::Local(e.to_string()))?);
+    let got = match dc.recv_e(&sink, &recv_opts(dc.idle), ctl) {
+        Ok(got) => got,
+        Err(e) => {
+            *held.lock().unwrap_or_else(|p| p.into_inner()) = sink.give_up();
+            return Err(e.into());
+        }
+    };
+    tracing::debug!(bytes = got.covered(), "tree data received; finishing");
+    let stats = sink.finish()?;
+    tracing::info!(?stats, "tree rebuilt");
+    files.store(stats.files, Ordering::Relaxed);
+    Ok(got.covered())
+}
+
 /// What the failed tries of a tree download left complete: every regular
-/// file up to `after` in the sender's walk order, `files` of them in all.
-/// The next try asks the server to leave them out (`OPTS VRET After=`).
+/// file up to `after` in the sender's walk order, `files` of them in all,
+/// of `bytes`. The next try asks the server to leave them out (`OPTS VRET
+/// After=`).
 #[derive(Debug, Default)]
 pub struct TreeHeld {
     /// The manifest path of the last file held.
     pub after: Option<Vec<u8>>,
     /// Files held.
     pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 impl TreeHeld {
+    /// Tell the user, once the tree is complete, what earlier tries kept.
+    pub(crate) fn say_kept(&self) {
+        if self.files > 0 {
+            let (f, b) = (self.files, self.bytes);
+            eprintln!("lightpath: {f} files of the tree ({b} bytes) were kept from earlier tries");
+        }
+    }
+
     /// Add what a failed try left (`None`: nothing new).
-    fn note(&mut self, got: Option<(Vec<u8>, u64)>) {
-        if let Some((after, n)) = got {
-            self.after = Some(after);
-            self.files += n;
+    fn note(&mut self, got: Option<Held>) {
+        if let Some(h) = got {
+            self.after = Some(h.after);
+            self.files += h.files;
+            self.bytes += h.bytes;
         }
     }
 }

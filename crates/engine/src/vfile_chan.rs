@@ -136,7 +136,7 @@ impl VfileSink {
 
     /// Give up a tree whose transfer broke: what the receiver holds for a
     /// resumed try ([`Unpacker::give_up`]).
-    pub fn give_up(self) -> Option<(Vec<u8>, u64)> {
+    pub fn give_up(self) -> Option<crate::vfile::Held> {
         self.unpacker.give_up()
     }
 

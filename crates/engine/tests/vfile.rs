@@ -303,7 +303,9 @@ fn a_resumed_tree_leaves_out_what_the_receiver_holds() {
     for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
         u.write_block(*o, d).unwrap();
     }
-    let (after, held) = u.give_up().expect("the first files complete");
+    let got = u.give_up().expect("the first files complete");
+    assert!(got.bytes > 0 && got.bytes <= whole.bytes / 2, "{got:?}");
+    let (after, held) = (got.after, got.files);
     assert!(held > 0 && held < whole.files, "{held} of {}", whole.files);
     let opts = PackOptions { after: Some(after.clone()), ..small_pack_opts() };
     let pack = vfile::pack(s.root("src"), vec![Vec::new()], opts).unwrap();

@@ -29,7 +29,7 @@ mod writer;
 
 pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats};
 pub use reader::PackReader;
-pub use unpack::{UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
+pub use unpack::{Held, UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
 
 use crate::error::EngineError;
 use lightpath_proto::manifest::{show, ManifestError};

@@ -67,6 +67,17 @@ enum Placed {
     Here(Vec<Span>),
 }
 
+/// What a broken try of a tree left complete ([`Unpacker::give_up`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The manifest path of the run's last file.
+    pub after: Vec<u8>,
+    /// Files in the run.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// How to unpack.
 #[derive(Debug, Clone)]
 pub struct UnpackOptions {
@@ -420,17 +431,18 @@ impl Unpacker {
 
     /// Give up a tree whose transfer broke: let the writers finish what
     /// was queued, then say what a resumed try may leave out (`OPTS VRET
-    /// After=`): the manifest path of the last regular file of the longest
-    /// run of complete ones from the manifest's first, and how many that
-    /// run holds. `None`: the first is not complete. (A file completed
-    /// beyond a gap is fetched again; the gap is a few files, those in
-    /// flight when the try broke.) Dropped then, as without `finish`.
-    pub fn give_up(mut self) -> Option<(Vec<u8>, u64)> {
+    /// After=`): the longest run of complete regular files from the
+    /// manifest's first. `None`: the first is not complete. (A file
+    /// completed beyond a gap is fetched again; the gap is a few files,
+    /// those in flight when the try broke.) Dropped then, as without
+    /// `finish`.
+    pub fn give_up(mut self) -> Option<Held> {
         let _ = self.pool.join();
         let st = self.lock();
         let n = st.files.iter().take_while(|f| f.is_done()).count();
-        let last = st.files[..n].last()?;
-        Some((last.path.clone(), n as u64))
+        let run = &st.files[..n];
+        let after = run.last()?.path.clone();
+        Some(Held { after, files: n as u64, bytes: run.iter().map(|f| f.size).sum() })
     }
 
     fn check_complete(files: &[Arc<FileSlot>]) -> Result<(), VfileError> {
