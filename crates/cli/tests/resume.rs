@@ -377,14 +377,21 @@ fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
 fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
     let (_d, root, local) = root_and_local();
     let tree = island_tree(&root, 7);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let err = tree_download_across_a_server_restart(&root, &local);
+    assert!(err.contains("trying the tree again in 1s, from the start"), "{err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}
+
+/// `cp -r` of `root/tree` into `local/tree` from our server, killed once
+/// it has read a quarter of the island file and started again: what `cp`
+/// said (it must succeed).
+fn tree_download_across_a_server_restart(root: &Path, local: &Path) -> String {
+    let (mut srv, port) = lp_server(root, &["--anonymous"]);
     let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
     let pid = srv.0.id();
     kill_midway(|| vec![pid]);
     srv.0.wait().unwrap();
-    let err = restart_and_finish(&root, port, cp);
-    assert!(err.contains("trying the tree again"), "{err}");
-    assert_same_tree(&tree, &local.join("tree"));
+    restart_and_finish(root, port, cp)
 }
 
 /// A tree download whose server was killed once the files before its
@@ -396,12 +403,7 @@ fn a_tree_download_resumes_after_the_files_it_holds() {
     let tree = open_dir(&root.join("tree"));
     let n = make_tree(&tree, 30, 9);
     islands(&tree.join("zz-big"), LEN);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
-    let pid = srv.0.id();
-    kill_midway(|| vec![pid]);
-    srv.0.wait().unwrap();
-    let err = restart_and_finish(&root, port, cp);
+    let err = tree_download_across_a_server_restart(&root, &local);
     assert!(err.contains(&format!("trying the tree again in 1s, leaving out the {n} files held")), "{err}");
     assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
     assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
