@@ -301,15 +301,7 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
             let ns = path.ns(srv.side);
             scope.spawn(move || crate::fault::kill_stream(ns, &pids, srv.port, after.0, t0, stop_ref))
         });
-        let mut said = Vec::new();
-        let waited = match sc.fault.as_ref().and_then(|f| f.interrupt_after) {
-            Some(after) => crate::fault::interrupted_run(&client, logs, after.0, sc.timeout.0, t0).map(|(w, s)| {
-                said.push(s);
-                w
-            }),
-            None => Proc::spawn("client", client(), Some(&logs.join("client")))
-                .and_then(|mut p| p.wait_timeout(sc.timeout.0)),
-        };
+        let (waited, mut said) = run_client(sc, &client, logs, t0);
         stop.store(true, Ordering::SeqCst);
         said.extend(fault.and_then(|f| f.join().ok()));
         rec.fault = (!said.is_empty()).then(|| said.join("; "));
@@ -324,6 +316,27 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
     let (ending, ttc) = waited?;
     finish_timing(rec, ending, ttc, &trace, sc.timeout.0)?;
     reference_numbers(rec, logs)
+}
+
+/// Run the client (`client` makes its command) to its end, interrupted
+/// and run again if the scenario's fault says so: how it ended, with the
+/// time from `t0`, and what the fault did.
+fn run_client(
+    sc: &Scenario,
+    client: &dyn Fn() -> Command,
+    logs: &Path,
+    t0: Instant,
+) -> (Result<(Ending, Duration)>, Vec<String>) {
+    match sc.fault.as_ref().and_then(|f| f.interrupt_after) {
+        Some(after) => match crate::fault::interrupted_run(client, logs, after.0, sc.timeout.0, t0) {
+            Ok((waited, said)) => (Ok(waited), vec![said]),
+            Err(e) => (Err(e), Vec::new()),
+        },
+        None => {
+            let waited = Proc::spawn("client", client(), Some(&logs.join("client")));
+            (waited.and_then(|mut p| p.wait_timeout(sc.timeout.0)), Vec::new())
+        }
+    }
 }
 
 /// The references' own reports: iperf3's sets its TTC, fio's is only recorded.
