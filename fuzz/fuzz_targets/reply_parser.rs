@@ -1,6 +1,6 @@
 //! Client side: arbitrary bytes from a server -> LineBuffer -> ReplyParser,
 //! and every completed reply through the reply consumers (FEAT, markers,
-//! PASV/EPSV). Must never panic.
+//! PASV/EPSV, a tree's held files). Must never panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -43,5 +43,12 @@ fn consume(r: &Reply) {
     let peer = IpAddr::V4(Ipv4Addr::LOCALHOST);
     if let Ok(a) = parse_epsv_reply(r.text(), peer) {
         assert!(a.port() >= 1024 && a.ip() == peer);
+    }
+    let mut taken = r.clone();
+    if let Some(h) = taken.take_held() {
+        assert!(!h.after.is_empty() && h.after.len() <= lightpath_proto::command::MAX_VRET_AFTER);
+        assert!(taken.lines.len() < r.lines.len(), "the held line is taken out");
+        let mut back = Reply::new(426, "x").with_held(&h);
+        assert_eq!(back.take_held(), Some(h));
     }
 }

@@ -425,8 +425,7 @@ pub const MAX_VRET_AFTER: usize = 4000;
 
 /// `OPTS VRET After=<hex>;`, for the manifest path `after`.
 pub fn opts_vret(after: &[u8]) -> Vec<u8> {
-    let hex: String = after.iter().map(|b| format!("{b:02x}")).collect();
-    format!("OPTS VRET After={hex};").into_bytes()
+    format!("OPTS VRET After={};", crate::held::hex(after)).into_bytes()
 }
 
 /// `After=<hex>;`: a manifest path of 1 to [`MAX_VRET_AFTER`] bytes, hex
@@ -434,15 +433,10 @@ pub fn opts_vret(after: &[u8]) -> Vec<u8> {
 fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
     let (k, v) = rest.trim().strip_suffix(';').and_then(|o| o.split_once('=')).ok_or_else(bad)?;
-    let hex = v.bytes().all(|b| b.is_ascii_hexdigit());
-    if !k.eq_ignore_ascii_case("after") || !hex || v.is_empty() || v.len() % 2 != 0 || v.len() > 2 * MAX_VRET_AFTER {
+    if !k.eq_ignore_ascii_case("after") || v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
         return Err(bad());
     }
-    let after = (0..v.len())
-        .step_by(2)
-        .map(|i| v.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect::<Option<Vec<u8>>>()
-        .ok_or_else(bad)?;
+    let after = crate::held::unhex(v).ok_or_else(bad)?;
     Ok(Opts::Vret { after })
 }
 

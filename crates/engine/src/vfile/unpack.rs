@@ -68,15 +68,7 @@ enum Placed {
 }
 
 /// What a broken try of a tree left complete ([`Unpacker::give_up`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Held {
-    /// The manifest path of the run's last file.
-    pub after: Vec<u8>,
-    /// Files in the run.
-    pub files: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
+pub use lightpath_proto::held::Held;
 
 /// How to unpack.
 #[derive(Debug, Clone)]

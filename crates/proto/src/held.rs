@@ -1,0 +1,156 @@
+//! What a broken tree transfer left complete at its receiver, said in the
+//! receiver's failure reply so that the next try leaves it out (see
+//! docs/manifest.md, "Resuming a tree"). A downloading client knows this
+//! itself and sends it as `OPTS VRET After=`; a server receiving a tree
+//! (`VSTO`) adds it to the reply that ends the failed transfer:
+//!
+//! ```text
+//! 426-Data connection 2: Connection reset by peer
+//!  Held After=7375622f66; Files=30; Bytes=3145728;
+//! 426 End.
+//! ```
+
+use crate::command::MAX_VRET_AFTER;
+use crate::Reply;
+
+/// The regular files a receiver holds complete: every one up to `after`
+/// in the sender's walk order, `files` of them, of `bytes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The manifest path of the last file held.
+    pub after: Vec<u8>,
+    /// Files held.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+const PREFIX: &str = "Held After=";
+
+/// `bytes` as lower-case hex, two digits a byte.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of `hex` (an even number of hex digits), or `None`.
+pub fn unhex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl Held {
+    /// The continuation line; `None` for a path too long to travel.
+    fn line(&self) -> Option<String> {
+        let ok = !self.after.is_empty() && self.after.len() <= MAX_VRET_AFTER;
+        ok.then(|| format!("{PREFIX}{}; Files={}; Bytes={};", hex(&self.after), self.files, self.bytes))
+    }
+
+    /// A line written by [`Held::line`]; anything else is `None`.
+    fn parse(line: &str) -> Option<Held> {
+        let rest = line.trim().strip_prefix(PREFIX)?.strip_suffix(';')?;
+        let mut parts = rest.split("; ");
+        let after = unhex(parts.next()?).filter(|a| !a.is_empty() && a.len() <= MAX_VRET_AFTER)?;
+        let files = parts.next()?.strip_prefix("Files=")?.parse().ok()?;
+        let bytes = parts.next()?.strip_prefix("Bytes=")?.parse().ok()?;
+        parts.next().is_none().then_some(Held { after, files, bytes })
+    }
+}
+
+impl Reply {
+    /// This (failure) reply saying also what the receiver holds. A path
+    /// too long for a control line is left out: the tree goes whole.
+    pub fn with_held(mut self, held: &Held) -> Reply {
+        let Some(line) = held.line() else { return self };
+        if self.lines.len() <= 1 {
+            return Reply::multi(self.code, self.text(), [line]);
+        }
+        let end = self.lines.len() - 1;
+        self.lines.insert(end, line);
+        self
+    }
+
+    /// What a [`Reply::with_held`] says the receiver holds, its line taken
+    /// out (the rest is the reply a user is shown). Only from a failure,
+    /// and only the first such line; one that does not parse stays.
+    pub fn take_held(&mut self) -> Option<Held> {
+        if !self.is_error() || self.lines.len() < 3 {
+            return None;
+        }
+        let end = self.lines.len() - 1;
+        let i = (1..end).find(|&i| self.lines[i].trim_start().starts_with(PREFIX))?;
+        let held = Held::parse(&self.lines[i])?;
+        self.lines.remove(i);
+        if self.lines.len() == 2 {
+            self.lines.pop(); // back to the single line it was
+        }
+        Some(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ReplyParser;
+
+    fn parsed(r: &Reply) -> Reply {
+        let wire = String::from_utf8(r.encode()).unwrap();
+        let mut p = ReplyParser::new();
+        wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last().unwrap()
+    }
+
+    #[test]
+    fn held_travels_in_a_failure_reply_and_is_taken_out() {
+        let held = Held { after: b"a b/\n\xff;= f".to_vec(), files: 30, bytes: 3 << 20 };
+        let r = Reply::new(426, "Data connection 2: reset").with_held(&held);
+        let wire = String::from_utf8(r.encode()).unwrap();
+        assert_eq!(
+            wire,
+            "426-Data connection 2: reset\r\n Held After=6120622f0aff3b3d2066; Files=30; Bytes=3145728;\r\n426 End.\r\n"
+        );
+        let mut got = parsed(&r);
+        assert_eq!(got.take_held(), Some(held.clone()));
+        assert_eq!(got, Reply::new(426, "Data connection 2: reset"));
+        // A multi-line reply keeps its own lines.
+        let multi = Reply::multi(451, "Tree incomplete", ["2 files missing".to_string()]);
+        let mut got = parsed(&multi.clone().with_held(&held));
+        assert_eq!(got.take_held(), Some(held));
+        assert_eq!(got, parsed(&multi));
+    }
+
+    #[test]
+    fn only_a_well_formed_line_of_a_failure_counts() {
+        let held = Held { after: b"f".to_vec(), files: 1, bytes: 2 };
+        let mut ok = Reply::multi(226, "Transfer Complete.", [held.line().unwrap()]);
+        assert_eq!(ok.take_held(), None, "not from a success");
+        for bad in [
+            "Held After=6; Files=1; Bytes=2;",
+            "Held After=zz; Files=1; Bytes=2;",
+            "Held After=; Files=1; Bytes=2;",
+            "Held After=66; Files=-1; Bytes=2;",
+            "Held After=66; Files=1; Bytes=2",
+            "Held After=66; Files=1; Bytes=2; More=3;",
+            "Held After=66; Bytes=2; Files=1;",
+        ] {
+            let mut r = Reply::multi(426, "reset", [bad.to_string()]);
+            assert_eq!(r.take_held(), None, "{bad}");
+            assert_eq!(r.lines.len(), 3, "a line that does not parse stays: {bad}");
+        }
+        let long = Held { after: vec![b'x'; MAX_VRET_AFTER + 1], files: 1, bytes: 1 };
+        assert_eq!(Reply::new(426, "x").with_held(&long), Reply::new(426, "x"), "too long to travel");
+        let edge = Held { after: vec![b'x'; MAX_VRET_AFTER], ..long };
+        let r = Reply::new(426, "x").with_held(&edge);
+        assert!(r.encode().len() < crate::line::MAX_LINE + 20);
+        assert_eq!(parsed(&r).take_held(), Some(edge));
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&all)), Some(all));
+        assert_eq!(unhex("0"), None);
+        assert_eq!(unhex("+1"), None);
+        assert_eq!(unhex("é1"), None);
+    }
+}
