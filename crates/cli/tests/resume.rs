@@ -8,85 +8,12 @@
 //! next run.
 
 mod common;
+use common::breaks::*;
 use common::*;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-/// A sparse file of `len` bytes with 1 MiB of random bytes at four
-/// places (the start, two odd offsets inside, the end): a resumed copy
-/// that put a range at the wrong offset differs.
-fn islands(p: &Path, len: u64) {
-    let f = std::fs::File::create(p).unwrap();
-    f.set_len(len).unwrap();
-    let chunk = scratch();
-    for (k, off) in [0, len / 3 + 3, 2 * len / 3 + 77, len - (1 << 20)].into_iter().enumerate() {
-        let c = chunk.path().join(k.to_string());
-        write_random(&c, 1 << 20, 40 + k as u64);
-        f.write_all_at(&std::fs::read(&c).unwrap(), off).unwrap();
-    }
-    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-}
-
-const LEN: u64 = 2 << 30;
-
-/// Bytes process `pid` has read so far (`rchar`: `read`, `pread` and
-/// `sendfile` alike), 0 once it is gone.
-fn rchar(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
-    io.lines().find_map(|l| l.strip_prefix("rchar: ")).and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
-/// Wait until one of the processes `pids` gives has read a quarter of
-/// the file; that one.
-fn midway(pids: impl Fn() -> Vec<u32>) -> u32 {
-    let t = Instant::now();
-    loop {
-        if let Some(p) = pids().into_iter().find(|&p| rchar(p) >= LEN / 4) {
-            return p;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "the transfer never got under way");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// SIGKILL the process of `pids` that has read a quarter of the file.
-fn kill_midway(pids: impl Fn() -> Vec<u32>) {
-    let pid = midway(pids);
-    let st = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
-    assert!(st.success());
-}
-
-/// Destroy one TCP connection of process `pid` other than its control
-/// connection on `port` (`ss -K`, as a middlebox reset or a dead path
-/// would end it): one data stream dies, the rest of the transfer lives.
-fn kill_a_stream(pid: u32, port: u16) {
-    let out = Command::new("ss").args(["-tnpH", "state", "established"]).output().expect("ss (iproute2)");
-    let list = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mine = format!("pid={pid},");
-    let control = format!(":{port}");
-    let data = list.lines().filter(|l| l.contains(&mine)).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() >= 4 && !f[2].ends_with(&control) && !f[3].ends_with(&control))
-            .then(|| (f[2].to_string(), f[3].to_string()))
-    });
-    let (local, peer) = data.unwrap_or_else(|| panic!("no data connection of {pid} in: {list}"));
-    let st =
-        Command::new("ss").args(["-K", "-tn", "src", &local, "dst", &peer]).stdout(Stdio::null()).status().unwrap();
-    assert!(st.success(), "ss -K {local} {peer}");
-}
-
-fn start_cp(args: &[&str]) -> Child {
-    Command::new(LP).args(["-v", "cp", "-q"]).args(args).stderr(Stdio::piped()).spawn().expect("start cp")
-}
-
-/// Exit status 0, and what `cp` said; panics with its stderr otherwise.
-fn succeeded(out: Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    err
-}
 
 /// The bytes `cp`'s retry warning said it kept.
 fn kept(err: &str) -> u64 {
@@ -169,21 +96,6 @@ fn download_across_a_server_restart(meanwhile: impl FnOnce(&Path)) -> (String, U
     u.kill_server_midway();
     meanwhile(&u.root);
     (restart_and_finish(&u.root, u.port, cp), u)
-}
-
-/// Start our server on `root` and `port` again, and wait for `cp`, which
-/// must succeed: what it said.
-fn restart_and_finish(root: &Path, port: u16, cp: Child) -> String {
-    let _again = lp_server_on(root, port, &["--anonymous"]);
-    succeeded(cp.wait_with_output().unwrap())
-}
-
-/// `dir/tree`: a small tree (`make_tree` with `seed`) and the island file.
-fn island_tree(dir: &Path, seed: u64) -> PathBuf {
-    let tree = open_dir(&dir.join("tree"));
-    make_tree(&tree, 30, seed);
-    islands(&tree.join("big"), LEN);
-    tree
 }
 
 #[test]
@@ -368,69 +280,6 @@ fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
     // is 10 s: the worker stops at the signal, its pause watches for it.
     assert!(t.elapsed() < Duration::from_secs(5), "stopped after {:?}", t.elapsed());
     u.assert_nothing_local();
-}
-
-/// A tree sent as one virtual file (VRET) whose server was killed midway
-/// through its first file (the island file, walked first) and started
-/// again: `cp -r` tries the whole tree again and it arrives complete.
-#[test]
-fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
-    let (_d, root, local) = root_and_local();
-    let tree = island_tree(&root, 7);
-    let err = tree_download_across_a_server_restart(&root, &local);
-    assert!(err.contains("trying the tree again in 1s, from the start"), "{err}");
-    assert_same_tree(&tree, &local.join("tree"));
-}
-
-/// `cp -r` of `root/tree` into `local/tree` from our server, killed once
-/// it has read a quarter of the island file and started again: what `cp`
-/// said (it must succeed).
-fn tree_download_across_a_server_restart(root: &Path, local: &Path) -> String {
-    let (mut srv, port) = lp_server(root, &["--anonymous"]);
-    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
-    let pid = srv.0.id();
-    kill_midway(|| vec![pid]);
-    srv.0.wait().unwrap();
-    restart_and_finish(root, port, cp)
-}
-
-/// A tree download whose server was killed once the files before its
-/// last one (the island file, walked last) had arrived: the next try asks
-/// the server to leave them out, and only the island file goes again.
-#[test]
-fn a_tree_download_resumes_after_the_files_it_holds() {
-    let (_d, root, local) = root_and_local();
-    let tree = open_dir(&root.join("tree"));
-    let n = make_tree(&tree, 30, 9);
-    islands(&tree.join("zz-big"), LEN);
-    let err = tree_download_across_a_server_restart(&root, &local);
-    assert!(err.contains(&format!("trying the tree again in 1s, leaving out the {n} files held")), "{err}");
-    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
-    assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
-    // The second try rebuilt the island file alone: the server left out the rest.
-    let rebuilt = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
-    assert!(rebuilt.contains("files: 1,"), "{err}");
-    assert_same_tree(&tree, &local.join("tree"));
-}
-
-/// The same for a tree uploaded as one virtual file (VSTO): the server
-/// killed while it receives the tree, started again, and the tree tried
-/// again whole on a new session.
-#[test]
-fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
-    let (_d, root, local) = root_and_local();
-    let tree = island_tree(&local, 8);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
-    let cp = start_cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
-    // The server receives by splice, which its `rchar` does not count:
-    // the client's reads say how far the copy got.
-    let client = cp.id();
-    midway(|| vec![client]);
-    srv.0.kill().unwrap();
-    srv.0.wait().unwrap();
-    let err = restart_and_finish(&root, port, cp);
-    assert!(err.contains("trying the tree again"), "{err}");
-    assert_same_tree(&tree, &root.join("tree"));
 }
 
 /// `cp --partial` of the island file, interrupted (Ctrl-C) once the

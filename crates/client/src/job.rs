@@ -230,10 +230,11 @@ struct TreeEnds<'a> {
 impl TreeEnds<'_> {
     /// [`run_tree`], tried again on new sessions after a transient
     /// failure, up to `retries` times (after the pause a file's retry
-    /// would take: none after a first data-stream failure). A download resumes: the next try
+    /// would take: none after a first data-stream failure). The next try
     /// leaves out the files the failed ones left complete, up to the first
-    /// gap ([`crate::vfile::TreeHeld`]); an upload or third-party tree
-    /// starts over (the files that arrived whole are sent again).
+    /// gap ([`crate::vfile::TreeHeld`]): what a download holds itself, or
+    /// what the receiving server's failure reply says it holds (an upload,
+    /// a third-party tree; none when it went away: the tree goes whole).
     async fn run(
         &self,
         s: &mut Option<Session>,
@@ -306,10 +307,10 @@ async fn run_tree(
             crate::vfile::get_tree(s, &sr.path, (root.clone(), p.clone()), files, held).await
         }
         (Location::Local(p), _, Location::Remote(dr), None, Some(d)) => {
-            crate::vfile::put_tree(d, p.clone(), &dr.path, files).await
+            crate::vfile::put_tree(d, p.clone(), &dr.path, files, held).await
         }
         (Location::Remote(sr), _, Location::Remote(dr), Some(s), Some(d)) => {
-            crate::vfile::tpt_tree(s, d, &sr.path, &dr.path, files).await
+            crate::vfile::tpt_tree((s, d), &sr.path, &dr.path, files, held).await
         }
         _ => return None,
     })

@@ -67,7 +67,7 @@ pub async fn transfer(
     s.ctl.send(&path_cmd(&retr, &src.path)).await?;
     s.settle().await?;
     d.settle().await?;
-    let r = watch(s, d, (&verbs.0, &verbs.1)).await.map(|(bytes, ..)| bytes);
+    let r = watch(s, d, (&verbs.0, &verbs.1), |_| {}).await.map(|(bytes, ..)| bytes);
     settle_resume(d, resume, stamp, kept, r)
 }
 
@@ -126,6 +126,7 @@ pub(crate) async fn watch(
     s: &mut Session,
     d: &mut Session,
     verbs: (&str, &str),
+    mut note: impl FnMut(&mut Reply) + Send,
 ) -> Result<(u64, Reply, Reply), ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let mut seen = 0u64;
@@ -137,7 +138,7 @@ pub(crate) async fn watch(
                 Ok(r) => s_fin = (!r.is_preliminary()).then_some(r),
                 Err(e) => {
                     s.lost();
-                    return Err(stop_other(d, verbs.1, d_fin.is_none(), e).await);
+                    return Err(stop_other(d, verbs.1, d_fin.is_none(), e, &mut note).await);
                 }
             },
             r = d.ctl.reply(), if d_fin.is_none() => match r {
@@ -147,17 +148,18 @@ pub(crate) async fn watch(
                 }
                 Err(e) => {
                     d.lost();
-                    return Err(stop_other(s, verbs.0, s_fin.is_none(), e).await);
+                    return Err(stop_other(s, verbs.0, s_fin.is_none(), e, &mut |_| {}).await);
                 }
             },
         }
         if let Some(r) = s_fin.as_ref().filter(|r| !r.is_ok()) {
             let e = s.ctl.unexpected(verbs.0, r);
-            return Err(stop_other(d, verbs.1, d_fin.is_none(), e).await);
+            return Err(stop_other(d, verbs.1, d_fin.is_none(), e, &mut note).await);
         }
-        if let Some(r) = d_fin.as_ref().filter(|r| !r.is_ok()) {
+        if let Some(r) = d_fin.as_mut().filter(|r| !r.is_ok()) {
+            note(r);
             let e = d.ctl.unexpected(verbs.1, r);
-            return Err(stop_other(s, verbs.0, s_fin.is_none(), e).await);
+            return Err(stop_other(s, verbs.0, s_fin.is_none(), e, &mut |_| {}).await);
         }
     }
     let (sr, dr) = (s_fin.unwrap_or_else(|| Reply::new(0, "")), d_fin.unwrap_or_else(|| Reply::new(0, "")));
@@ -184,13 +186,23 @@ async fn interrupted(s: &mut Session, d: &mut Session, s_running: bool, d_runnin
 }
 
 /// One side failed with `first`: give up the `other` side's transfer
-/// (`verb`) if it still runs, and say which failure is the cause.
-async fn stop_other(other: &mut Session, verb: &str, running: bool, first: ClientError) -> ClientError {
+/// (`verb`) if it still runs, and say which failure is the cause. `note`
+/// sees the other side's failure reply first.
+async fn stop_other(
+    other: &mut Session,
+    verb: &str,
+    running: bool,
+    first: ClientError,
+    note: &mut (dyn FnMut(&mut Reply) + Send),
+) -> ClientError {
     if !running {
         return first;
     }
     let second = match other.abandon_transfer().await {
-        Ok(r) if r.is_error() => Some(other.ctl.unexpected(verb, &r)),
+        Ok(mut r) if r.is_error() => {
+            note(&mut r);
+            Some(other.ctl.unexpected(verb, &r))
+        }
         Ok(_) => None,
         Err(e) => Some(e),
     };

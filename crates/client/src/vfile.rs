@@ -12,6 +12,7 @@ use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions,
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
 use lightpath_proto::command::{opts_vret, MAX_VRET_AFTER};
+use lightpath_proto::Reply;
 use lightpath_sys::root::Root;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -183,8 +184,16 @@ async fn vsto_sent(s: &mut Session, rpath: &[u8]) -> Result<bool, ClientError> {
 }
 
 /// Upload the tree in `dir` to `rpath`.
-/// `files` receives the number of regular files sent.
-pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<AtomicU64>) -> Result<u64, ClientError> {
+/// `files` receives the number of regular files of the tree. `held` says
+/// what the server kept of earlier tries, which this one leaves out, and
+/// the server's reply to a failed one adds to it ([`Reply::take_held`]).
+pub async fn put_tree(
+    s: &mut Session,
+    dir: PathBuf,
+    rpath: &[u8],
+    files: Arc<AtomicU64>,
+    held: &mut TreeHeld,
+) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
     s.settle().await?; // a refused DCON drops the connections opened ahead
     let sent = vsto_sent(s, rpath).await?;
@@ -199,9 +208,9 @@ pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<At
     }
     let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
     let ctl = s.opts.control();
-    let c2 = ctl.clone();
+    let (c2, after) = (ctl.clone(), held.after.clone());
     let job = tokio::task::spawn_blocking(move || {
-        let r = send_tree(&mut dc, &dir, streams, block, &c2, go_rx);
+        let r = send_tree(&mut dc, (&dir, after), streams, block, &c2, go_rx);
         (
             dc,
             r.map(|(bytes, n)| {
@@ -222,19 +231,23 @@ pub async fn put_tree(s: &mut Session, dir: PathBuf, rpath: &[u8], files: Arc<At
         s.put_dc(dc);
         return Err(s.ctl.unexpected("VSTO", &first?));
     }
-    s.finish_stream_job(job, &ctl, "VSTO").await
+    let note = |r: &mut Reply| held.note(r.take_held());
+    s.finish_job_noting_failure(job, &ctl, "VSTO", note).await.map(|(bytes, _)| bytes)
 }
 
+/// Pack the tree in `dir` (leaving out the files up to `after` in walk
+/// order, which the server holds) and send it once the server took the
+/// VSTO (`go`).
 fn send_tree(
     dc: &mut DataChannel,
-    dir: &Path,
+    (dir, after): (&Path, Option<Vec<u8>>),
     streams: u32,
     block: u64,
     ctl: &Control,
     go: std::sync::mpsc::Receiver<bool>,
 ) -> Result<(u64, u64), ClientError> {
     let root = Root::open(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
-    let pk = pack(Arc::new(root), vec![Vec::new()], PackOptions::default())
+    let pk = pack(Arc::new(root), vec![Vec::new()], PackOptions { after, ..PackOptions::default() })
         .map_err(|e| ClientError::Local(e.to_string()))?;
     dc.prepare_send(streams)?;
     if !go.recv().unwrap_or(false) {
@@ -256,7 +269,9 @@ fn outcome(
     match pack_outcome(sent, walk) {
         Ok((bytes, stats)) => {
             warn_skipped(stats.skipped, &format!(" in {}", dir.display()));
-            Ok((bytes, stats.files))
+            tracing::info!(files = stats.files, held = stats.held, bytes, "tree sent");
+            // The tree's files: those the server held from earlier tries too.
+            Ok((bytes, stats.files + stats.held))
         }
         Err(PackFailure::Send(e)) => Err(e.into()),
         Err(PackFailure::Pack(e)) => Err(ClientError::Local(format!("{}: {e}", dir.display()))),
@@ -264,13 +279,15 @@ fn outcome(
 }
 
 /// Third party: `d` rebuilds the tree that `s` sends, server to server.
-/// `files` receives the destination's count of files rebuilt.
+/// `files` receives the tree's file count. `held` says what `d` kept of
+/// earlier tries, which `s` is asked to leave out (`OPTS VRET After=`), and
+/// `d`'s reply to a failed one adds to it.
 pub async fn tpt_tree(
-    s: &mut Session,
-    d: &mut Session,
+    (s, d): (&mut Session, &mut Session),
     spath: &[u8],
     dpath: &[u8],
     files: Arc<AtomicU64>,
+    held: &mut TreeHeld,
 ) -> Result<u64, ClientError> {
     s.set_mode(true).await?;
     d.set_mode(true).await?;
@@ -280,12 +297,20 @@ pub async fn tpt_tree(
     let port = lightpath_proto::hostport::format_port(addr).map(|h| format!("PORT {h}"));
     let port = port.unwrap_or_else(|| format!("EPRT {}", lightpath_proto::hostport::format_eprt(addr)));
     s.ctl.queue(&port).await?;
+    if let Some(after) = held.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
+        s.ctl.queue_optional(opts_vret(after)).await?;
+    }
     d.ctl.send(&verb("VSTO", dpath)).await?;
     s.ctl.send(&verb("VRET", spath)).await?;
     s.settle().await?;
     d.settle().await?;
-    let (bytes, sent, fin) = crate::thirdparty::watch(s, d, ("VRET", "VSTO")).await?;
-    if let Some(n) = fin.files_completed() {
+    if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
+        tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
+    }
+    let note = |r: &mut Reply| held.note(r.take_held());
+    let (bytes, sent, fin) = crate::thirdparty::watch(s, d, ("VRET", "VSTO"), note).await?;
+    // The source counts the files the destination held from earlier tries too.
+    if let Some(n) = sent.files_completed().or(fin.files_completed()) {
         files.store(n, Ordering::Relaxed);
     }
     warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name));

@@ -168,8 +168,19 @@ fn unpack_sink(root: &Root, t: &Transfer, made: &mut Vec<VPath>) -> Result<Vfile
     Ok(VfileSink::new(u))
 }
 
+/// Receive into `sink`. A transfer that breaks says in its reply which
+/// files arrived complete ([`Reply::with_held`]): the client's next try
+/// leaves them out.
 fn receive_tree(dc: &mut DataChannel, sink: VfileSink, t: &Transfer, ctl: &Control) -> Result<u64, Reply> {
-    let got = dc.recv_e(&sink, &recv_opts(dc.idle), ctl).map_err(data_reply)?;
+    let got = match dc.recv_e(&sink, &recv_opts(dc.idle), ctl) {
+        Ok(got) => got,
+        Err(e) => {
+            let reply = data_reply(e);
+            let Some(held) = sink.give_up() else { return Err(reply) };
+            tracing::info!(files = held.files, bytes = held.bytes, "VSTO {} broke", t.path.display());
+            return Err(reply.with_held(&held));
+        }
+    };
     let stats = sink.finish().map_err(|e| Reply::new(451, format!("Tree incomplete: {e}")))?;
     ctl.set_files(stats.files);
     tracing::info!(?stats, "VSTO {}", t.path.display());

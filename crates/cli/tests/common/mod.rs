@@ -7,6 +7,7 @@
 //! hint instead of skipping it.
 #![allow(dead_code)]
 
+pub mod breaks;
 pub mod scripted;
 
 use rand::{Rng, RngCore, SeedableRng};

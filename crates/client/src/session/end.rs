@@ -73,7 +73,24 @@ impl Session {
         ctl: &Control,
         what: &str,
     ) -> Result<(T, Reply), ClientError> {
-        let end = self.end_transfer(job, ctl).await?;
+        self.finish_job_noting_failure(job, ctl, what, |_| {}).await
+    }
+
+    /// [`Session::finish_job_with_reply`], where `note` first sees a final
+    /// reply that is a failure, and may take lines out of it
+    /// ([`Reply::take_held`]).
+    pub(crate) async fn finish_job_noting_failure<T: Send + 'static>(
+        &mut self,
+        job: Job<T>,
+        ctl: &Control,
+        what: &str,
+        note: impl FnOnce(&mut Reply),
+    ) -> Result<(T, Reply), ClientError> {
+        let mut end = self.end_transfer(job, ctl).await?;
+        match &mut end.fin {
+            Ok(r) if r.is_error() => note(r),
+            _ => {}
+        }
         let fin = end.checked_reply(self, what);
         let ok = fin.is_ok() && end.data.is_ok();
         self.keep_channel(end.dc, ok);

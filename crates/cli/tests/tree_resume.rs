@@ -1,0 +1,130 @@
+//! `cp -r` of a tree sent as one virtual file (VRET/VSTO) that breaks
+//! midway: a server killed and started again, or one data stream
+//! destroyed. The next try leaves out the files the receiver holds
+//! complete (a download's own, or what the receiving server says in its
+//! failure reply) and the tree arrives complete.
+
+mod common;
+use common::breaks::*;
+use common::*;
+use std::path::Path;
+
+/// A tree sent as one virtual file (VRET) whose server was killed midway
+/// through its first file (the island file, walked first) and started
+/// again: `cp -r` tries the whole tree again and it arrives complete.
+#[test]
+fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
+    let (_d, root, local) = root_and_local();
+    let tree = island_tree(&root, 7);
+    let err = tree_download_across_a_server_restart(&root, &local);
+    assert!(err.contains("trying the tree again in 1s, from the start"), "{err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}
+
+/// `cp -r` of `root/tree` into `local/tree` from our server, killed once
+/// it has read a quarter of the island file and started again: what `cp`
+/// said (it must succeed).
+fn tree_download_across_a_server_restart(root: &Path, local: &Path) -> String {
+    let (mut srv, port) = lp_server(root, &["--anonymous"]);
+    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    srv.0.wait().unwrap();
+    restart_and_finish(root, port, cp)
+}
+
+/// A tree download whose server was killed once the files before its
+/// last one (the island file, walked last) had arrived: the next try asks
+/// the server to leave them out, and only the island file goes again.
+#[test]
+fn a_tree_download_resumes_after_the_files_it_holds() {
+    let (_d, root, local) = root_and_local();
+    let tree = open_dir(&root.join("tree"));
+    let n = make_tree(&tree, 30, 9);
+    islands(&tree.join("zz-big"), LEN);
+    let err = tree_download_across_a_server_restart(&root, &local);
+    assert!(err.contains(&format!("trying the tree again in 1s, leaving out the {n} files held")), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
+    // The second try rebuilt the island file alone: the server left out the rest.
+    let rebuilt = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(rebuilt.contains("files: 1,"), "{err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}
+
+/// The same for a tree uploaded as one virtual file (VSTO): the server
+/// killed while it receives the tree, started again, and the tree tried
+/// again whole on a new session.
+#[test]
+fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
+    let (_d, root, local) = root_and_local();
+    let tree = island_tree(&local, 8);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
+    // The server receives by splice, which its `rchar` does not count:
+    // the client's reads say how far the copy got.
+    let client = cp.id();
+    midway(|| vec![client]);
+    srv.0.kill().unwrap();
+    srv.0.wait().unwrap();
+    let err = restart_and_finish(&root, port, cp);
+    assert!(err.contains("trying the tree again"), "{err}");
+    assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// `dir/tree`: 30 small files (`make_tree`), then the island file
+/// `zz-big`, walked last; the number of small files.
+fn tree_with_a_big_last_file(dir: &Path, seed: u64) -> (std::path::PathBuf, usize) {
+    let tree = open_dir(&dir.join("tree"));
+    let n = make_tree(&tree, 30, seed);
+    islands(&tree.join("zz-big"), LEN);
+    (tree, n)
+}
+
+/// What `cp` said of a tree whose first try broke once the `n` small
+/// files had arrived: the retry left them out, sent the big file alone
+/// (`sent`: the line of the last try that says how many it sent), and
+/// the tree counts them all.
+fn assert_resumed_after(err: &str, n: usize, sent: &str) {
+    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
+    let last = err.lines().rfind(|l| l.contains(sent)).unwrap_or_default();
+    assert!(last.contains("files=1 ") || last.contains("files: 1,"), "{sent}: {err}");
+}
+
+/// A tree upload (VSTO) whose data stream dies once the big file is a
+/// quarter sent: the server's failure reply says which files it holds
+/// complete, and the next try sends only the big file.
+#[test]
+fn a_tree_upload_whose_data_stream_dies_resumes_after_the_files_the_server_holds() {
+    let (_d, root, local) = root_and_local();
+    let (tree, n) = tree_with_a_big_last_file(&local, 11);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = start_cp(&["-r", "-p", "4", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
+    let pid = cp.id();
+    kill_a_stream(midway(|| vec![pid]), port);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert_resumed_after(&err, n, "tree sent");
+    assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// The same for a tree copied between two of our servers (VRET to VSTO),
+/// the source's data stream destroyed: the destination's failure reply
+/// says what it holds, and the source is asked to leave that out (`OPTS
+/// VRET After=`).
+#[test]
+fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destination_holds() {
+    let (_d, src_root, dst_root) = root_and_local();
+    let (tree, n) = tree_with_a_big_last_file(&src_root, 12);
+    let (src, sport) = lp_server(&src_root, &["--anonymous"]);
+    let (_dst, dport) = lp_server(&dst_root, &["--anonymous"]);
+    let urls = [format!("ftp://127.0.0.1:{sport}/tree"), format!("ftp://127.0.0.1:{dport}/tree")];
+    let cp = start_cp(&["-r", "-p", "4", &urls[0], &urls[1]]);
+    let pid = src.0.id();
+    kill_a_stream(midway(|| vec![pid]), sport);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    assert_same_tree(&tree, &dst_root.join("tree"));
+}
