@@ -76,7 +76,10 @@ pub struct CpArgs {
     /// Keep a download that fails for good (its retries spent) or is
     /// interrupted as `.NAME.lightpath-partial` next to its destination,
     /// and resume a file kept so by an earlier run: its kept bytes are
-    /// compared with the server's file, and only the rest is fetched.
+    /// compared with the server's file, and only the rest is fetched. An
+    /// upload to a lightpath server that fails so is noted (the server
+    /// keeps what it received for a while: `serve --keep-partial`), and
+    /// the next run sends only the rest if the file is unchanged.
     #[arg(long, env = "LIGHTPATH_PARTIAL")]
     pub partial: bool,
     /// No progress bar.
@@ -169,7 +172,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     // not answer) are left behind; the process is about to end.
     rt.shutdown_timeout(Duration::from_millis(100));
     let Some(results) = results? else {
-        let unfinished = if a.partial { "unfinished downloads kept for --partial" } else { "unfinished files removed" };
+        let unfinished = if a.partial { "unfinished files kept for --partial" } else { "unfinished files removed" };
         eprintln!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept");
         return Ok(Outcome::Interrupted);
     };
@@ -291,6 +294,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         connect_ahead: false,
         fastopen: false,
         congestion: None,
+        keep_interrupted: false,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

@@ -47,7 +47,8 @@ pub struct CopyOptions {
     /// ([`crate::retry`]); a download resumes from what it received.
     pub retries: u32,
     /// Keep a download that failed for good, or was interrupted, for the
-    /// next run, and take up one kept by an earlier run ([`crate::partial`]).
+    /// next run, and take up one kept by an earlier run; so for what a
+    /// server kept of an upload ([`crate::partial`]).
     pub partial: bool,
 }
 
@@ -100,6 +101,7 @@ pub async fn copy(
         connect_ahead: opts.connect_ahead,
         fastopen: opts.fastopen,
         congestion: opts.congestion.clone(),
+        keep_interrupted: opts.partial,
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {

@@ -89,6 +89,11 @@ impl Resume {
         }
     }
 
+    /// What the server confirmed of an upload in earlier tries, if anything.
+    pub(crate) fn sent_kept(&self) -> Option<Sent> {
+        self.sent().clone()
+    }
+
     /// Note what the server confirmed of an upload of `source` that
     /// failed (with what it had before: `have`).
     pub(crate) fn keep_sent(&self, have: RangeSet, source: Stamp) {

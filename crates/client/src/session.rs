@@ -53,6 +53,11 @@ pub struct SessionOpts {
     /// TCP congestion control of our data connections (`None`: BBR where
     /// the kernel allows it; `kernel`: the system's).
     pub congestion: Option<String>,
+    /// An interrupted transfer is broken off rather than aborted with
+    /// `ABOR` (`cp --partial`): a server keeps what it received of an
+    /// upload whose connections broke, not of one aborted
+    /// ([`crate::partial::upload`]).
+    pub keep_interrupted: bool,
 }
 
 impl SessionOpts {

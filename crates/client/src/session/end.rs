@@ -123,11 +123,27 @@ impl Session {
             }
             First::Data((dc, data)) => Ended { fin: self.reply_after_data(&data, ctl).await, dc, data },
             First::Cancelled => {
-                self.abort().await;
+                let keep = self.opts.keep_interrupted;
+                if !keep {
+                    self.abort().await;
+                }
                 let (dc, data) = joined(job.await)?;
+                if keep {
+                    self.break_off().await;
+                }
                 Ended { fin: Err(ClientError::Local("interrupted".into())), dc, data }
             }
         })
+    }
+
+    /// Break off an interrupted transfer without `ABOR` (`cp --partial`):
+    /// its data job has ended and closed its connections, which the server
+    /// takes for a broken transfer (and keeps an upload's partial file).
+    /// Its failure reply, after the `111` marker of what it wrote, is read
+    /// for at most [`ABORT_WAIT`]; the session is given up.
+    async fn break_off(&mut self) {
+        let _ = tokio::time::timeout(ABORT_WAIT, self.ctl.final_reply()).await;
+        self.lost();
     }
 
     /// The final reply of the running transfer that `ctl` drives. If the

@@ -18,6 +18,8 @@
 //! source ftp://host:2811/data/big
 //! ```
 
+pub(crate) mod upload;
+
 use crate::local::{kept_name, OpenTarget};
 use crate::plan::describe;
 use crate::retry::Task;
@@ -90,6 +92,7 @@ pub(crate) struct Keeping<'a> {
 /// whole removes a file an earlier run kept for it (it is of no use now,
 /// and would hold its space for ever), `--partial` or not.
 pub(crate) fn end(task: &Task, failed: bool, k: Keeping<'_>) {
+    upload::end(task, failed, k.on);
     match place(task, k.root) {
         Some(dst) if failed && k.on => keep(task, dst),
         Some(dst) if !failed => remove_stale(dst),
@@ -102,6 +105,9 @@ pub(crate) fn end(task: &Task, failed: bool, k: Keeping<'_>) {
 /// itself, or one directly in it: no directory beneath it is opened by
 /// a path) takes up the file an earlier run kept for it.
 pub(crate) fn take_up(task: &Task, k: Keeping<'_>) {
+    if k.on {
+        upload::take_up(task);
+    }
     if let Some(dst) = place(task, k.root).filter(|_| k.on && task.resume.have().is_none()) {
         adopt(task, dst);
     }

@@ -1,0 +1,218 @@
+//! An upload kept across runs (`cp --partial`). A lightpath server keeps
+//! what it wrote of an upload whose connection broke (unnamed, for
+//! `serve --keep-partial`, 15 minutes by default) and its `111` markers
+//! say which ranges. When such an upload fails for good or is interrupted
+//! (Ctrl-C, SIGTERM: with `--partial` the client then breaks the
+//! connections off rather than sending `ABOR`, which would make the server
+//! drop the file), this end writes those ranges down in a note in the
+//! user's state directory. The next `cp --partial` of the same, unchanged
+//! file (same size and mtime) to the same URL takes the note up and sends
+//! `REST` with the ranges, as a retry within one run does; a server that
+//! no longer holds them answers 554 and the file goes whole.
+//!
+//! One note per source and destination, named by the CRC-32C of both
+//! (the note names them in full, and only a note naming both is used):
+//!
+//! ```text
+//! lightpath-upload 1
+//! size 2147483648
+//! mtime 1764210000123456789
+//! have 0-536870912,540016640-541065216
+//! source /data/big
+//! target ftp://host:2811/big
+//! ```
+
+use crate::plan::describe;
+use crate::resume::Sent;
+use crate::retry::Task;
+use crate::Location;
+use lightpath_proto::ranges::RangeSet;
+use std::path::{Path, PathBuf};
+
+const VERSION_LINE: &str = "lightpath-upload 1";
+
+/// A note's contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Note {
+    /// The ranges the server confirmed, and the source's size and mtime.
+    sent: Sent,
+    /// The local file, as given (absolute where it could be made so).
+    source: String,
+    /// The destination URL without its password.
+    target: String,
+}
+
+impl Note {
+    fn encode(&self) -> Vec<u8> {
+        let (size, mtime) = (&self.sent.source.0, self.sent.source.1.as_deref().unwrap_or("-"));
+        let (have, source, target) = (&self.sent.have, &self.source, &self.target);
+        format!("{VERSION_LINE}\nsize {size}\nmtime {mtime}\nhave {have}\nsource {source}\ntarget {target}\n")
+            .into_bytes()
+    }
+
+    /// Parse a note read from the disk: refused with the reason unless it
+    /// is well formed and its ranges lie within its size.
+    fn parse(raw: &[u8]) -> Result<Note, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+        let mut lines = text.strip_suffix('\n').ok_or("unterminated")?.split('\n');
+        if lines.next() != Some(VERSION_LINE) {
+            return Err(format!("not a {VERSION_LINE} note"));
+        }
+        let mut field = |key: &str| {
+            let line = lines.next().ok_or(format!("no {key}"))?;
+            line.strip_prefix(key)
+                .and_then(|v| v.strip_prefix(' '))
+                .ok_or(format!("{key} expected"))
+                .map(str::to_string)
+        };
+        let size = field("size")?.parse::<u64>().map_err(|_| "bad size".to_string())?;
+        let mtime = Some(field("mtime")?).filter(|m| m != "-");
+        if mtime.as_ref().is_some_and(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_digit())) {
+            return Err("bad mtime".into());
+        }
+        let have = RangeSet::parse(&field("have")?).map_err(|e| format!("bad ranges: {e}"))?;
+        let (source, target) = (field("source")?, field("target")?);
+        if lines.next().is_some() {
+            return Err("trailing lines".into());
+        }
+        if have.is_empty() || have.end() > size {
+            return Err(format!("ranges {have} not within {size} bytes"));
+        }
+        Ok(Note { sent: Sent { have, source: (size, mtime) }, source, target })
+    }
+}
+
+/// Where the notes live: `$XDG_STATE_HOME/lightpath/uploads`, else
+/// `~/.local/state/lightpath/uploads`.
+fn notes_dir() -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()).map(PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state"))
+    })?;
+    Some(state.join("lightpath/uploads"))
+}
+
+/// The source and target of `task` as a note names them, if it is an
+/// upload of a local file.
+fn names(task: &Task) -> Option<(String, String)> {
+    let (Location::Local(src), Location::Remote(_)) = (&task.item.src, &task.item.dst) else { return None };
+    let abs = std::path::absolute(src).unwrap_or_else(|_| src.clone());
+    Some((abs.to_string_lossy().into_owned(), describe(&task.item.dst)))
+}
+
+/// The note's path for `source` to `target` in `dir`.
+fn note_path(dir: &Path, source: &str, target: &str) -> PathBuf {
+    let key = crc32c::crc32c(format!("{source}\n{target}").as_bytes());
+    dir.join(format!("{key:08x}"))
+}
+
+/// With `cp --partial`, before an upload's first try: take up the ranges
+/// an earlier run noted for it, if the note names this file and URL and
+/// the file is unchanged. The note is used up either way.
+pub(crate) fn take_up(task: &Task) {
+    let (Some((source, target)), Some(dir)) = (names(task), notes_dir()) else { return };
+    let path = note_path(&dir, &source, &target);
+    let Ok(raw) = std::fs::read(&path) else { return };
+    let now = crate::local::LocalSource::File(PathBuf::from(&source)).stamp();
+    let why = match Note::parse(&raw) {
+        Ok(n) if (&n.source, &n.target) != (&source, &target) => return, // another's (same CRC)
+        Ok(n) if Some(&n.sent.source) == now.as_ref() => {
+            let bytes = n.sent.have.covered();
+            tracing::info!("{source}: taking up {bytes} bytes the server kept of an earlier run's upload");
+            task.resume.keep_sent(n.sent.have, n.sent.source);
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        Ok(_) => "the file changed since".to_string(),
+        Err(e) => format!("its note is unreadable ({e})"),
+    };
+    tracing::warn!("{source}: not resuming the upload an earlier run left: {why}; sending it whole");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// An upload is done with: one that `failed` (for good, or interrupted)
+/// with `--partial` (`keep`) notes what the server confirmed of it; one
+/// that succeeded removes a note an earlier run left for it.
+pub(crate) fn end(task: &Task, failed: bool, keep: bool) {
+    let (Some((source, target)), Some(dir)) = (names(task), notes_dir()) else { return };
+    let path = note_path(&dir, &source, &target);
+    if failed {
+        if let Some(sent) = task.resume.sent_kept().filter(|_| keep) {
+            write(&path, &Note { sent, source, target });
+        }
+    } else if std::fs::remove_file(&path).is_ok() {
+        tracing::info!("{source}: removed the note an earlier run left for its upload");
+    }
+}
+
+/// Write `note` at `path` (through a temporary name: a note is whole or
+/// absent), and say so.
+fn write(path: &Path, note: &Note) {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let r = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
+        std::fs::write(&tmp, note.encode())?;
+        std::fs::rename(&tmp, path)
+    });
+    match r {
+        Ok(()) => eprintln!(
+            "lightpath: the server kept {} bytes of {} for a while (the same cp --partial resumes it)",
+            note.sent.have.covered(),
+            note.source
+        ),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!("{}: the upload's note cannot be written: {e}", path.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note() -> Note {
+        let mut have = RangeSet::new();
+        have.insert(0, 600);
+        have.insert(700, 800);
+        let sent = Sent { have, source: (1000, Some("1764210000123456789".into())) };
+        Note { sent, source: "/data/a b".into(), target: "ftp://h:2811/a b".into() }
+    }
+
+    #[test]
+    fn a_note_reads_back_as_written() {
+        let n = note();
+        assert_eq!(Note::parse(&n.encode()), Ok(n.clone()));
+        let no_mtime = Note { sent: Sent { source: (1000, None), ..n.sent }, ..n };
+        assert_eq!(Note::parse(&no_mtime.encode()), Ok(no_mtime));
+    }
+
+    #[test]
+    fn bad_notes_are_refused_with_a_reason() {
+        let good = String::from_utf8(note().encode()).unwrap();
+        let bad = [
+            good.replace("upload 1", "upload 2"),
+            good.replace("have 0-600,700-800", "have "),
+            good.replace("have 0-600,700-800", "have 0-600,700-1001"),
+            good.replace("have 0-600", "have 600-0"),
+            good.replace("size 1000", "size -1"),
+            good.replace("mtime 1764210000123456789", "mtime 17x"),
+            good.replace("mtime 1764210000123456789", "mtime "),
+            good.replace("target", "targe"),
+            good.trim_end().to_string(),
+            format!("{good}extra\n"),
+            good.lines().take(4).map(|l| format!("{l}\n")).collect(),
+            String::new(),
+        ];
+        for b in bad {
+            assert!(Note::parse(b.as_bytes()).is_err(), "{b:?} accepted");
+        }
+        assert!(Note::parse(&[0xff, b'\n']).is_err());
+    }
+
+    #[test]
+    fn notes_are_named_by_source_and_target() {
+        let d = Path::new("/s");
+        assert_eq!(note_path(d, "/a", "ftp://h/a"), note_path(d, "/a", "ftp://h/a"));
+        assert_ne!(note_path(d, "/a", "ftp://h/a"), note_path(d, "/a", "ftp://h/b"));
+        assert_ne!(note_path(d, "/a", "ftp://h/a"), note_path(d, "/b", "ftp://h/a"));
+    }
+}
