@@ -344,12 +344,16 @@ fn receive(
         let got = match r {
             Ok(got) => got,
             Err(e) => {
+                tracing::debug!(path = %t.path.display(), error = %e, lost = ctl.is_lost(), "upload failed");
                 keep_partial(ctx, up, target, ctl, &path.owner, &e);
                 return Err(file_reply(&t.path)(e));
             }
         };
         let moved = got.covered();
-        check_complete(t, &got.union(&up.claims))?;
+        if let Err(r) = check_complete(t, &got.union(&up.claims)) {
+            tracing::debug!(path = %t.path.display(), reply = %r.text(), "upload incomplete");
+            return Err(r);
+        }
         moved
     };
     if let Some(n) = t.allo.filter(|_| t.restart.is_none() && t.settings.mode == Mode::Stream) {
