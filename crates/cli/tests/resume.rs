@@ -410,15 +410,15 @@ fn partial_upload(state: &Path, local: &Path, url: &str) -> Child {
 
 /// Interrupt `cp --partial` (an upload to `root`'s server) once it has
 /// read a quarter of the file: nothing appears under a name on the
-/// server, and `cp` says how many bytes the server kept.
+/// server, and `cp` says how many bytes the server wrote (and noted them).
 fn interrupted_upload(cp: Child, root: &Path) -> u64 {
     let pid = cp.id();
     midway(|| vec![pid]);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     assert!(names(root).is_empty(), "{err}");
-    let n = err.split("the server kept ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
-    n.unwrap_or_else(|| panic!("no bytes kept by the server in: {err}"))
+    let n = err.split("the server wrote ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
+    n.unwrap_or_else(|| panic!("no bytes written by the server in: {err}"))
 }
 
 /// `cp --partial` of an upload interrupted midway: the client breaks the
@@ -435,8 +435,10 @@ fn an_interrupted_upload_with_partial_resumes_in_the_next_run() {
     let kept = interrupted_upload(partial_upload(state.path(), &local, &url), &root);
     assert!(kept > 0 && kept < LEN, "{kept}");
     let err = succeeded(partial_upload(state.path(), &local, &url).wait_with_output().unwrap());
-    assert!(err.contains(&format!("taking up {kept} bytes the server kept")), "{err}");
+    assert!(err.contains(&format!("taking up the {kept} bytes an earlier run's upload left")), "{err}");
     assert_eq!(resumed_as(&err, "an upload"), (kept, LEN - kept), "{err}");
+    assert!(err.contains(&format!("{LEN} bytes in ")), "the file counts whole: {err}");
+    assert!(err.contains(&format!("{kept} of those bytes were kept from earlier tries")), "{err}");
     assert_same_file(&local.join("big"), &root.join("big"));
     assert_eq!(names(&root), ["big"]);
     assert!(names(&state.path().join("lightpath/uploads")).is_empty(), "the note is used up");

@@ -150,7 +150,7 @@ impl Resume {
     /// server refused (554: it kept nothing) keeps nothing and becomes a
     /// transient error saying `gone(code, reply)`, so the next try goes
     /// whole. A resumed try that succeeded is said in verbose output, as
-    /// `what` whose rest the `holder` kept.
+    /// `what` whose rest the `holder` kept, and counts the kept bytes too.
     pub(crate) fn settle(
         &self,
         r: Result<u64, ClientError>,
@@ -161,10 +161,12 @@ impl Resume {
     ) -> Result<u64, ClientError> {
         match &r {
             Ok(n) => {
-                if let Some(k) = &kept {
-                    tracing::info!("resumed {what}: {} bytes kept by the {holder}, {n} sent", k.covered());
-                }
                 self.clear();
+                let Some(k) = kept else { return r };
+                tracing::info!("resumed {what}: {} bytes kept by the {holder}, {n} sent", k.covered());
+                // The file counts whole, as a resumed download does (what
+                // moved is in the job's progress).
+                return Ok(n + k.covered());
             }
             Err(ClientError::Refused { code: 554, reply, .. }) if kept.is_some() => {
                 self.clear();

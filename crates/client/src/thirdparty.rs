@@ -122,6 +122,8 @@ fn settle_resume(
 /// their transfer commands in errors. When one side fails, the other's
 /// transfer is given up (waiting at most [`crate::session::ABORT_WAIT`]
 /// for it) and the failure that came first, the cause, is the error.
+/// `note` sees the destination's failure reply before it becomes the
+/// error, and may take lines out of it ([`Reply::take_held`]).
 pub(crate) async fn watch(
     s: &mut Session,
     d: &mut Session,

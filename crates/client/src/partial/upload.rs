@@ -117,7 +117,7 @@ pub(crate) fn take_up(task: &Task) {
         Ok(n) if (&n.source, &n.target) != (&source, &target) => return, // another's (same CRC)
         Ok(n) if Some(&n.sent.source) == now.as_ref() => {
             let bytes = n.sent.have.covered();
-            tracing::info!("{source}: taking up {bytes} bytes the server kept of an earlier run's upload");
+            tracing::info!("{source}: taking up the {bytes} bytes an earlier run's upload left on the server");
             task.resume.keep_sent(n.sent.have, n.sent.source);
             let _ = std::fs::remove_file(&path);
             return;
@@ -154,7 +154,7 @@ fn write(path: &Path, note: &Note) {
     });
     match r {
         Ok(()) => eprintln!(
-            "lightpath: the server kept {} bytes of {} for a while (the same cp --partial resumes it)",
+            "lightpath: the server wrote {} bytes of {} before the copy stopped; noted: the same cp --partial sends only the rest while the server keeps them",
             note.sent.have.covered(),
             note.source
         ),

@@ -148,13 +148,18 @@ impl Session {
 
     /// The final reply of the running transfer that `ctl` drives. If the
     /// job is stopped first (Ctrl-C), the transfer is aborted with ABOR:
-    /// the server stops sending or drops what it received.
+    /// the server stops sending or drops what it received (or, with
+    /// `keep_interrupted`, broken off: [`Session::break_off`]).
     async fn transfer_reply(&mut self, ctl: &Control) -> Result<Reply, ClientError> {
         tokio::select! {
             r = self.ctl.final_reply() => return r,
             _ = cancelled(ctl) => {}
         }
-        self.abort().await;
+        // The data job has ended (this waits only after it).
+        match self.opts.keep_interrupted {
+            true => self.break_off().await,
+            false => self.abort().await,
+        }
         Err(ClientError::Local("interrupted".into()))
     }
 
