@@ -282,8 +282,10 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
         let mut cmd = path.command(inv.client_side, &group, &inv.client[0]);
         cmd.args(&inv.client[1..]);
         // lightpath's book of servers met (data connections opened ahead
-        // from the second visit on) lives with the bench's cache, not in ~root.
+        // from the second visit on) and its notes of uploads kept for
+        // `cp --partial` live with the bench's cache, not in ~root.
         cmd.env("LIGHTPATH_PEERS", env.cache.join("lightpath-peers"));
+        cmd.env("XDG_STATE_HOME", env.cache.join("lightpath-state"));
         cmd
     };
     let groups: Vec<&Group> = std::iter::once(&group).chain(running.iter().map(|r| &r.group)).collect();
