@@ -51,32 +51,55 @@ impl Note {
     /// Parse a note read from the disk (any bytes: refused with the reason
     /// unless it is well formed and its range lies within its size).
     fn parse(raw: &[u8]) -> Result<Note, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
-        let mut lines = text.strip_suffix('\n').ok_or("unterminated")?.split('\n');
-        if lines.next() != Some(VERSION_LINE) {
-            return Err("not a lightpath-partial 1 note".into());
-        }
-        let mut field = |key: &str| {
-            let line = lines.next().ok_or(format!("no {key}"))?;
-            line.strip_prefix(key)
-                .and_then(|v| v.strip_prefix(' '))
-                .ok_or(format!("{key} expected"))
-                .map(str::to_string)
-        };
+        let mut f = Fields::open(raw, VERSION_LINE)?;
         let num = |v: &str| v.parse::<u64>().map_err(|_| format!("bad number {v:?}"));
-        let size = num(&field("size")?)?;
-        let have = field("have")?;
-        let (s, e) = have.split_once('-').ok_or("bad range")?;
+        let size = num(f.field("size")?)?;
+        let (s, e) = f.field("have")?.split_once('-').ok_or("bad range")?;
         let have = (num(s)?, num(e)?);
-        let source = field("source")?;
-        if lines.next().is_some() {
-            return Err("trailing lines".into());
-        }
+        let source = f.field("source")?.to_string();
+        f.end()?;
         if have.0 >= have.1 || have.1 > size {
             return Err(format!("range {}-{} not within {size} bytes", have.0, have.1));
         }
         Ok(Note { source, size, have })
     }
+}
+
+/// A note read back (a kept download's, or an upload's: [`upload`]): a
+/// version line, then `key value` lines in a fixed order, then nothing.
+/// Any bytes are refused with the reason unless they are so.
+struct Fields<'a>(std::str::Split<'a, char>);
+
+impl<'a> Fields<'a> {
+    fn open(raw: &'a [u8], version: &str) -> Result<Fields<'a>, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+        let mut lines = text.strip_suffix('\n').ok_or("unterminated")?.split('\n');
+        if lines.next() != Some(version) {
+            return Err(format!("not a {version} note"));
+        }
+        Ok(Fields(lines))
+    }
+
+    /// The value of the next line, which must be `key`'s.
+    fn field(&mut self, key: &str) -> Result<&'a str, String> {
+        let line = self.0.next().ok_or(format!("no {key}"))?;
+        line.strip_prefix(key).and_then(|v| v.strip_prefix(' ')).ok_or(format!("{key} expected"))
+    }
+
+    /// No line after the last field.
+    fn end(mut self) -> Result<(), String> {
+        self.0.next().map_or(Ok(()), |_| Err("trailing lines".into()))
+    }
+}
+
+/// Tests of both notes: each of `bad` is refused by `parse`, and so are
+/// bytes that are not UTF-8.
+#[cfg(test)]
+fn assert_refused<T: std::fmt::Debug>(parse: impl Fn(&[u8]) -> Result<T, String>, bad: &[String]) {
+    for b in bad {
+        assert!(parse(b.as_bytes()).is_err(), "{b:?} accepted");
+    }
+    assert!(parse(&[0xff, b'\n']).is_err());
 }
 
 /// Where and whether downloads are kept across runs: the destination
@@ -216,9 +239,6 @@ mod tests {
             good.lines().take(2).map(|l| format!("{l}\n")).collect(),
             String::new(),
         ];
-        for b in bad {
-            assert!(Note::parse(b.as_bytes()).is_err(), "{b:?} accepted");
-        }
-        assert!(Note::parse(&[0xff, b'\n']).is_err());
+        assert_refused(Note::parse, &bad);
     }
 }

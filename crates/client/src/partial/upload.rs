@@ -22,6 +22,7 @@
 //! target ftp://host:2811/big
 //! ```
 
+use super::Fields;
 use crate::plan::describe;
 use crate::resume::Sent;
 use crate::retry::Task;
@@ -53,28 +54,15 @@ impl Note {
     /// Parse a note read from the disk: refused with the reason unless it
     /// is well formed and its ranges lie within its size.
     fn parse(raw: &[u8]) -> Result<Note, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
-        let mut lines = text.strip_suffix('\n').ok_or("unterminated")?.split('\n');
-        if lines.next() != Some(VERSION_LINE) {
-            return Err(format!("not a {VERSION_LINE} note"));
-        }
-        let mut field = |key: &str| {
-            let line = lines.next().ok_or(format!("no {key}"))?;
-            line.strip_prefix(key)
-                .and_then(|v| v.strip_prefix(' '))
-                .ok_or(format!("{key} expected"))
-                .map(str::to_string)
-        };
-        let size = field("size")?.parse::<u64>().map_err(|_| "bad size".to_string())?;
-        let mtime = Some(field("mtime")?).filter(|m| m != "-");
+        let mut f = Fields::open(raw, VERSION_LINE)?;
+        let size = f.field("size")?.parse::<u64>().map_err(|_| "bad size".to_string())?;
+        let mtime = Some(f.field("mtime")?.to_string()).filter(|m| m != "-");
         if mtime.as_ref().is_some_and(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_digit())) {
             return Err("bad mtime".into());
         }
-        let have = RangeSet::parse(&field("have")?).map_err(|e| format!("bad ranges: {e}"))?;
-        let (source, target) = (field("source")?, field("target")?);
-        if lines.next().is_some() {
-            return Err("trailing lines".into());
-        }
+        let have = RangeSet::parse(f.field("have")?).map_err(|e| format!("bad ranges: {e}"))?;
+        let (source, target) = (f.field("source")?.to_string(), f.field("target")?.to_string());
+        f.end()?;
         if have.is_empty() || have.end() > size {
             return Err(format!("ranges {have} not within {size} bytes"));
         }
@@ -202,10 +190,7 @@ mod tests {
             good.lines().take(4).map(|l| format!("{l}\n")).collect(),
             String::new(),
         ];
-        for b in bad {
-            assert!(Note::parse(b.as_bytes()).is_err(), "{b:?} accepted");
-        }
-        assert!(Note::parse(&[0xff, b'\n']).is_err());
+        super::super::assert_refused(Note::parse, &bad);
     }
 
     #[test]
