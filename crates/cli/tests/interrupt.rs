@@ -3,13 +3,17 @@
 //! the exit status is 130: downloads (one file, a tree), uploads and
 //! third-party copies. And SIGKILL, which no cleanup code sees: a killed
 //! server or client leaves no partial file either (received unnamed,
-//! `O_TMPFILE`, until complete).
+//! `O_TMPFILE`, until complete). With `--partial`, an interrupted upload
+//! is broken off without `ABOR`.
 
 mod common;
 use common::*;
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Start `lightpath cp -q args...` with its stderr kept.
@@ -173,4 +177,65 @@ fn a_killed_client_leaves_no_partial_file_in_a_tree() {
     cp.kill().unwrap();
     cp.wait().unwrap();
     only_the_small_file(&local, &tree);
+}
+
+/// A plain FTP server that takes an upload and reads its data, noting
+/// every command it gets and the bytes read. It reads as fast as the data
+/// comes: the client's data job then ends at the interruption before the
+/// client's reply wait sees it (the path that once sent ABOR anyway).
+fn sink(seen: Arc<Mutex<Vec<String>>>, got: Arc<AtomicU64>) -> u16 {
+    scripted::serve(move |conn| {
+        let (seen, got) = (seen.clone(), got.clone());
+        let mut data = scripted::DataEnd::default();
+        scripted::commands(conn, "scripted", move |out, verb, arg| {
+            seen.lock().unwrap().push(verb.to_string());
+            Some(match verb {
+                "USER" => "331 password\r\n".into(),
+                "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
+                "STOR" => {
+                    let Some(c) = data.open() else { return Some("425 no data connection\r\n".into()) };
+                    let _ = out.write_all(b"150 opening\r\n");
+                    read_all(c, got.clone());
+                    String::new() // no final reply: the client must not wait for one for ever
+                }
+                "PASS" | "TYPE" | "MODE" | "OPTS" | "ALLO" => "200 OK\r\n".into(),
+                _ => "502 not implemented\r\n".into(),
+            })
+        })
+    })
+}
+
+fn read_all(mut c: std::net::TcpStream, got: Arc<AtomicU64>) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0; 64 << 10];
+        while let Ok(n @ 1..) = c.read(&mut buf) {
+            got.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Interrupt an upload to [`sink`] (with `args`) once data flows;
+/// whether the server then got an `ABOR`.
+fn interrupted_upload_sends_abor(args: &[&str]) -> bool {
+    let (seen, got) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicU64::new(0)));
+    let port = sink(seen.clone(), got.clone());
+    let src = scratch();
+    sparse(&src.path().join("big"));
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let cp = start_cp(&[args, &[src.path().join("big").to_str().unwrap(), &url]].concat());
+    wait_for("the upload never sent data", || got.load(Ordering::Relaxed) > 1 << 20);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    let seen = seen.lock().unwrap();
+    assert!(seen.contains(&"STOR".to_string()), "{seen:?}");
+    seen.contains(&"ABOR".to_string())
+}
+
+/// Ctrl-C stops an upload with `ABOR` (the server drops what it got);
+/// with `--partial` it breaks the transfer off without one, so that a
+/// server keeping broken uploads keeps it for the next run.
+#[test]
+fn ctrl_c_aborts_an_upload_but_with_partial_breaks_it_off() {
+    assert!(interrupted_upload_sends_abor(&[]), "without --partial, ABOR");
+    assert!(!interrupted_upload_sends_abor(&["--partial"]), "with --partial, no ABOR");
 }

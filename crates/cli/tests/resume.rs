@@ -397,28 +397,59 @@ fn a_complete_copy_removes_a_file_kept_for_it() {
     assert_eq!(names(&u.local), ["big"]);
 }
 
-/// `cp -v -q --partial -p 4 local/big URL` with its notes in `state`.
-fn partial_upload(state: &Path, local: &Path, url: &str) -> Child {
-    let big = local.join("big");
-    Command::new(LP)
-        .env("XDG_STATE_HOME", state)
-        .args(["-v", "cp", "-q", "--partial", "-p", "4", big.to_str().unwrap(), url])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start cp")
+/// An upload of the island file to our server with `cp --partial`,
+/// interrupted midway: the scratch directories, the server, the URL, and
+/// the bytes `cp` said the server wrote.
+struct UpInterrupted {
+    _d: tempfile::TempDir,
+    root: PathBuf,
+    local: PathBuf,
+    state: tempfile::TempDir,
+    _srv: Proc,
+    url: String,
+    kept: u64,
 }
 
-/// Interrupt `cp --partial` (an upload to `root`'s server) once it has
-/// read a quarter of the file: nothing appears under a name on the
-/// server, and `cp` says how many bytes the server wrote (and noted them).
-fn interrupted_upload(cp: Child, root: &Path) -> u64 {
-    let pid = cp.id();
-    midway(|| vec![pid]);
-    let (code, err) = interrupt(cp);
-    assert_eq!(code, Some(130), "{err}");
-    assert!(names(root).is_empty(), "{err}");
-    let n = err.split("the server wrote ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
-    n.unwrap_or_else(|| panic!("no bytes written by the server in: {err}"))
+impl UpInterrupted {
+    /// Start the upload and interrupt it once it has read a quarter of
+    /// the file: nothing appears under a name on the server, and `cp` says
+    /// how many bytes the server wrote (and noted them).
+    fn new() -> Self {
+        let (_d, root, local) = root_and_local();
+        islands(&local.join("big"), LEN);
+        let (state, (_srv, port)) = (scratch(), lp_server(&root, &["--anonymous"]));
+        let url = format!("ftp://127.0.0.1:{port}/big");
+        let mut u = UpInterrupted { _d, root, local, state, _srv, url, kept: 0 };
+        let cp = u.run();
+        let pid = cp.id();
+        midway(|| vec![pid]);
+        let (code, err) = interrupt(cp);
+        assert_eq!(code, Some(130), "{err}");
+        assert!(names(&u.root).is_empty(), "{err}");
+        let n = err.split("the server wrote ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
+        u.kept = n.unwrap_or_else(|| panic!("no bytes written by the server in: {err}"));
+        u
+    }
+
+    /// `cp -v -q --partial -p 4 local/big URL`, its notes in `state`.
+    fn run(&self) -> Child {
+        Command::new(LP)
+            .env("XDG_STATE_HOME", self.state.path())
+            .args(["-v", "cp", "-q", "--partial", "-p", "4", self.local.join("big").to_str().unwrap(), &self.url])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start cp")
+    }
+
+    /// Run it again to success: what `cp` said. The file arrived whole
+    /// and no note is left.
+    fn finish(&self) -> String {
+        let err = succeeded(self.run().wait_with_output().unwrap());
+        assert_same_file(&self.local.join("big"), &self.root.join("big"));
+        assert_eq!(names(&self.root), ["big"]);
+        assert!(names(&self.state.path().join("lightpath/uploads")).is_empty(), "the note is used up");
+        err
+    }
 }
 
 /// `cp --partial` of an upload interrupted midway: the client breaks the
@@ -427,38 +458,24 @@ fn interrupted_upload(cp: Child, root: &Path) -> u64 {
 /// takes the note up and sends only the rest.
 #[test]
 fn an_interrupted_upload_with_partial_resumes_in_the_next_run() {
-    let (_d, root, local) = root_and_local();
-    islands(&local.join("big"), LEN);
-    let state = scratch();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
-    let url = format!("ftp://127.0.0.1:{port}/big");
-    let kept = interrupted_upload(partial_upload(state.path(), &local, &url), &root);
+    let u = UpInterrupted::new();
+    let kept = u.kept;
     assert!(kept > 0 && kept < LEN, "{kept}");
-    let err = succeeded(partial_upload(state.path(), &local, &url).wait_with_output().unwrap());
+    let err = u.finish();
     assert!(err.contains(&format!("taking up the {kept} bytes an earlier run's upload left")), "{err}");
     assert_eq!(resumed_as(&err, "an upload"), (kept, LEN - kept), "{err}");
     assert!(err.contains(&format!("{LEN} bytes in ")), "the file counts whole: {err}");
     assert!(err.contains(&format!("{kept} of those bytes were kept from earlier tries")), "{err}");
-    assert_same_file(&local.join("big"), &root.join("big"));
-    assert_eq!(names(&root), ["big"]);
-    assert!(names(&state.path().join("lightpath/uploads")).is_empty(), "the note is used up");
 }
 
 /// A file changed (its mtime) since the interrupted run is sent whole:
 /// the note does not apply to it.
 #[test]
 fn an_upload_noted_by_an_earlier_run_of_a_file_changed_since_goes_whole() {
-    let (_d, root, local) = root_and_local();
-    islands(&local.join("big"), LEN);
-    let state = scratch();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
-    let url = format!("ftp://127.0.0.1:{port}/big");
-    interrupted_upload(partial_upload(state.path(), &local, &url), &root);
-    let f = std::fs::File::options().write(true).open(local.join("big")).unwrap();
+    let u = UpInterrupted::new();
+    let f = std::fs::File::options().write(true).open(u.local.join("big")).unwrap();
     f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5)).unwrap();
-    let err = succeeded(partial_upload(state.path(), &local, &url).wait_with_output().unwrap());
+    let err = u.finish();
     assert!(err.contains("the file changed since; sending it whole"), "{err}");
     assert!(!err.contains("resumed an upload"), "{err}");
-    assert_same_file(&local.join("big"), &root.join("big"));
-    assert!(names(&state.path().join("lightpath/uploads")).is_empty());
 }
