@@ -79,11 +79,17 @@ fn notes_dir() -> Option<PathBuf> {
     Some(state.join("lightpath/uploads"))
 }
 
+/// The local file of `task`, if it is an upload.
+fn local_file(task: &Task) -> Option<&Path> {
+    let (Location::Local(src), Location::Remote(_)) = (&task.item.src, &task.item.dst) else { return None };
+    Some(src)
+}
+
 /// The source and target of `task` as a note names them, if it is an
 /// upload of a local file.
 fn names(task: &Task) -> Option<(String, String)> {
-    let (Location::Local(src), Location::Remote(_)) = (&task.item.src, &task.item.dst) else { return None };
-    let abs = std::path::absolute(src).unwrap_or_else(|_| src.clone());
+    let src = local_file(task)?;
+    let abs = std::path::absolute(src).unwrap_or_else(|_| src.to_path_buf());
     Some((abs.to_string_lossy().into_owned(), describe(&task.item.dst)))
 }
 
@@ -100,7 +106,8 @@ pub(crate) fn take_up(task: &Task) {
     let (Some((source, target)), Some(dir)) = (names(task), notes_dir()) else { return };
     let path = note_path(&dir, &source, &target);
     let Ok(raw) = std::fs::read(&path) else { return };
-    let now = crate::local::LocalSource::File(PathBuf::from(&source)).stamp();
+    // The file itself, not its name as noted (which may be lossy).
+    let now = local_file(task).and_then(|p| crate::local::LocalSource::File(p.to_path_buf()).stamp());
     let why = match Note::parse(&raw) {
         Ok(n) if (&n.source, &n.target) != (&source, &target) => return, // another's (same CRC)
         Ok(n) if Some(&n.sent.source) == now.as_ref() => {
