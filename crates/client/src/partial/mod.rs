@@ -8,6 +8,8 @@
 //! compared with the server's file first ([`crate::retry::check_kept`]),
 //! then only the rest is fetched. A note of another source or size, or
 //! one that does not parse, starts the file over (the kept file goes).
+//! An upload's counterpart, where the server keeps the bytes and this end
+//! notes the ranges, is [`upload`].
 //!
 //! The note is plain text, every line `key value`:
 //!
@@ -102,8 +104,8 @@ fn assert_refused<T: std::fmt::Debug>(parse: impl Fn(&[u8]) -> Result<T, String>
     assert!(parse(&[0xff, b'\n']).is_err());
 }
 
-/// Where and whether downloads are kept across runs: the destination
-/// root of a copy to local files, and `cp --partial`.
+/// Where and whether files are kept across runs: the destination root of
+/// a copy to local files (downloads), and `cp --partial` (both ways).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Keeping<'a> {
     pub root: Option<&'a Path>,
