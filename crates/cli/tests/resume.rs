@@ -5,7 +5,8 @@
 //! failures are not tried again. An upload whose data stream died sends
 //! only what our server did not keep of it. With `--partial`, a download
 //! that failed for good or was interrupted is kept, and resumed by the
-//! next run.
+//! next run; so is an upload, whose bytes our server keeps. Trees are in
+//! `tree_resume.rs`.
 
 mod common;
 use common::breaks::*;
