@@ -406,7 +406,8 @@ struct UpInterrupted {
     root: PathBuf,
     local: PathBuf,
     state: tempfile::TempDir,
-    _srv: Proc,
+    srv: Proc,
+    port: u16,
     url: String,
     kept: u64,
 }
@@ -418,10 +419,10 @@ impl UpInterrupted {
     fn new() -> Self {
         let (_d, root, local) = root_and_local();
         islands(&local.join("big"), LEN);
-        let (state, (_srv, port)) = (scratch(), lp_server(&root, &["--anonymous"]));
+        let (state, (srv, port)) = (scratch(), lp_server(&root, &["--anonymous"]));
         let url = format!("ftp://127.0.0.1:{port}/big");
-        let mut u = UpInterrupted { _d, root, local, state, _srv, url, kept: 0 };
-        let cp = u.run();
+        let mut u = UpInterrupted { _d, root, local, state, srv, port, url, kept: 0 };
+        let cp = u.run(&[]);
         let pid = cp.id();
         midway(|| vec![pid]);
         let (code, err) = interrupt(cp);
@@ -432,11 +433,13 @@ impl UpInterrupted {
         u
     }
 
-    /// `cp -v -q --partial -p 4 local/big URL`, its notes in `state`.
-    fn run(&self) -> Child {
+    /// `cp -v -q --partial -p 4 [args] local/big URL`, its notes in `state`.
+    fn run(&self, args: &[&str]) -> Child {
         Command::new(LP)
             .env("XDG_STATE_HOME", self.state.path())
-            .args(["-v", "cp", "-q", "--partial", "-p", "4", self.local.join("big").to_str().unwrap(), &self.url])
+            .args(["-v", "cp", "-q", "--partial", "-p", "4"])
+            .args(args)
+            .args([self.local.join("big").to_str().unwrap(), &self.url])
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("start cp")
@@ -444,8 +447,8 @@ impl UpInterrupted {
 
     /// Run it again to success: what `cp` said. The file arrived whole
     /// and no note is left.
-    fn finish(&self) -> String {
-        let err = succeeded(self.run().wait_with_output().unwrap());
+    fn finish(&self, args: &[&str]) -> String {
+        let err = succeeded(self.run(args).wait_with_output().unwrap());
         assert_same_file(&self.local.join("big"), &self.root.join("big"));
         assert_eq!(names(&self.root), ["big"]);
         assert!(names(&self.state.path().join("lightpath/uploads")).is_empty(), "the note is used up");
@@ -462,7 +465,7 @@ fn an_interrupted_upload_with_partial_resumes_in_the_next_run() {
     let u = UpInterrupted::new();
     let kept = u.kept;
     assert!(kept > 0 && kept < LEN, "{kept}");
-    let err = u.finish();
+    let err = u.finish(&[]);
     assert!(err.contains(&format!("taking up the {kept} bytes an earlier run's upload left")), "{err}");
     assert_eq!(resumed_as(&err, "an upload"), (kept, LEN - kept), "{err}");
     assert!(err.contains(&format!("{LEN} bytes in ")), "the file counts whole: {err}");
@@ -476,7 +479,23 @@ fn an_upload_noted_by_an_earlier_run_of_a_file_changed_since_goes_whole() {
     let u = UpInterrupted::new();
     let f = std::fs::File::options().write(true).open(u.local.join("big")).unwrap();
     f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5)).unwrap();
-    let err = u.finish();
+    let err = u.finish(&[]);
     assert!(err.contains("the file changed since; sending it whole"), "{err}");
+    assert!(!err.contains("resumed an upload"), "{err}");
+}
+
+/// A server restarted since the interrupted run holds nothing of it: the
+/// noted restart is refused (554) and the file goes whole at once, even
+/// with `--retries 0` (that refusal is no failure of this run's).
+#[test]
+fn a_noted_upload_the_server_no_longer_holds_goes_whole_even_without_retries() {
+    let mut u = UpInterrupted::new();
+    u.srv.0.kill().unwrap();
+    u.srv.0.wait().unwrap();
+    u.srv = lp_server_on(&u.root, u.port, &["--anonymous"]);
+    let err = u.finish(&["--retries", "0"]);
+    assert!(err.contains("taking up the"), "{err}");
+    assert!(err.contains("no longer holds the partial upload (554"), "{err}");
+    assert!(err.contains("sending it whole now"), "{err}");
     assert!(!err.contains("resumed an upload"), "{err}");
 }

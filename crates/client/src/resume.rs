@@ -19,6 +19,7 @@ use crate::ClientError;
 use lightpath_engine::checksum::checksum;
 use lightpath_engine::FileSource;
 use lightpath_proto::ranges::RangeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The most ranges a resumed try names in its `REST`.
@@ -28,7 +29,15 @@ const MAX_RANGES: usize = 64;
 /// caller that retries holds it across sessions. Dropping it drops the
 /// file (a temporary one vanishes).
 #[derive(Debug, Default)]
-pub struct Resume(Mutex<Option<Kept>>, Mutex<Option<Sent>>);
+pub struct Resume(Mutex<Option<Kept>>, Mutex<Option<Sent>>, Noted);
+
+/// Whether an upload's ranges came from an earlier run's note
+/// ([`crate::partial::upload`]), and whether the server then refused them.
+#[derive(Debug, Default)]
+struct Noted {
+    taken: AtomicBool,
+    refused: AtomicBool,
+}
 
 /// A partial upload: the ranges the server confirmed, and the source as
 /// it was (a changed source starts over).
@@ -92,6 +101,18 @@ impl Resume {
     /// What the server confirmed of an upload in earlier tries, if anything.
     pub(crate) fn sent_kept(&self) -> Option<Sent> {
         self.sent().clone()
+    }
+
+    /// [`Resume::keep_sent`] for ranges an earlier run noted.
+    pub(crate) fn keep_noted(&self, have: RangeSet, source: Stamp) {
+        self.keep_sent(have, source);
+        self.2.taken.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the server refused (554) the ranges an earlier run noted;
+    /// asked once.
+    pub(crate) fn take_refused_note(&self) -> bool {
+        self.2.refused.swap(false, Ordering::Relaxed)
     }
 
     /// Note what the server confirmed of an upload of `source` that
@@ -170,6 +191,9 @@ impl Resume {
             }
             Err(ClientError::Refused { code: 554, reply, .. }) if kept.is_some() => {
                 self.clear();
+                if self.2.taken.swap(false, Ordering::Relaxed) {
+                    self.2.refused.store(true, Ordering::Relaxed);
+                }
                 return Err(ClientError::Data { msg: gone(554, reply), transient: true });
             }
             Err(_) => self.keep_sent(kept.unwrap_or_default().union(&confirmed), source),

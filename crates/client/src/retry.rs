@@ -60,6 +60,14 @@ pub fn wait_after(n: u32) -> Duration {
 /// went away, or a second failure, waits and has the kept bytes compared
 /// with its file first ([`check_kept`]).
 pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
+    if task.tries == 0 && task.resume.take_refused_note() {
+        // What an earlier run noted is gone from the server (it restarted,
+        // or the partial expired): no failure of this run's. The file goes
+        // whole, at once, and the retry is not counted.
+        task.at_once = true;
+        tracing::warn!("{}: {e}; sending it whole now", describe(&task.item.src));
+        return true;
+    }
     task.tries += 1;
     if !e.is_transient() || task.tries > retries {
         return false;
@@ -166,6 +174,7 @@ pub(crate) async fn pause(d: Duration, cancel: &AtomicBool) {
 mod tests {
     use super::*;
     use crate::{DataEnd, Location};
+    use lightpath_proto::ranges::RangeSet;
 
     fn task() -> Task {
         let l = Location::Local("/x".into());
@@ -202,6 +211,31 @@ mod tests {
         let mut t = task();
         assert!(again(&mut t, &ClientError::Control("s".into(), "closed".into()), 3));
         assert!(!t.at_once && t.wait() == FIRST_WAIT);
+    }
+
+    /// A first try that resumed from an earlier run's note, refused by the
+    /// server (554), goes again whole at once, even with no retries; only
+    /// once.
+    #[test]
+    fn a_refused_restart_an_earlier_run_noted_goes_again_uncounted() {
+        let mut t = task();
+        let stamp = (1000, Some("1".to_string()));
+        let mut have = RangeSet::new();
+        have.insert(0, 600);
+        t.resume.keep_noted(have.clone(), stamp.clone());
+        let refused = ClientError::Refused {
+            server: "s".into(),
+            cmd: "STOR x".into(),
+            reply: "554 Restart refused".into(),
+            code: 554,
+            here: crate::DataEnd::Fine,
+        };
+        let gone = |_, _: &str| "gone".to_string();
+        let e = t.resume.settle(Err(refused), (Some(have), RangeSet::new()), stamp, ("an upload", "server"), gone);
+        let e = e.expect_err("refused");
+        assert!(again(&mut t, &e, 0));
+        assert!(t.at_once && t.tries == 0);
+        assert!(!again(&mut t, &e, 0), "only once");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! user's state directory. The next `cp --partial` of the same, unchanged
 //! file (same size and mtime) to the same URL takes the note up and sends
 //! `REST` with the ranges, as a retry within one run does; a server that
-//! no longer holds them answers 554 and the file goes whole.
+//! no longer holds them answers 554 and the file goes whole at once, a
+//! retry not counted (`retry::again`).
 //!
 //! One note per source and destination, named by the CRC-32C of both
 //! (the note names them in full, and only a note naming both is used):
@@ -113,7 +114,7 @@ pub(crate) fn take_up(task: &Task) {
         Ok(n) if Some(&n.sent.source) == now.as_ref() => {
             let bytes = n.sent.have.covered();
             tracing::info!("{source}: taking up the {bytes} bytes an earlier run's upload left on the server");
-            task.resume.keep_sent(n.sent.have, n.sent.source);
+            task.resume.keep_noted(n.sent.have, n.sent.source);
             let _ = std::fs::remove_file(&path);
             return;
         }
