@@ -75,15 +75,11 @@ pub async fn get_tree(
 /// the VRET's read. A server that refuses the option sends the whole tree.
 async fn ask_tree(s: &mut Session, rpath: &[u8], held: &TreeHeld) -> Result<(), ClientError> {
     if !s.take_speculation(rpath) {
-        if let Some(after) = held.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
-            s.ctl.queue_optional(opts_vret(after)).await?;
-        }
+        held.ask_to_leave_out(s).await?;
         s.send_vret(rpath, false).await?;
     }
     s.settle().await?;
-    if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
-        tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
-    }
+    TreeHeld::say_if_refused(s);
     Ok(())
 }
 
@@ -135,6 +131,30 @@ impl TreeHeld {
             let (f, b) = (self.files, self.bytes);
             eprintln!("lightpath: {f} files of the tree ({b} bytes) were kept from earlier tries");
         }
+    }
+
+    /// Queue `OPTS VRET After=` on `s` (the source of the next `VRET`)
+    /// when earlier tries left files. A path too long for the command is
+    /// not sent: the tree goes whole.
+    async fn ask_to_leave_out(&self, s: &mut Session) -> Result<(), ClientError> {
+        if let Some(after) = self.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
+            s.ctl.queue_optional(opts_vret(after)).await?;
+        }
+        Ok(())
+    }
+
+    /// Once `s`'s replies are read: warn if it refused the `OPTS VRET
+    /// After=` (an older server), which sends the whole tree.
+    fn say_if_refused(s: &mut Session) {
+        if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
+            tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
+        }
+    }
+
+    /// Add what a receiving server's failure reply says it holds, taking
+    /// that line out of the reply ([`Reply::take_held`]).
+    fn note_reply(&mut self, r: &mut Reply) {
+        self.note(r.take_held());
     }
 
     /// Add what a failed try left (`None`: nothing new).
@@ -231,7 +251,7 @@ pub async fn put_tree(
         s.put_dc(dc);
         return Err(s.ctl.unexpected("VSTO", &first?));
     }
-    let note = |r: &mut Reply| held.note(r.take_held());
+    let note = |r: &mut Reply| held.note_reply(r);
     s.finish_job_noting_failure(job, &ctl, "VSTO", note).await.map(|(bytes, _)| bytes)
 }
 
@@ -297,17 +317,13 @@ pub async fn tpt_tree(
     let port = lightpath_proto::hostport::format_port(addr).map(|h| format!("PORT {h}"));
     let port = port.unwrap_or_else(|| format!("EPRT {}", lightpath_proto::hostport::format_eprt(addr)));
     s.ctl.queue(&port).await?;
-    if let Some(after) = held.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
-        s.ctl.queue_optional(opts_vret(after)).await?;
-    }
+    held.ask_to_leave_out(s).await?;
     d.ctl.send(&verb("VSTO", dpath)).await?;
     s.ctl.send(&verb("VRET", spath)).await?;
     s.settle().await?;
     d.settle().await?;
-    if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
-        tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
-    }
-    let note = |r: &mut Reply| held.note(r.take_held());
+    TreeHeld::say_if_refused(s);
+    let note = |r: &mut Reply| held.note_reply(r);
     let (bytes, sent, fin) = crate::thirdparty::watch(s, d, ("VRET", "VSTO"), note).await?;
     // The source counts the files the destination held from earlier tries too.
     if let Some(n) = sent.files_completed().or(fin.files_completed()) {
