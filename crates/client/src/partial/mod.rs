@@ -128,12 +128,14 @@ pub(crate) fn end(task: &Task, failed: bool, k: Keeping<'_>) {
 
 /// With `cp --partial`, a download into the destination root (the file
 /// itself, or one directly in it: no directory beneath it is opened by
-/// a path) takes up the file an earlier run kept for it.
+/// a path) takes up the file an earlier run kept for it, and an upload
+/// the ranges an earlier run noted ([`upload::take_up`]).
 pub(crate) fn take_up(task: &Task, k: Keeping<'_>) {
-    if k.on {
-        upload::take_up(task);
+    if !k.on {
+        return;
     }
-    if let Some(dst) = place(task, k.root).filter(|_| k.on && task.resume.have().is_none()) {
+    upload::take_up(task);
+    if let Some(dst) = place(task, k.root).filter(|_| task.resume.have().is_none()) {
         adopt(task, dst);
     }
 }
