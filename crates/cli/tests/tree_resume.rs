@@ -8,6 +8,7 @@ mod common;
 use common::breaks::*;
 use common::*;
 use std::path::Path;
+use std::time::Duration;
 
 /// A tree sent as one virtual file (VRET) whose server was killed midway
 /// through its first file (the island file, walked first) and started
@@ -127,4 +128,77 @@ fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destina
     assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
     assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
     assert_same_tree(&tree, &dst_root.join("tree"));
+}
+
+/// `lightpath -v cp -q -r --partial -p 4 URL local` from `port` (the
+/// tree lands in `local/tree`, on the first run as on the next), its
+/// notes kept in `state`.
+fn partial_tree_cp(state: &Path, port: u16, local: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(LP);
+    c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-q", "-r", "--partial", "-p", "4"]);
+    c.args([&format!("ftp://127.0.0.1:{port}/tree"), local.to_str().unwrap()]);
+    c.stderr(std::process::Stdio::piped());
+    c
+}
+
+/// A `cp -r --partial` of `root/tree` into `local/tree` from our server,
+/// interrupted (Ctrl-C) once the server has read a quarter of the big
+/// file: it notes what it holds. What it said.
+fn interrupted_tree_download(state: &Path, root: &Path, local: &Path) -> (Proc, u16, String) {
+    let (srv, port) = lp_server(root, &["--anonymous"]);
+    let cp = partial_tree_cp(state, port, local).spawn().expect("start cp");
+    let pid = srv.0.id();
+    midway(|| vec![pid]);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("noted: the same cp -r --partial sends only the rest"), "{err}");
+    (srv, port, err)
+}
+
+/// A tree download interrupted with `--partial` is taken up by the next
+/// `cp -r --partial`: the files it holds have the server's check, so the
+/// server leaves them out and only the big file goes.
+#[test]
+fn an_interrupted_tree_download_is_resumed_by_the_next_partial_run() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&root, 13);
+    let (_srv, port, _) = interrupted_tree_download(state.path(), &root, &local);
+    let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
+    assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(last.contains("files: 1,"), "only the big file goes: {err}");
+    assert_same_tree(&tree, &local.join("tree"));
+    // The note was used up: a third run copies the whole tree.
+    let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
+    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(last.contains(&format!("files: {},", n + 1)), "{err}");
+}
+
+/// A tree that changed between the runs, on the server (a held file's
+/// mtime) or here (a held file removed), fails the check: the server
+/// answers 554 and the tree goes whole at once, not counted as a retry
+/// (`--retries 0`).
+#[test]
+fn a_tree_changed_since_the_interrupted_run_goes_whole() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&root, 14);
+    let held = tree.join("d0/s0/f0.dat");
+    let (_srv, port, _) = interrupted_tree_download(state.path(), &root, &local);
+    let t = std::fs::metadata(&held).unwrap().modified().unwrap();
+    std::fs::File::options().write(true).open(&held).unwrap().set_modified(t - Duration::from_secs(60)).unwrap();
+    let mut cp = partial_tree_cp(state.path(), port, &local);
+    let err = succeeded(cp.args(["--retries", "0"]).output().unwrap());
+    assert!(err.contains("the tree changed since") && err.contains("copying the whole tree now"), "{err}");
+    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(last.contains(&format!("files: {},", n + 1)), "the whole tree goes: {err}");
+    assert_same_tree(&tree, &local.join("tree"));
+    // Removed here: the local check differs.
+    let (_srv2, port2, _) = interrupted_tree_download(state.path(), &root, &local);
+    std::fs::remove_file(local.join("tree/d0/s0/f0.dat")).unwrap();
+    let err = succeeded(partial_tree_cp(state.path(), port2, &local).args(["--retries", "0"]).output().unwrap());
+    assert!(err.contains("copying the whole tree now"), "{err}");
+    assert_same_tree(&tree, &local.join("tree"));
 }

@@ -125,7 +125,9 @@ pub async fn copy(
     // Not with --verify: the servers' CKSM algorithms are checked first.
     let spec = match (&remote_src, &dst) {
         _ if verify.is_some() => Speculation::None,
-        (Some(r), Location::Local(_)) if tree && same_server(r) => Speculation::Tree(r.path.as_slice()),
+        (Some(r), Location::Local(_)) if tree && same_server(r) && !tree_noted(&opts, &srcs[0], &dst) => {
+            Speculation::Tree(r.path.as_slice())
+        }
         (Some(r), Location::Local(d))
             if one_file && same_server(r) && !(opts.partial && crate::partial::kept_for(d, &r.path)) =>
         {
@@ -243,10 +245,12 @@ impl TreeEnds<'_> {
         d: &mut Option<Session>,
         files: Arc<AtomicU64>,
     ) -> Option<Result<u64, ClientError>> {
-        let (mut tries, mut held) = (0, crate::vfile::TreeHeld::default());
+        let (mut tries, mut first) = (0, true);
+        let mut held = self.take_up().await;
         loop {
             // A retry starts on new sessions (those of a failed try may be gone).
-            let opened = if tries == 0 { Ok(()) } else { self.reopen(s, d).await };
+            let opened = if first { Ok(()) } else { self.reopen(s, d, &mut held).await };
+            first = false;
             let r = match opened {
                 Ok(()) => {
                     let ends = (s.as_mut(), d.as_mut());
@@ -256,17 +260,35 @@ impl TreeEnds<'_> {
             };
             let Err(e) = &r else {
                 held.say_kept();
+                crate::partial::tree::end(self.src, self.target, &held, false, false);
                 return Some(r);
             };
-            if !e.is_transient()
-                || tries >= self.retries
-                || self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed)
-            {
+            if tries == 0 && held.noted && matches!(e, ClientError::Refused { code: 554, .. }) {
+                // The tree changed since the run that noted it: no failure
+                // of this run's. It goes whole, at once, not counted.
+                tracing::warn!("{}: {e}; copying the whole tree now", describe(self.src));
+                held = crate::vfile::TreeHeld::default();
+                continue;
+            }
+            let cancelled = self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed);
+            if !e.is_transient() || tries >= self.retries || cancelled {
+                crate::partial::tree::end(self.src, self.target, &held, true, self.sopts.keep_interrupted);
                 return Some(r);
             }
             tries += 1;
             let wait = self.wait_to_retry(tries, e, &held);
             retry::pause(wait, &self.sopts.cancel).await;
+        }
+    }
+
+    /// With `cp -r --partial`, what an earlier run's download of this tree
+    /// left ([`crate::partial::tree::take_up`]).
+    async fn take_up(&self) -> crate::vfile::TreeHeld {
+        match self.dst {
+            Location::Local(root) if self.sopts.keep_interrupted => {
+                crate::partial::tree::take_up(self.src, self.target, root).await
+            }
+            _ => crate::vfile::TreeHeld::default(),
         }
     }
 
@@ -282,8 +304,18 @@ impl TreeEnds<'_> {
         wait
     }
 
-    /// New sessions for the remote ends.
-    async fn reopen(&self, s: &mut Option<Session>, d: &mut Option<Session>) -> Result<(), ClientError> {
+    /// New sessions for the remote ends; a tree resumed from an earlier
+    /// run's note checks again the files held, which the failed try added to.
+    async fn reopen(
+        &self,
+        s: &mut Option<Session>,
+        d: &mut Option<Session>,
+        held: &mut crate::vfile::TreeHeld,
+    ) -> Result<(), ClientError> {
+        if let (Location::Local(root), Some(after), true) = (self.dst, &held.after, held.noted) {
+            let checked = crate::partial::tree::check_held(self.target, root, after).await;
+            held.check = Some(checked.map_err(ClientError::Local)?);
+        }
         if let Location::Remote(r) = self.src {
             *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);
         }
@@ -293,6 +325,12 @@ impl TreeEnds<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether a tree copy with `cp -r --partial` takes up a note of an
+/// earlier run: its VRET then waits for the check of the files held.
+fn tree_noted(opts: &CopyOptions, src: &Location, dst: &Location) -> bool {
+    opts.partial && crate::partial::tree::noted(src, &crate::vfile::tree_target(src, dst))
 }
 
 /// The tree copy itself, by the direction of the copy (`None`: local to local).

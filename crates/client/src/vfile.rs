@@ -113,7 +113,8 @@ fn receive_tree(
 /// What the failed tries of a tree download left complete: every regular
 /// file up to `after` in the sender's walk order, `files` of them in all,
 /// of `bytes`. The next try asks the server to leave them out (`OPTS VRET
-/// After=`).
+/// After=`). What an earlier run left ([`crate::partial::tree`]) goes
+/// with the check of those files here.
 #[derive(Debug, Default)]
 pub struct TreeHeld {
     /// The manifest path of the last file held.
@@ -122,6 +123,12 @@ pub struct TreeHeld {
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// The check of the files held ([`lightpath_engine::vfile::held_check`]),
+    /// for a resume across runs.
+    pub check: Option<u64>,
+    /// Whether `after` is what an earlier run noted (its first try's 554
+    /// means the tree changed: it goes whole).
+    pub noted: bool,
 }
 
 impl TreeHeld {
@@ -138,7 +145,7 @@ impl TreeHeld {
     /// not sent: the tree goes whole.
     async fn ask_to_leave_out(&self, s: &mut Session) -> Result<(), ClientError> {
         if let Some(after) = self.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
-            s.ctl.queue_optional(opts_vret(after)).await?;
+            s.ctl.queue_optional(opts_vret(after, self.check)).await?;
         }
         Ok(())
     }

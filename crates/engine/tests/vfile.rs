@@ -9,6 +9,7 @@ use lightpath_engine::Sink;
 use lightpath_engine::Source;
 use lightpath_proto::manifest::{self, Kind, Summary};
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 mod vtree;
@@ -71,6 +72,63 @@ fn a_resumed_tree_leaves_out_what_the_receiver_holds() {
     assert_eq!(rest.files + rest.held, whole.files, "after {}", manifest::show(&after));
     assert!(rest.held > 0 && rest.held <= held, "{} left out, {held} held", rest.held);
     assert!(rest.bytes < whole.bytes);
+    let u = unpacker().unwrap();
+    deliver(&u, scramble(sent, &mut rng)).unwrap();
+    assert_eq!(u.finish().unwrap().files, rest.files);
+    assert_same_tree(&s.p("src"), &s.p("dst"));
+}
+
+/// A resume across runs: the files the broken try left at the receiver
+/// have the sender's check (path, size, mtime), so a pack given it leaves
+/// them out and completes the tree; once one of them changes on either
+/// side, the checks differ and the pack fails before any data is handed
+/// out.
+#[test]
+fn a_tree_resumed_across_runs_is_checked_at_both_ends() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let mut rng = Rng(12);
+    make_tree(&s.p("src"), &mut rng);
+    let unpacker = || Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() });
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
+    let mut sent = send_all(&pack, &mut rng, 100_000);
+    let whole = pack.wait().unwrap();
+    let u = unpacker().unwrap();
+    u.manifest_bytes(&sent.manifest).unwrap();
+    sent.blocks.sort_by_key(|b| b.0);
+    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
+        u.write_block(*o, d).unwrap();
+    }
+    let after = u.give_up().expect("the first files complete").after;
+    let check = vfile::held_check(&s.root("dst"), &after).unwrap();
+    assert_eq!(vfile::held_check(&s.root("src"), &after).unwrap(), check);
+    let resume = |check| PackOptions { after: Some(after.clone()), check: Some(check), ..small_pack_opts() };
+    // The source changed: one held file has another mtime.
+    let held_file = s.p("src").join(std::ffi::OsStr::from_bytes(&after));
+    let mtime = fs::metadata(&held_file).unwrap().modified().unwrap();
+    fs::File::options().write(true).open(&held_file).unwrap().set_modified(mtime + Duration::from_secs(1)).unwrap();
+    assert_ne!(vfile::held_check(&s.root("src"), &after).unwrap(), check);
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], resume(check)).unwrap();
+    let mut data = 0;
+    while let Ok(Some(item)) = pack.next_item(1 << 20) {
+        data += matches!(item, PackItem::Data { .. }) as u32;
+    }
+    assert!(matches!(pack.wait(), Err(VfileError::HeldChanged(_))));
+    assert_eq!(data, 0, "no data before the check");
+    fs::File::options().write(true).open(&held_file).unwrap().set_modified(mtime).unwrap();
+    // The destination changed: a held file is gone.
+    let kept = s.p("dst").join(std::ffi::OsStr::from_bytes(&after));
+    let saved = fs::read(&kept).unwrap();
+    fs::remove_file(&kept).unwrap();
+    assert_ne!(vfile::held_check(&s.root("dst"), &after).unwrap(), check);
+    fs::write(&kept, saved).unwrap();
+    fs::File::options().write(true).open(&kept).unwrap().set_modified(mtime).unwrap();
+    // Both as they were: the resume leaves the held files out.
+    assert_eq!(vfile::held_check(&s.root("dst"), &after).unwrap(), check);
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], resume(check)).unwrap();
+    let sent = send_all(&pack, &mut rng, 100_000);
+    let rest = pack.wait().unwrap();
+    assert!(rest.held > 0 && rest.bytes < whole.bytes, "{rest:?}");
     let u = unpacker().unwrap();
     deliver(&u, scramble(sent, &mut rng)).unwrap();
     assert_eq!(u.finish().unwrap().files, rest.files);

@@ -60,13 +60,11 @@ pub enum Opts {
         /// Within [`crate::modee::BLOCK_SIZE_OPTION`].
         block_size: Option<u64>,
     },
-    /// `OPTS VRET After=<hex>;` (lightpath): the next VRET resumes a tree
-    /// whose receiver holds every regular file up to this manifest path, in
-    /// the walk's order, from an earlier try (docs/manifest.md).
-    Vret {
-        /// The manifest path, decoded.
-        after: Vec<u8>,
-    },
+    /// `OPTS VRET After=<hex>;[Check=<16 hex>;]` (lightpath): the next
+    /// VRET resumes a tree whose receiver holds every regular file up to
+    /// this manifest path, in the walk's order, from an earlier try or run
+    /// (docs/manifest.md).
+    Vret(crate::held::TreeResume),
     /// `OPTS MLST fact;fact;`
     Mlst(String),
     /// `OPTS CKSM markers=n;` and anything else we accept blindly.
@@ -423,21 +421,31 @@ fn parse_opts(t: &str) -> Result<Opts, CommandError> {
 /// one does not travel, and the tree goes whole.
 pub const MAX_VRET_AFTER: usize = 4000;
 
-/// `OPTS VRET After=<hex>;`, for the manifest path `after`.
-pub fn opts_vret(after: &[u8]) -> Vec<u8> {
-    format!("OPTS VRET After={};", crate::held::hex(after)).into_bytes()
+/// `OPTS VRET After=<hex>;`, for the manifest path `after`, with
+/// `Check=<16 hex>;` when the held files' check is given.
+pub fn opts_vret(after: &[u8], check: Option<u64>) -> Vec<u8> {
+    let check = check.map(|c| format!("Check={c:016x};")).unwrap_or_default();
+    format!("OPTS VRET After={};{check}", crate::held::hex(after)).into_bytes()
 }
 
-/// `After=<hex>;`: a manifest path of 1 to [`MAX_VRET_AFTER`] bytes, hex
-/// coded so that any bytes a name may hold travel in the command.
+/// `After=<hex>;` (a manifest path of 1 to [`MAX_VRET_AFTER`] bytes, hex
+/// coded so that any bytes a name may hold travel in the command), then
+/// optionally `Check=<16 hex digits>;`, and nothing else.
 fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
-    let (k, v) = rest.trim().strip_suffix(';').and_then(|o| o.split_once('=')).ok_or_else(bad)?;
-    if !k.eq_ignore_ascii_case("after") || v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
-        return Err(bad());
-    }
+    let fields: Vec<&str> = rest.trim().strip_suffix(';').ok_or_else(bad)?.split(';').collect();
+    let value = |i: usize, key: &str| {
+        let (k, v) = fields.get(i)?.split_once('=')?;
+        k.eq_ignore_ascii_case(key).then_some(v)
+    };
+    let v = value(0, "after").filter(|v| !v.is_empty() && v.len() <= 2 * MAX_VRET_AFTER).ok_or_else(bad)?;
     let after = crate::held::unhex(v).ok_or_else(bad)?;
-    Ok(Opts::Vret { after })
+    let check = match (fields.len(), value(1, "check")) {
+        (1, _) => None,
+        (2, Some(c)) if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => u64::from_str_radix(c, 16).ok(),
+        _ => return Err(bad()),
+    };
+    Ok(Opts::Vret(crate::held::TreeResume { after, check }))
 }
 
 /// `Parallelism=4,4,4;markers=5;` — every option ends with `;` (GCT rejects
@@ -609,6 +617,14 @@ mod tests {
             b"OPTS VRET After=+1;",
             b"OPTS VRET Before=61;",
             b"OPTS VRET After=61",
+            b"OPTS VRET After=61;Check=1;",
+            b"OPTS VRET After=61;Check=00000000000000zz;",
+            b"OPTS VRET After=61;Check=+000000000000001;",
+            b"OPTS VRET After=61;Check=00000000000000001;",
+            b"OPTS VRET After=61;Check=0000000000000001",
+            b"OPTS VRET After=61;Check=0000000000000001;Check=0000000000000001;",
+            b"OPTS VRET After=61;Other=1;",
+            b"OPTS VRET Check=0000000000000001;After=61;",
             b"OPTS RETR BlockSize=0;",
             b"OPTS RETR BlockSize=4095;",
             b"OPTS RETR BlockSize=16777217;",
@@ -621,10 +637,14 @@ mod tests {
 
     #[test]
     fn opts_vret_carries_any_path_bytes() {
+        use crate::held::TreeResume;
         let after = b"a b/\n\xff\x00;=/f".to_vec();
-        assert_eq!(Command::parse(&opts_vret(&after)).unwrap(), Command::Opts(Opts::Vret { after }));
+        for check in [None, Some(0), Some(0x0123_4567_89ab_cdef), Some(u64::MAX)] {
+            let want = Command::Opts(Opts::Vret(TreeResume { after: after.clone(), check }));
+            assert_eq!(Command::parse(&opts_vret(&after, check)).unwrap(), want);
+        }
         let long = vec![b'x'; MAX_VRET_AFTER];
-        assert!(Command::parse(&opts_vret(&long)).is_ok());
-        assert!(Command::parse(&opts_vret(&[long, vec![b'y']].concat())).is_err());
+        assert!(Command::parse(&opts_vret(&long, Some(7))).is_ok());
+        assert!(Command::parse(&opts_vret(&[long, vec![b'y']].concat(), None)).is_err());
     }
 }

@@ -25,6 +25,22 @@ pub struct Held {
     pub bytes: u64,
 }
 
+/// Where a `VRET` resumes (`OPTS VRET After=<hex>;[Check=<16 hex>;]`):
+/// the receiver holds every regular file up to `after` in the walk's
+/// order. `check`, when given, is the receiver's check of those
+/// files (a run resumed from an earlier one): the sender compares its own
+/// and refuses the resume if they differ, so a tree that changed between
+/// the runs goes whole. The check is a digest of each held regular
+/// file's manifest path, size and mtime in walk order (the engine's
+/// `HeldCheck`: the quick check rsync makes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeResume {
+    /// The manifest path of the last file held.
+    pub after: Vec<u8>,
+    /// The held files' check, if the receiver sent one.
+    pub check: Option<u64>,
+}
+
 const PREFIX: &str = "Held After=";
 
 /// `bytes` as lower-case hex, two digits a byte.

@@ -67,7 +67,7 @@ pub struct TransferSettings {
     pub block_size: Option<u64>,
     /// `OPTS VRET After=`: where the next VRET resumes, consumed by the
     /// next transfer as REST is.
-    pub vret_after: Option<Vec<u8>>,
+    pub vret_after: Option<crate::held::TreeResume>,
 }
 
 impl Default for TransferSettings {
@@ -543,8 +543,8 @@ impl ServerPi {
                 }
                 self.reply(200, "OPTS Command Successful.");
             }
-            Opts::Vret { after } => {
-                self.settings.vret_after = Some(after);
+            Opts::Vret(resume) => {
+                self.settings.vret_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
             }
             Opts::Mlst(_) => self.reply(200, "OPTS Command Successful."),

@@ -4,6 +4,7 @@
 //! `handle_login` and a checked `FsOp::Cwd` with `set_cwd`.
 
 use lightpath_proto::command::Restart;
+use lightpath_proto::held::TreeResume;
 use lightpath_proto::line::MAX_LINE;
 use lightpath_proto::vpath::MAX_PATH;
 use lightpath_proto::{
@@ -335,7 +336,10 @@ fn rest_is_consumed_by_the_next_transfer() {
 fn opts_vret_after_is_consumed_by_the_next_transfer_and_kept_by_a_vret_only() {
     let mut s = Session::logged_in(cfg(false, false));
     assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VRET After=612f62;\r\n")), [200, 200]);
-    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, Some(b"a/b".to_vec()));
+    let after = |check| Some(TreeResume { after: b"a/b".to_vec(), check });
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, after(None));
+    assert_eq!(codes(&s.send(b"OPTS VRET After=612f62;Check=00000000000000ff;\r\n")), [200]);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, after(Some(255)));
     assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_after, None);
     s.send(b"OPTS VRET After=61;\r\n");
     assert_eq!(one_transfer(&s.send(b"RETR /f\r\n")).settings.vret_after, None);

@@ -58,9 +58,11 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     let packed = need_mode_e(t).and_then(|_| pack_root(root, &t.path, t.dir_only, on_hidden));
     // A resumed tree leaves out what the receiver holds (one tree only:
     // the walk order is that of its names).
-    let after = |items: &[Vec<u8>]| t.settings.vret_after.clone().filter(|_| items.len() == 1);
+    // A check (a resume across runs) is compared by the walk ([`outcome`]).
+    let resume = |items: &[Vec<u8>]| t.settings.vret_after.clone().filter(|_| items.len() == 1);
     let prepared = packed.and_then(|(sub, items)| {
-        let opts = PackOptions { after: after(&items), ..PackOptions::default() };
+        let (after, check) = resume(&items).map_or((None, None), |r| (Some(r.after), r.check));
+        let opts = PackOptions { after, check, ..PackOptions::default() };
         pack(Arc::new(sub), items, opts).map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
     });
     let pk = match prepared {
@@ -82,7 +84,9 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
 }
 
 /// What a VRET sent and the walk found, or the reply naming the cause
-/// ([`pack_outcome`] says which).
+/// ([`pack_outcome`] says which). A resume whose held files differ gets
+/// 554, as a `REST` the server cannot honour does: the client then asks
+/// for the whole tree.
 fn outcome(
     sent: Result<u64, EngineError>,
     walk: Result<PackStats, VfileError>,
@@ -90,6 +94,7 @@ fn outcome(
 ) -> Result<(u64, PackStats), Reply> {
     pack_outcome(sent, walk).map_err(|f| match f {
         PackFailure::Send(e) => data_reply(e),
+        PackFailure::Pack(e @ VfileError::HeldChanged(_)) => Reply::new(554, format!("{}: {e}", path.display())),
         PackFailure::Pack(e) => Reply::new(451, format!("{}: {e}", path.display())),
     })
 }

@@ -9,7 +9,8 @@
 //! then only the rest is fetched. A note of another source or size, or
 //! one that does not parse, starts the file over (the kept file goes).
 //! An upload's counterpart, where the server keeps the bytes and this end
-//! notes the ranges, is [`upload`].
+//! notes the ranges, is [`upload`]; a tree download's, where the complete
+//! files stay and this end notes how far they go, is [`tree`].
 //!
 //! The note is plain text, every line `key value`:
 //!
@@ -20,6 +21,7 @@
 //! source ftp://host:2811/data/big
 //! ```
 
+pub(crate) mod tree;
 pub(crate) mod upload;
 
 use crate::local::{kept_name, OpenTarget};

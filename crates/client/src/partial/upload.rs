@@ -71,13 +71,13 @@ impl Note {
     }
 }
 
-/// Where the notes live: `$XDG_STATE_HOME/lightpath/uploads`, else
-/// `~/.local/state/lightpath/uploads`.
-fn notes_dir() -> Option<PathBuf> {
+/// Where the notes of `kind` live: `$XDG_STATE_HOME/lightpath/<kind>`,
+/// else `~/.local/state/lightpath/<kind>`.
+pub(super) fn notes_dir(kind: &str) -> Option<PathBuf> {
     let state = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()).map(PathBuf::from).or_else(|| {
         std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".local/state"))
     })?;
-    Some(state.join("lightpath/uploads"))
+    Some(state.join("lightpath").join(kind))
 }
 
 /// The local file of `task`, if it is an upload.
@@ -95,7 +95,7 @@ fn names(task: &Task) -> Option<(String, String)> {
 }
 
 /// The note's path for `source` to `target` in `dir`.
-fn note_path(dir: &Path, source: &str, target: &str) -> PathBuf {
+pub(super) fn note_path(dir: &Path, source: &str, target: &str) -> PathBuf {
     let key = crc32c::crc32c(format!("{source}\n{target}").as_bytes());
     dir.join(format!("{key:08x}"))
 }
@@ -104,7 +104,7 @@ fn note_path(dir: &Path, source: &str, target: &str) -> PathBuf {
 /// an earlier run noted for it, if the note names this file and URL and
 /// the file is unchanged. The note is used up either way.
 pub(crate) fn take_up(task: &Task) {
-    let (Some((source, target)), Some(dir)) = (names(task), notes_dir()) else { return };
+    let (Some((source, target)), Some(dir)) = (names(task), notes_dir("uploads")) else { return };
     let path = note_path(&dir, &source, &target);
     let Ok(raw) = std::fs::read(&path) else { return };
     // The file itself, not its name as noted (which may be lossy).
@@ -129,7 +129,7 @@ pub(crate) fn take_up(task: &Task) {
 /// with `--partial` (`keep`) notes what the server confirmed of it; one
 /// that succeeded removes a note an earlier run left for it.
 pub(crate) fn end(task: &Task, failed: bool, keep: bool) {
-    let (Some((source, target)), Some(dir)) = (names(task), notes_dir()) else { return };
+    let (Some((source, target)), Some(dir)) = (names(task), notes_dir("uploads")) else { return };
     let path = note_path(&dir, &source, &target);
     if failed {
         if let Some(sent) = task.resume.sent_kept().filter(|_| keep) {
@@ -140,25 +140,30 @@ pub(crate) fn end(task: &Task, failed: bool, keep: bool) {
     }
 }
 
-/// Write `note` at `path` (through a temporary name: a note is whole or
-/// absent), and say so.
+/// Write `note` at `path`, and say so.
 fn write(path: &Path, note: &Note) {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let r = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
-        std::fs::write(&tmp, note.encode())?;
-        std::fs::rename(&tmp, path)
-    });
-    match r {
+    match write_note(path, &note.encode()) {
         Ok(()) => eprintln!(
             "lightpath: the server wrote {} bytes of {} before the copy stopped; noted: the same cp --partial sends only the rest while the server keeps them",
             note.sent.have.covered(),
             note.source
         ),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            tracing::warn!("{}: the upload's note cannot be written: {e}", path.display());
-        }
+        Err(e) => tracing::warn!("{}: the upload's note cannot be written: {e}", path.display()),
     }
+}
+
+/// Write a note's `bytes` at `path` through a temporary name: a note is
+/// whole or absent.
+pub(super) fn write_note(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let r = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| {
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
+    });
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
 }
 
 #[cfg(test)]

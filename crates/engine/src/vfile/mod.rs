@@ -21,12 +21,14 @@
 //!
 //! [`Root`]: lightpath_sys::root::Root
 
+mod check;
 mod chunk;
 mod pack;
 mod reader;
 mod unpack;
 mod writer;
 
+pub use check::{held_check, HeldCheck};
 pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats};
 pub use reader::PackReader;
 pub use unpack::{Held, UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
@@ -91,6 +93,10 @@ pub enum VfileError {
     /// A file shrank or was replaced between the walk and the read.
     #[error("{0} changed while being read")]
     Changed(String),
+    /// A resume across runs whose held files differ between the ends
+    /// ([`PackOptions::check`]): the tree changed up to this path.
+    #[error("the tree changed since the transfer this resumes (in the files up to {0})")]
+    HeldChanged(String),
     /// Cancelled, or stopped after another error.
     #[error("virtual file transfer aborted")]
     Aborted,

@@ -2,7 +2,7 @@
 //! and the data they cover as the walk proceeds, hand out blocks.
 
 use super::reader::{PackReader, ReadCache};
-use super::{join, stat_ns, VfileError};
+use super::{join, stat_ns, HeldCheck, VfileError};
 use lightpath_proto::manifest::{show, Encoder, Entry, Kind, Limits, MODE_MASK};
 use lightpath_sys::root::{FileType, Root, Stat};
 use std::collections::{HashMap, VecDeque};
@@ -36,6 +36,12 @@ pub struct PackOptions {
     /// are left out (a file with hard links still goes: its other names
     /// need it in the manifest). Directories and symlinks go anyway.
     pub after: Option<Vec<u8>>,
+    /// With `after`, a resume across runs: the receiver's check of the
+    /// files it holds ([`super::held_check`]). The walk computes its own
+    /// over its files up to `after` and fails with
+    /// [`VfileError::HeldChanged`] when they differ, before any file's
+    /// data goes.
+    pub check: Option<u64>,
 }
 
 impl Default for PackOptions {
@@ -49,6 +55,7 @@ impl Default for PackOptions {
             open_files: 64,
             limits: Limits::default(),
             after: None,
+            check: None,
         }
     }
 }
@@ -359,18 +366,18 @@ impl Drop for Pack {
 
 /// The fields of a `stat` we use (their types differ between architectures).
 #[derive(Debug, Clone, Copy)]
-struct Meta {
-    ft: FileType,
-    mode: u32,
-    mtime_ns: i64,
-    size: u64,
-    dev: u64,
-    ino: u64,
-    nlink: u64,
+pub(super) struct Meta {
+    pub ft: FileType,
+    pub mode: u32,
+    pub mtime_ns: i64,
+    pub size: u64,
+    pub dev: u64,
+    pub ino: u64,
+    pub nlink: u64,
 }
 
 #[allow(clippy::unnecessary_cast)]
-fn meta(st: &Stat) -> Meta {
+pub(super) fn meta(st: &Stat) -> Meta {
     Meta {
         ft: FileType::from_raw_mode(st.st_mode as _),
         mode: st.st_mode as u32 & MODE_MASK,
@@ -397,6 +404,9 @@ struct Walker<'a> {
     pending_data: u64,
     links: HashMap<(u64, u64), Vec<u8>>,
     stats: PackStats,
+    /// The files left out so far, while [`PackOptions::check`] is to be
+    /// compared (`None` once it was).
+    held_check: Option<HeldCheck>,
 }
 
 impl<'a> Walker<'a> {
@@ -409,6 +419,7 @@ impl<'a> Walker<'a> {
             pending_data: 0,
             links: HashMap::new(),
             stats: PackStats::default(),
+            held_check: sh.opts.check.and(sh.opts.after.as_ref()).map(|_| HeldCheck::default()),
         }
     }
 
@@ -416,6 +427,7 @@ impl<'a> Walker<'a> {
         for item in items {
             self.walk_item(item)?;
         }
+        self.compare_held()?;
         self.enc.finish(&mut self.chunk)?;
         self.publish()?;
         self.stats.bytes = self.enc.next_offset();
@@ -456,6 +468,9 @@ impl<'a> Walker<'a> {
 
     /// Emit the entry for `n`; whether it is a directory to descend into.
     fn visit(&mut self, n: &Node) -> Result<bool, VfileError> {
+        if self.held_check.is_some() && !self.held(&n.name) {
+            self.compare_held()?;
+        }
         let kind = match n.meta.ft {
             FileType::Directory => {
                 self.stats.dirs += 1;
@@ -489,9 +504,14 @@ impl<'a> Walker<'a> {
             }
             self.links.insert((m.dev, m.ino), n.name.clone());
         }
-        if m.nlink <= 1 && self.held(&n.name) {
-            self.stats.held += 1;
-            return Ok(());
+        if self.held(&n.name) {
+            if let Some(c) = self.held_check.as_mut() {
+                c.add(&n.name, m.size, m.mtime_ns);
+            }
+            if m.nlink <= 1 {
+                self.stats.held += 1;
+                return Ok(());
+            }
         }
         self.stats.files += 1;
         let offset = self.enc.next_offset();
@@ -503,6 +523,18 @@ impl<'a> Walker<'a> {
     /// Whether the receiver holds the file `name` from an earlier try.
     fn held(&self, name: &[u8]) -> bool {
         self.sh.opts.after.as_deref().is_some_and(|a| walk_order(name, a) != std::cmp::Ordering::Greater)
+    }
+
+    /// Once the walk passed the files left out: compare their check with
+    /// the receiver's ([`PackOptions::check`]), if it is still to be done.
+    fn compare_held(&mut self) -> Result<(), VfileError> {
+        let Some(c) = self.held_check.take() else { return Ok(()) };
+        let after = self.sh.opts.after.as_deref().unwrap_or_default();
+        if Some(c.value()) != self.sh.opts.check {
+            return Err(VfileError::HeldChanged(show(after)));
+        }
+        tracing::debug!(held = self.stats.held, "the receiver holds the files up to {} unchanged", show(after));
+        Ok(())
     }
 
     fn emit(&mut self, e: Entry, x: Option<Extent>) -> Result<(), VfileError> {

@@ -1,0 +1,194 @@
+//! A tree download kept across runs (`cp -r --partial`). A tree that fails
+//! for good or is interrupted leaves its complete files under their names
+//! (each file appears only once whole); with `--partial` this end notes
+//! where the longest run of them from the walk's first ends
+//! ([`crate::vfile::TreeHeld`]). The next `cp -r --partial` of the same
+//! tree to the same place checks the files it holds up to there
+//! ([`lightpath_engine::vfile::held_check`]: path, size and mtime of each)
+//! and asks the server to leave them out with that check (`OPTS VRET
+//! After=<hex>;Check=<16 hex>;`). The server compares its own files' check:
+//! a tree changed on either side since (a file edited, added, removed)
+//! gets 554, and it goes whole at once, not counted as a retry.
+//!
+//! One note per source and destination, in the user's state directory
+//! beside the uploads' ([`super::upload`]):
+//!
+//! ```text
+//! lightpath-tree 1
+//! after 7375622f66
+//! files 30
+//! bytes 3145728
+//! source ftp://host:2811/data/tree
+//! target /home/me/tree
+//! ```
+
+use super::upload::{note_path, notes_dir, write_note};
+use super::Fields;
+use crate::plan::describe;
+use crate::vfile::TreeHeld;
+use crate::Location;
+use lightpath_proto::held::{hex, unhex};
+use std::path::{Path, PathBuf};
+
+const VERSION_LINE: &str = "lightpath-tree 1";
+const KIND: &str = "trees";
+
+/// A note's contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Note {
+    /// The manifest path of the last file held.
+    after: Vec<u8>,
+    /// Files held, and their bytes.
+    files: u64,
+    bytes: u64,
+    /// The source URL without its password.
+    source: String,
+    /// The local tree's directory (absolute where it could be made so).
+    target: String,
+}
+
+impl Note {
+    fn encode(&self) -> Vec<u8> {
+        let (after, files, bytes) = (hex(&self.after), self.files, self.bytes);
+        let (source, target) = (&self.source, &self.target);
+        format!("{VERSION_LINE}\nafter {after}\nfiles {files}\nbytes {bytes}\nsource {source}\ntarget {target}\n")
+            .into_bytes()
+    }
+
+    /// Parse a note read from the disk: refused with the reason unless it
+    /// is well formed.
+    fn parse(raw: &[u8]) -> Result<Note, String> {
+        let mut f = Fields::open(raw, VERSION_LINE)?;
+        let after = unhex(f.field("after")?).filter(|a| !a.is_empty()).ok_or("bad path")?;
+        let num = |v: &str| v.parse::<u64>().map_err(|_| format!("bad number {v:?}"));
+        let (files, bytes) = (num(f.field("files")?)?, num(f.field("bytes")?)?);
+        let (source, target) = (f.field("source")?.to_string(), f.field("target")?.to_string());
+        f.end()?;
+        Ok(Note { after, files, bytes, source, target })
+    }
+}
+
+/// The source and target of a tree download as a note names them, with
+/// the local directory; `None` for a tree copied another way.
+fn names(src: &Location, target: &Location) -> Option<(String, String, PathBuf)> {
+    let (Location::Remote(_), Location::Local(dir)) = (src, target) else { return None };
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+    Some((describe(src), abs.to_string_lossy().into_owned(), dir.clone()))
+}
+
+/// The note's path for the tree download `src` to `target`, if it is one.
+fn path_of(src: &Location, target: &Location) -> Option<(PathBuf, Note)> {
+    let (source, target, _) = names(src, target)?;
+    let path = note_path(&notes_dir(KIND)?, &source, &target);
+    Some((path, Note { after: Vec::new(), files: 0, bytes: 0, source, target }))
+}
+
+/// Whether an earlier run noted a tree download of `src` to `target`: its
+/// `VRET` then does not go with the login, since the check goes first.
+pub(crate) fn noted(src: &Location, target: &Location) -> bool {
+    path_of(src, target).is_some_and(|(p, _)| p.exists())
+}
+
+/// With `cp -r --partial`, before a tree download's first try: take up
+/// what an earlier run noted for it, with the check of the files held
+/// here, computed in `root` (the copy's destination directory, beneath
+/// which `target` is opened without following symlinks). The note is used
+/// up either way; nothing usable gives an empty [`TreeHeld`].
+pub(crate) async fn take_up(src: &Location, target: &Location, root: &Path) -> TreeHeld {
+    let Some((path, want)) = path_of(src, target) else { return TreeHeld::default() };
+    let Ok(raw) = std::fs::read(&path) else { return TreeHeld::default() };
+    let note = match Note::parse(&raw) {
+        Ok(n) if (&n.source, &n.target) != (&want.source, &want.target) => return TreeHeld::default(),
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("{}: not resuming the tree an earlier run left: its note is unreadable ({e})", want.source);
+            let _ = std::fs::remove_file(&path);
+            return TreeHeld::default();
+        }
+    };
+    let _ = std::fs::remove_file(&path);
+    match check_held(target, root, &note.after).await {
+        Ok(check) => {
+            let (f, b) = (note.files, note.bytes);
+            tracing::info!("{}: resuming the tree an earlier run left ({f} files, {b} bytes held)", want.source);
+            TreeHeld { after: Some(note.after), files: f, bytes: b, check: Some(check), noted: true }
+        }
+        Err(e) => {
+            tracing::warn!("{}: not resuming the tree an earlier run left: {e}; it goes whole", want.source);
+            TreeHeld::default()
+        }
+    }
+}
+
+/// The check of the files the local tree `target` (beneath `root`) holds
+/// up to `after`, computed on a blocking thread. A tree resumed from a
+/// note sends it with every try: a later try's `after` is further on.
+pub(crate) async fn check_held(target: &Location, root: &Path, after: &[u8]) -> Result<u64, String> {
+    let Location::Local(dir) = target else { return Err("not a local tree".into()) };
+    let (root, dir, after) = (root.to_path_buf(), dir.clone(), after.to_vec());
+    let job = tokio::task::spawn_blocking(move || {
+        let tree = crate::local::tree_root(&root, &dir).map_err(|e| e.to_string())?;
+        lightpath_engine::vfile::held_check(&tree, &after).map_err(|e| e.to_string())
+    });
+    job.await.map_err(|e| e.to_string()).and_then(|c| c)
+}
+
+/// A tree download is done with: one that `failed` (for good, or
+/// interrupted) with `--partial` (`keep`) notes what it holds; one that
+/// succeeded removes a note an earlier run left for it.
+pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bool, keep: bool) {
+    let Some((path, mut note)) = path_of(src, target) else { return };
+    if !failed {
+        if std::fs::remove_file(&path).is_ok() {
+            tracing::info!("{}: removed the note an earlier run left for this tree", note.source);
+        }
+        return;
+    }
+    let Some(after) = held.after.clone().filter(|_| keep) else { return };
+    (note.after, note.files, note.bytes) = (after, held.files, held.bytes);
+    match write_note(&path, &note.encode()) {
+        Ok(()) => eprintln!(
+            "lightpath: {} files of the tree ({} bytes) are complete in {}; noted: the same cp -r --partial sends only the rest",
+            note.files, note.bytes, note.target
+        ),
+        Err(e) => tracing::warn!("{}: the tree's note cannot be written: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note() -> Note {
+        let (source, target) = ("ftp://h:2811/data/a b".into(), "/home/me/a b".into());
+        Note { after: b"sub/\n\xff f".to_vec(), files: 30, bytes: 3 << 20, source, target }
+    }
+
+    #[test]
+    fn a_note_reads_back_as_written() {
+        let n = note();
+        assert_eq!(Note::parse(&n.encode()), Ok(n));
+    }
+
+    #[test]
+    fn bad_notes_are_refused_with_a_reason() {
+        let good = String::from_utf8(note().encode()).unwrap();
+        let bad = [
+            good.replace("tree 1", "tree 2"),
+            good.replace("after 737562", "after 73756"),
+            good.replace("after 737562", "after zz7562"),
+            good.replace("after 7375622f0aff2066", "after "),
+            good.replace("files 30", "files -1"),
+            good.replace("bytes 3145728", "bytes x"),
+            good.replace("target", "targe"),
+            good.trim_end().to_string(),
+            format!("{good}extra\n"),
+            good.lines().take(5).map(|l| format!("{l}\n")).collect(),
+            String::new(),
+        ];
+        for b in &bad[..4] {
+            assert_ne!(b, &good, "the test's replacement did not apply");
+        }
+        super::super::assert_refused(Note::parse, &bad);
+    }
+}

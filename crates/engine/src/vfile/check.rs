@@ -1,0 +1,76 @@
+//! The check of what a tree's receiver holds, for a resume across runs
+//! (`OPTS VRET After=<hex>;Check=<16 hex>;`, docs/manifest.md): a digest
+//! of each held regular file's manifest path, size and mtime in walk
+//! order, the quick check rsync makes, over the run of files a resume
+//! leaves out. The receiver computes it over its own files
+//! ([`held_check`]), the sender over its walk ([`super::PackOptions::check`]);
+//! when they differ the tree changed between the runs, on either side, and
+//! the resume is refused ([`super::VfileError::HeldChanged`]).
+
+use super::pack::{meta, walk_order};
+use super::{join, VfileError};
+use lightpath_sys::root::{FileType, Root};
+use sha2::{Digest, Sha256};
+use std::cmp::Ordering;
+use std::collections::HashSet;
+
+/// A running [`held_check`]: the files added so far.
+#[derive(Debug, Clone, Default)]
+pub struct HeldCheck(Sha256);
+
+impl HeldCheck {
+    /// Add one held file (in walk order).
+    pub fn add(&mut self, path: &[u8], size: u64, mtime_ns: i64) {
+        let n = u32::try_from(path.len()).unwrap_or(u32::MAX);
+        self.0.update(n.to_be_bytes());
+        self.0.update(path);
+        self.0.update(size.to_be_bytes());
+        self.0.update(mtime_ns.to_be_bytes());
+    }
+
+    /// The check: the digest's first 8 bytes.
+    pub fn value(&self) -> u64 {
+        let d = self.0.clone().finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&d[..8]);
+        u64::from_be_bytes(first)
+    }
+}
+
+/// The check of the files `root` holds up to `after`, as a sender walking
+/// the same tree computes it: every regular file whose manifest path comes
+/// at or before `after` in the walk's order, a file with several names
+/// under its first only (the sender's manifest names it as a file there,
+/// its other names as links; a receiver whose try broke may not have made
+/// those links yet).
+pub fn held_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
+    let mut check = HeldCheck::default();
+    let mut seen = HashSet::new();
+    let mut stack = Vec::new();
+    push_children(root, &mut stack, b"")?;
+    while let Some((name, st)) = stack.pop() {
+        if walk_order(&name, after) == Ordering::Greater {
+            break;
+        }
+        let m = meta(&st);
+        match m.ft {
+            FileType::Directory => push_children(root, &mut stack, &name)?,
+            FileType::RegularFile if m.nlink <= 1 || seen.insert((m.dev, m.ino)) => {
+                check.add(&name, m.size, m.mtime_ns)
+            }
+            _ => {}
+        }
+    }
+    Ok(check.value())
+}
+
+/// Queue the entries of directory `dir` so that they pop in name order.
+fn push_children(
+    root: &Root,
+    stack: &mut Vec<(Vec<u8>, lightpath_sys::root::Stat)>,
+    dir: &[u8],
+) -> Result<(), VfileError> {
+    let list = root.read_dir(dir).map_err(|e| VfileError::io("listing", dir, e))?;
+    stack.extend(list.into_iter().rev().map(|(child, st)| (join(dir, &child), st)));
+    Ok(())
+}
