@@ -130,13 +130,14 @@ fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destina
     assert_same_tree(&tree, &dst_root.join("tree"));
 }
 
-/// `lightpath -v cp -q -r --partial -p 4 URL local` from `port` (the
-/// tree lands in `local/tree`, on the first run as on the next), its
-/// notes kept in `state`.
+/// `lightpath -v cp -q -r --partial -p 4 URL local/tree` from `port`,
+/// its notes kept in `state`. The first run makes `local/tree`; the same
+/// command run again resumes it there (not in `local/tree/tree`, where
+/// `cp -r` puts a tree copied to an existing directory).
 fn partial_tree_cp(state: &Path, port: u16, local: &Path) -> std::process::Command {
     let mut c = std::process::Command::new(LP);
     c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-q", "-r", "--partial", "-p", "4"]);
-    c.args([&format!("ftp://127.0.0.1:{port}/tree"), local.to_str().unwrap()]);
+    c.args([&format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
     c.stderr(std::process::Stdio::piped());
     c
 }
@@ -170,10 +171,12 @@ fn an_interrupted_tree_download_is_resumed_by_the_next_partial_run() {
     let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
     assert!(last.contains("files: 1,"), "only the big file goes: {err}");
     assert_same_tree(&tree, &local.join("tree"));
-    // The note was used up: a third run copies the whole tree.
+    // The note was used up: a third run copies the whole tree, as `cp -r`
+    // does to an existing directory, beneath it.
     let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
     let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
     assert!(last.contains(&format!("files: {},", n + 1)), "{err}");
+    assert_same_tree(&tree, &local.join("tree/tree"));
 }
 
 /// A tree that changed between the runs, on the server (a held file's
@@ -196,6 +199,7 @@ fn a_tree_changed_since_the_interrupted_run_goes_whole() {
     assert!(last.contains(&format!("files: {},", n + 1)), "the whole tree goes: {err}");
     assert_same_tree(&tree, &local.join("tree"));
     // Removed here: the local check differs.
+    std::fs::remove_dir_all(local.join("tree")).unwrap();
     let (_srv2, port2, _) = interrupted_tree_download(state.path(), &root, &local);
     std::fs::remove_file(local.join("tree/d0/s0/f0.dat")).unwrap();
     let err = succeeded(partial_tree_cp(state.path(), port2, &local).args(["--retries", "0"]).output().unwrap());

@@ -183,7 +183,7 @@ async fn try_tree(
     if !is_dir {
         return Ok(None);
     }
-    let target = crate::vfile::tree_target(src, dst);
+    let target = tree_target(src, dst, sopts.keep_interrupted);
     let mut dst_s = match &target {
         Location::Remote(r) => {
             let spec = tree_upload(src, r, verify.is_none());
@@ -330,7 +330,18 @@ impl TreeEnds<'_> {
 /// Whether a tree copy with `cp -r --partial` takes up a note of an
 /// earlier run: its VRET then waits for the check of the files held.
 fn tree_noted(opts: &CopyOptions, src: &Location, dst: &Location) -> bool {
-    opts.partial && crate::partial::tree::noted(src, &crate::vfile::tree_target(src, dst))
+    opts.partial && crate::partial::tree::noted(src, &tree_target(src, dst, true))
+}
+
+/// Where the tree `src` copied to `dst` lands ([`crate::vfile::tree_target`]),
+/// but with `--partial` (`partial`), into `dst` itself when an earlier
+/// run noted `dst` as the tree it left: that run made the directory, and
+/// the same command resumes it rather than copying the tree beneath it.
+fn tree_target(src: &Location, dst: &Location, partial: bool) -> Location {
+    if partial && crate::partial::tree::noted(src, dst) {
+        return dst.clone();
+    }
+    crate::vfile::tree_target(src, dst)
 }
 
 /// The tree copy itself, by the direction of the copy (`None`: local to local).
