@@ -40,6 +40,31 @@ fn round_trip_scrambled() {
     }
 }
 
+/// An unpacker into `s`'s `dst`, parking all the data a scrambled
+/// delivery sends ahead.
+fn unpacker(s: &Scratch) -> Unpacker {
+    Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() }).unwrap()
+}
+
+/// A tree made in `s`'s `src` whose first try into `dst` breaks: it gets
+/// the manifest and the blocks below half the virtual file, in order, and
+/// gives up. What the whole pack found, and what the receiver holds.
+fn first_try_breaks_halfway(s: &Scratch, rng: &mut Rng) -> (vfile::PackStats, vfile::Held) {
+    make_tree(&s.p("src"), rng);
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
+    let mut sent = send_all(&pack, rng, 100_000);
+    let whole = pack.wait().unwrap();
+    let u = unpacker(s);
+    u.manifest_bytes(&sent.manifest).unwrap();
+    sent.blocks.sort_by_key(|b| b.0);
+    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
+        u.write_block(*o, d).unwrap();
+    }
+    let got = u.give_up().expect("the first files complete");
+    assert!(got.bytes > 0 && got.bytes <= whole.bytes / 2, "{got:?}");
+    (whole, got)
+}
+
 /// A tree resumed after a broken try: the first try gets the manifest and
 /// the blocks below half the virtual file, in order, and says what it
 /// holds; the second pack, told so, leaves those files out, and the tree
@@ -49,19 +74,7 @@ fn a_resumed_tree_leaves_out_what_the_receiver_holds() {
     let _dog = Watchdog::new();
     let s = Scratch::new();
     let mut rng = Rng(11);
-    make_tree(&s.p("src"), &mut rng);
-    let unpacker = || Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() });
-    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
-    let mut sent = send_all(&pack, &mut rng, 100_000);
-    let whole = pack.wait().unwrap();
-    let u = unpacker().unwrap();
-    u.manifest_bytes(&sent.manifest).unwrap();
-    sent.blocks.sort_by_key(|b| b.0);
-    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
-        u.write_block(*o, d).unwrap();
-    }
-    let got = u.give_up().expect("the first files complete");
-    assert!(got.bytes > 0 && got.bytes <= whole.bytes / 2, "{got:?}");
+    let (whole, got) = first_try_breaks_halfway(&s, &mut rng);
     let (after, held) = (got.after, got.files);
     assert!(held > 0 && held < whole.files, "{held} of {}", whole.files);
     let opts = PackOptions { after: Some(after.clone()), ..small_pack_opts() };
@@ -72,7 +85,7 @@ fn a_resumed_tree_leaves_out_what_the_receiver_holds() {
     assert_eq!(rest.files + rest.held, whole.files, "after {}", manifest::show(&after));
     assert!(rest.held > 0 && rest.held <= held, "{} left out, {held} held", rest.held);
     assert!(rest.bytes < whole.bytes);
-    let u = unpacker().unwrap();
+    let u = unpacker(&s);
     deliver(&u, scramble(sent, &mut rng)).unwrap();
     assert_eq!(u.finish().unwrap().files, rest.files);
     assert_same_tree(&s.p("src"), &s.p("dst"));
@@ -88,18 +101,8 @@ fn a_tree_resumed_across_runs_is_checked_at_both_ends() {
     let _dog = Watchdog::new();
     let s = Scratch::new();
     let mut rng = Rng(12);
-    make_tree(&s.p("src"), &mut rng);
-    let unpacker = || Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() });
-    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
-    let mut sent = send_all(&pack, &mut rng, 100_000);
-    let whole = pack.wait().unwrap();
-    let u = unpacker().unwrap();
-    u.manifest_bytes(&sent.manifest).unwrap();
-    sent.blocks.sort_by_key(|b| b.0);
-    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
-        u.write_block(*o, d).unwrap();
-    }
-    let after = u.give_up().expect("the first files complete").after;
+    let (whole, got) = first_try_breaks_halfway(&s, &mut rng);
+    let after = got.after;
     let check = vfile::held_check(&s.root("dst"), &after).unwrap();
     assert_eq!(vfile::held_check(&s.root("src"), &after).unwrap(), check);
     let resume = |check| PackOptions { after: Some(after.clone()), check: Some(check), ..small_pack_opts() };
@@ -129,7 +132,7 @@ fn a_tree_resumed_across_runs_is_checked_at_both_ends() {
     let sent = send_all(&pack, &mut rng, 100_000);
     let rest = pack.wait().unwrap();
     assert!(rest.held > 0 && rest.bytes < whole.bytes, "{rest:?}");
-    let u = unpacker().unwrap();
+    let u = unpacker(&s);
     deliver(&u, scramble(sent, &mut rng)).unwrap();
     assert_eq!(u.finish().unwrap().files, rest.files);
     assert_same_tree(&s.p("src"), &s.p("dst"));
