@@ -183,13 +183,38 @@ fn interrupted_transfer_leaves_no_partial_file_under_a_final_name() {
     }
 }
 
-/// Where a file shrinks while the walk is still running.
+/// How and when a file changes while the walk is still running.
 #[derive(Debug, Clone, Copy)]
-enum Shrink {
-    /// A small file (read whole), before its data is read.
-    BeforeRead,
-    /// A large file (read by range), after its first block was read.
-    WhileRead,
+enum Change {
+    /// A small file (read whole) shrinks before its data is read.
+    ShrinksEarly,
+    /// A large file (read by range) shrinks after its first block was read.
+    ShrinksLate,
+    /// A small file grows before its data is read.
+    GrowsEarly,
+    /// A large file is rewritten in place (same size, new mtime) after its
+    /// first block was read.
+    RewrittenLate,
+}
+
+impl Change {
+    fn before_read(self) -> bool {
+        matches!(self, Change::ShrinksEarly | Change::GrowsEarly)
+    }
+
+    fn apply(self, p: &std::path::Path) {
+        let f = File::options().write(true).open(p).unwrap();
+        match self {
+            Change::ShrinksEarly | Change::ShrinksLate => f.set_len(5_000).unwrap(),
+            Change::GrowsEarly => f.set_len(f.metadata().unwrap().len() + 1).unwrap(),
+            Change::RewrittenLate => {
+                use std::os::unix::fs::FileExt;
+                f.write_all_at(b"new bytes", 0).unwrap();
+                let t = f.metadata().unwrap().modified().unwrap();
+                f.set_modified(t + std::time::Duration::from_secs(1)).unwrap();
+            }
+        }
+    }
 }
 
 /// Take items as a sender does until a read fails; what was sent, and the
@@ -197,41 +222,54 @@ enum Shrink {
 /// is read at once after its first, with no `next_item` between: each
 /// call may hand out a manifest chunk and let the walk go on, and on a
 /// loaded machine the walk could finish before a second data item came.
-fn send_until_a_read_fails(s: &Scratch, pack: &Pack, how: Shrink) -> (Sent, VfileError) {
+fn send_until_a_read_fails(s: &Scratch, pack: &Pack, how: Change) -> (Sent, VfileError) {
     let reader = pack.reader();
     let mut sent = Sent { manifest: Vec::new(), blocks: Vec::new() };
-    let shrink = || File::options().write(true).open(s.p("src/a")).unwrap().set_len(5_000).unwrap();
     loop {
         match pack.next_item(10_000).unwrap().expect("more items") {
             PackItem::Manifest { bytes, .. } => sent.manifest.extend_from_slice(&bytes),
             PackItem::Data { offset, len } => {
-                if matches!((how, offset), (Shrink::BeforeRead, 0)) {
-                    shrink();
+                if how.before_read() && offset == 0 {
+                    how.apply(&s.p("src/a"));
                 }
                 let mut buf = vec![0; len as usize];
                 match reader.read_at(&mut buf, offset) {
                     Ok(()) => sent.blocks.push((offset, buf)),
                     Err(e) => return (sent, e),
                 }
-                if matches!((how, offset), (Shrink::WhileRead, 0)) {
-                    shrink();
-                    let mut next = vec![0; 10_000];
-                    let e = reader.read_at(&mut next, len).expect_err("a read past the new end of a");
-                    return (sent, e);
+                if !how.before_read() && offset == 0 {
+                    how.apply(&s.p("src/a"));
+                    // The rest of a, up to its last byte, where a file
+                    // rewritten in place is caught.
+                    let mut at = len;
+                    loop {
+                        let mut next = vec![0; 10_000];
+                        match reader.read_at(&mut next, at) {
+                            Ok(()) => at += 10_000,
+                            Err(e) => return (sent, e),
+                        }
+                        assert!(at < 200_000, "{how:?}: the change was never seen");
+                    }
                 }
             }
         }
     }
 }
 
-/// A file that shrinks after the walk listed it fails the pack with an
-/// error naming it, also once the sender cancels the still running walk
+/// A file that shrinks, grows or is rewritten in place after the walk
+/// listed it fails the pack with an error naming it, also once the sender cancels the still running walk
 /// (as `send_pack` does when a send fails): `Aborted` must not hide the
 /// cause. The receiver never publishes the file under its name.
 #[test]
-fn a_file_shrinking_while_sent_fails_the_pack_naming_it() {
+fn a_file_changing_while_sent_fails_the_pack_naming_it() {
     let _dog = Watchdog::new();
-    for (how, size) in [(Shrink::BeforeRead, 8_000), (Shrink::WhileRead, 100_000)] {
+    let cases = [
+        (Change::ShrinksEarly, 8_000),
+        (Change::ShrinksLate, 100_000),
+        (Change::GrowsEarly, 8_000),
+        (Change::RewrittenLate, 100_000),
+    ];
+    for (how, size) in cases {
         let s = Scratch::new();
         let pack = pack_file_a_and_a_tree(&s, 13, size);
         let (sent, e) = send_until_a_read_fails(&s, &pack, how);

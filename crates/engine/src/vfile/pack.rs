@@ -95,6 +95,8 @@ pub(crate) struct Extent {
     pub src: Arc<[u8]>,
     pub dev: u64,
     pub ino: u64,
+    /// The mtime the walk saw: the file read must still have it.
+    pub mtime_ns: i64,
 }
 
 impl Extent {
@@ -515,7 +517,8 @@ impl<'a> Walker<'a> {
         }
         self.stats.files += 1;
         let offset = self.enc.next_offset();
-        let x = Extent { start: offset, size: m.size, src: n.src.as_slice().into(), dev: m.dev, ino: m.ino };
+        let src = n.src.as_slice().into();
+        let x = Extent { start: offset, size: m.size, src, dev: m.dev, ino: m.ino, mtime_ns: m.mtime_ns };
         let kind = Kind::File { size: m.size, offset };
         self.emit(Entry { path: n.name.clone(), kind, mode, mtime_ns }, Some(x))
     }

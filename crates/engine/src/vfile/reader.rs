@@ -134,6 +134,7 @@ impl PackReader {
         f.read_exact_at(out, within).map_err(|e| shrank(x, e))?;
         if last {
             lock(&self.sh.cache.open).remove(x.start);
+            unchanged(&f, x)?;
         }
         Ok(())
     }
@@ -149,6 +150,7 @@ impl PackReader {
         if v.len() as u64 != x.size {
             return Err(VfileError::Changed(show(&x.src)));
         }
+        unchanged(&f, x)?;
         let v = Arc::new(v);
         if !once {
             lock(&self.sh.cache.small).insert(x.start, v.clone(), x.size as usize);
@@ -169,11 +171,29 @@ impl PackReader {
     fn open_checked(&self, x: &Extent) -> Result<File, VfileError> {
         let f = self.sh.root.open_read(&x.src).map_err(|e| VfileError::io("opening", &x.src, e))?;
         let m = f.metadata().map_err(|e| VfileError::io("reading", &x.src, e))?;
-        if m.dev() != x.dev || m.ino() != x.ino || m.len() < x.size {
+        if m.dev() != x.dev || m.ino() != x.ino || !as_walked(&m, x) {
             return Err(VfileError::Changed(show(&x.src)));
         }
         Ok(f)
     }
+}
+
+/// The open file of `x` still has the size and mtime the walk saw
+/// ([`as_walked`]): checked when it is opened and once its last bytes were
+/// read. A file written to
+/// meanwhile (grown, or rewritten in place) would otherwise arrive as the
+/// walk's length of other bytes, under its name and old mtime, as if whole.
+fn unchanged(f: &File, x: &Extent) -> Result<(), VfileError> {
+    let m = f.metadata().map_err(|e| VfileError::io("reading", &x.src, e))?;
+    if !as_walked(&m, x) {
+        return Err(VfileError::Changed(show(&x.src)));
+    }
+    Ok(())
+}
+
+/// Whether `m` has the size and mtime the walk saw for `x`.
+fn as_walked(m: &std::fs::Metadata, x: &Extent) -> bool {
+    m.len() == x.size && super::stat_ns(m.mtime(), m.mtime_nsec()) == x.mtime_ns
 }
 
 fn shrank(x: &Extent, e: io::Error) -> VfileError {
