@@ -212,13 +212,18 @@ async fn stop_other(
 }
 
 /// The failure to report of two: the first read, unless only the second
-/// is a permanent refusal (5xx). Both may be waiting when the first is
-/// read, and a refused file (550) is what makes the other side's data
-/// connection fail (425, 426), not the other way round.
+/// is a permanent refusal (5xx), or the first is only a data connection
+/// that failed (425, 426) and the second a refusal of another kind (a
+/// source's 451 naming a path it cannot send). Both may be waiting when
+/// the first is read, and a refused file is what makes the other side's
+/// data connection fail, not the other way round.
 fn cause(first: ClientError, second: Option<ClientError>) -> ClientError {
     let permanent = |e: &ClientError| matches!(e, ClientError::Refused { code, .. } if *code >= 500);
+    let data = |e: &ClientError| matches!(e, ClientError::Refused { code: 425 | 426, .. });
+    let refusal = |e: &ClientError| matches!(e, ClientError::Refused { .. }) && !data(e);
     match second {
         Some(e) if permanent(&e) && !permanent(&first) => e,
+        Some(e) if data(&first) && refusal(&e) => e,
         _ => first,
     }
 }
@@ -239,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_failure_is_reported_unless_only_the_second_is_a_refusal() {
+    fn the_first_failure_is_reported_unless_the_second_is_its_cause() {
         let lost = || ClientError::Control("h:1".into(), "server closed the control connection".into());
         let code = |e: ClientError| match e {
             ClientError::Refused { code, .. } => code,
@@ -252,5 +257,8 @@ mod tests {
         assert_eq!(code(cause(refused(426), Some(refused(550)))), 550);
         assert_eq!(code(cause(lost(), Some(refused(550)))), 550);
         assert_eq!(code(cause(refused(425), Some(refused(426)))), 425);
+        assert_eq!(code(cause(refused(426), Some(refused(451)))), 451, "the source's reason");
+        assert_eq!(code(cause(refused(451), Some(refused(426)))), 451);
+        assert_eq!(code(cause(refused(426), Some(lost()))), 426);
     }
 }
