@@ -53,7 +53,7 @@ fn special_files_are_skipped_with_a_warning_both_ways() {
     assert_copied_without_fifos(&got);
     assert_same_file(&root.join("tree/a"), &got.join("a"));
     assert_same_file(&root.join("tree/sub/b"), &got.join("sub/b"));
-    let want = "lightpath: warning: 2 special file(s) skipped on the server (FIFOs, devices, sockets are not copied)";
+    let want = "lightpath: warning: 2 special file(s) skipped on the server (FIFOs, devices, sockets, and symlinks leaving the served root are not copied; the server's log names each)";
     assert!(err.contains(want), "download warns of the skipped FIFOs: {err}");
     assert!(err.contains("2 file(s) copied"), "{err}");
 

@@ -66,7 +66,7 @@ pub async fn get_tree(
     if let Some(n) = fin.files_completed() {
         files.store(n, Ordering::Relaxed);
     }
-    warn_skipped(fin.special_files_skipped(), " on the server");
+    warn_skipped(fin.special_files_skipped(), " on the server", true);
     Ok(bytes)
 }
 
@@ -175,11 +175,19 @@ impl TreeHeld {
 }
 
 /// Tell the user (whatever the log level) that `n` special files were not
-/// copied; `place` says where they were.
-fn warn_skipped(n: u64, place: &str) {
-    if n > 0 {
-        eprintln!("lightpath: warning: {n} special file(s) skipped{place} (FIFOs, devices, sockets are not copied)");
+/// copied; `place` says where they were. A server's count holds the
+/// symlinks it leaves out for leaving its served root too (its log names
+/// each).
+fn warn_skipped(n: u64, place: &str, server: bool) {
+    if n == 0 {
+        return;
     }
+    let what = if server {
+        "FIFOs, devices, sockets, and symlinks leaving the served root are not copied; the server's log names each"
+    } else {
+        "FIFOs, devices, sockets are not copied"
+    };
+    eprintln!("lightpath: warning: {n} special file(s) skipped{place} ({what})");
 }
 
 /// `VSTO tree`, sent with the login after the connections opened ahead
@@ -295,7 +303,7 @@ fn outcome(
 ) -> Result<(u64, u64), ClientError> {
     match pack_outcome(sent, walk) {
         Ok((bytes, stats)) => {
-            warn_skipped(stats.skipped, &format!(" in {}", dir.display()));
+            warn_skipped(stats.skipped, &format!(" in {}", dir.display()), false);
             tracing::info!(files = stats.files, held = stats.held, bytes, "tree sent");
             // The tree's files: those the server held from earlier tries too.
             Ok((bytes, stats.files + stats.held))
@@ -336,7 +344,7 @@ pub async fn tpt_tree(
     if let Some(n) = sent.files_completed().or(fin.files_completed()) {
         files.store(n, Ordering::Relaxed);
     }
-    warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name));
+    warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name), true);
     Ok(bytes)
 }
 
