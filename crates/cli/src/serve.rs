@@ -213,7 +213,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         Err(e) => tracing::info!("placement: none ({e:#}); I/O threads unpinned"),
     }
     iothreads::configure(io).context("starting the I/O threads")?;
-    let rt = runtime(management)?;
+    let rt = runtime(management, blocking_threads(args.max_sessions))?;
     rt.block_on(async {
         let root = args.root.display().to_string();
         let server = Server::from_std(args.config(), l, ahead)?;
@@ -229,13 +229,25 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-/// The runtime of the control sessions and of the transfers' management.
+/// The blocking threads the runtime may have for `max_sessions` sessions:
+/// a session's transfer waits on one for as long as it runs (its bytes
+/// move on the fixed I/O threads), and a file command (SIZE, MLSD, ...)
+/// may take another meanwhile. With tokio's default cap (512), as many
+/// stalled transfers (peers that stop reading) left every other session's
+/// file commands waiting for a thread; two per session, and a few for the
+/// server's own work, cannot run out. Idle ones exit after 10 s.
+fn blocking_threads(max_sessions: usize) -> usize {
+    max_sessions.saturating_mul(2).saturating_add(16)
+}
+
+/// The runtime of the control sessions and of the transfers' management,
+/// with at most `blocking` blocking threads ([`blocking_threads`]).
 /// Its threads, workers and blocking ones alike, run on the management
 /// cpus (`cpus`; none: anywhere), away from the I/O threads' cpus where
 /// the placement found cpus free of them.
-fn runtime(cpus: Vec<u32>) -> std::io::Result<tokio::runtime::Runtime> {
+fn runtime(cpus: Vec<u32>, blocking: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let mut b = tokio::runtime::Builder::new_multi_thread();
-    b.enable_all();
+    b.enable_all().max_blocking_threads(blocking);
     if !cpus.is_empty() {
         b.on_thread_start(move || {
             if let Err(e) = lightpath_sys::topo::pin_current_thread(&cpus) {
@@ -255,9 +267,39 @@ mod tests {
         line.split_whitespace().nth(1).expect("value").to_string()
     }
 
+    /// Every session of a full server can have a transfer and a file
+    /// command waiting on blocking threads at once, more than tokio's
+    /// default 512: all of them run together (a smaller cap deadlocks
+    /// here, each waiting for the others at the barrier).
+    #[test]
+    fn every_session_gets_its_blocking_threads() {
+        let sessions = 300;
+        let n = 2 * sessions;
+        assert!(super::blocking_threads(sessions) >= n && n > 512);
+        let rt = super::runtime(Vec::new(), super::blocking_threads(sessions)).expect("runtime");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn({
+            let barrier = barrier.clone();
+            move || {
+                barrier.wait();
+                let _ = tx.send(());
+            }
+        });
+        rt.block_on(async {
+            for _ in 0..n {
+                let b = barrier.clone();
+                drop(tokio::task::spawn_blocking(move || b.wait()));
+            }
+        });
+        let ran = rx.recv_timeout(std::time::Duration::from_secs(20)).is_ok();
+        rt.shutdown_background(); // threads stuck at the barrier are not waited for
+        assert!(ran, "the blocking threads ran out");
+    }
+
     #[test]
     fn runtime_threads_run_on_the_management_cpus() {
-        let rt = super::runtime(vec![0]).expect("runtime");
+        let rt = super::runtime(vec![0], 16).expect("runtime");
         let (worker, blocking) = rt.block_on(async {
             let w = tokio::spawn(async { allowed() }).await.expect("task");
             let b = tokio::task::spawn_blocking(allowed).await.expect("blocking");
@@ -265,7 +307,7 @@ mod tests {
         });
         assert_eq!((worker.as_str(), blocking.as_str()), ("0", "0"));
         // No management cpus: threads keep the process's mask.
-        let rt = super::runtime(Vec::new()).expect("runtime");
+        let rt = super::runtime(Vec::new(), 16).expect("runtime");
         let free = rt.block_on(async { tokio::spawn(async { allowed() }).await.expect("task") });
         assert_eq!(free, allowed());
     }
