@@ -143,6 +143,12 @@ fn esto_and_rest_retr_still_work() {
     assert!(lp_cp(&["--off", "1000", "--len", "5000", part.to_str().unwrap(), &url(port, "/g")]));
     let g = std::fs::read(root.join("g")).unwrap();
     assert_eq!((g.len(), &g[1000..6000]), (300_000, &data[1000..6000]));
+    // A part past the end of the local file is refused before anything
+    // moves (it was sent short, and the copy said it was whole).
+    let (code, err) = cp(&["--off", "299000", "--len", "5000", part.to_str().unwrap(), &url(port, "/h")]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("past the end of the file (300000 bytes)"), "{err}");
+    assert!(!root.join("h").exists(), "nothing written on the server");
     // REST + RETR in MODE S.
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);

@@ -149,6 +149,7 @@ pub async fn copy(
     }
     let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut(), opts.cc.saturating_sub(1)).await?;
     if let Some(part) = opts.part {
+        plan.files.iter().try_for_each(|f| local_part_fits(&f.src, part))?;
         plan.files.iter_mut().for_each(|f| f.size = part.1);
     }
     progress.planned.store(plan.bytes(), std::sync::atomic::Ordering::Relaxed);
@@ -657,6 +658,24 @@ async fn get_batch(
     let pairs = batch.iter().map(|t| (&t.item.src, &t.item.dst));
     verify_batch(s, opts, pairs, Side::Local, &mut results).await;
     results
+}
+
+/// `--off`/`--len` of a local source file (an upload) must lie within it:
+/// sent as it is, a window past the end became a short file on the server
+/// and a copy reported whole. (A download's window is checked by what
+/// arrives: `LocalTarget::window`.) `/dev/zero` has no end.
+fn local_part_fits(src: &Location, (off, len): (u64, u64)) -> Result<(), ClientError> {
+    let Location::Local(p) = src else { return Ok(()) };
+    let Ok(m) = std::fs::metadata(p) else { return Ok(()) }; // the copy says why it cannot read it
+    let end = off.saturating_add(len);
+    if m.is_file() && m.len() < end {
+        let has = m.len();
+        return Err(ClientError::Usage(format!(
+            "{}: --off {off} --len {len} ends at byte {end}, past the end of the file ({has} bytes)",
+            p.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Upload `batch`, each resuming what the server kept of an earlier try.
