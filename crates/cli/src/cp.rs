@@ -300,12 +300,19 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
     Ok((rt, s, r.path))
 }
 
-/// List a remote directory.
+/// List a remote directory. A reader that stops early (`| head`) ends
+/// the listing quietly, as for any Unix tool, not with a panic.
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
+    use std::io::Write;
     let (rt, mut s, path) = open(&a.url)?;
+    let mut out = std::io::stdout().lock();
     for e in rt.block_on(s.list(&path))? {
         let kind = if e.is_dir { "d" } else { "-" };
-        println!("{kind} {:>14} {}", e.size, crate::term::name(&String::from_utf8_lossy(&e.name)));
+        let line = writeln!(out, "{kind} {:>14} {}", e.size, crate::term::name(&String::from_utf8_lossy(&e.name)));
+        match line {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
+            r => r.context("writing the listing")?,
+        }
     }
     rt.block_on(s.quit());
     Ok(())

@@ -417,6 +417,30 @@ fn ls_escapes_control_characters_in_names() {
     assert!(text.contains("a\\x1b]0;PWNED\\x07\\x1b[2Jb"), "{text}");
 }
 
+/// `lightpath ls URL | head -1`: the reader goes away after one line, and
+/// `ls` ends quietly (it panicked on the broken pipe).
+#[test]
+fn ls_into_a_pipe_closed_early_ends_quietly() {
+    use std::io::BufRead;
+    let (_d, root, _local) = root_and_local();
+    for i in 0..4000 {
+        std::fs::write(root.join(format!("a-rather-long-file-name-to-fill-the-pipe-{i:05}")), b"").unwrap();
+    }
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let mut ls = std::process::Command::new(LP)
+        .args(["ls", &format!("ftp://127.0.0.1:{port}/")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(ls.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.contains("a-rather-long-file-name"), "{first}");
+    let out = ls.wait_with_output().unwrap(); // the reader is gone
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("panicked"), "{:?}: {err}", out.status);
+}
+
 #[test]
 fn a_receiver_that_asks_gets_blocks_up_to_its_size_while_much_is_left() {
     let d = scratch();
