@@ -202,7 +202,8 @@ async fn try_tree(
         return Ok(None);
     }
     let files = Arc::new(AtomicU64::new(0));
-    let ends = TreeEnds { src, dst, target: &target, sopts, retries, verify };
+    let root = crate::vfile::source_root(src, lister.as_ref());
+    let ends = TreeEnds { src, dst, target: &target, sopts, retries, verify, root };
     let Some(r) = ends.run(lister, &mut dst_s, files.clone()).await else {
         return Ok(None);
     };
@@ -230,6 +231,9 @@ struct TreeEnds<'a> {
     sopts: &'a SessionOpts,
     retries: u32,
     verify: Option<&'a str>,
+    /// The mode and mtime of the tree's own directory at the source, for
+    /// its copy ([`crate::vfile::source_root`]).
+    root: Option<lightpath_proto::held::TreeRoot>,
 }
 
 impl TreeEnds<'_> {
@@ -255,7 +259,8 @@ impl TreeEnds<'_> {
             let r = match opened {
                 Ok(()) => {
                     let ends = (s.as_mut(), d.as_mut());
-                    run_tree(self.src, self.dst, self.target, ends, files.clone(), &mut held).await?
+                    let tree = (self.src, self.dst, self.target, self.root);
+                    run_tree(tree, ends, files.clone(), &mut held).await?
                 }
                 Err(e) => Err(e),
             };
@@ -345,24 +350,24 @@ fn tree_target(src: &Location, dst: &Location, partial: bool) -> Location {
     crate::vfile::tree_target(src, dst)
 }
 
-/// The tree copy itself, by the direction of the copy (`None`: local to local).
+/// The tree copy itself, by the direction of the copy (`None`: local to
+/// local): `src` to `target` (in the destination `dst`), the source's own
+/// directory described by `root`.
 async fn run_tree(
-    src: &Location,
-    dst: &Location,
-    target: &Location,
+    (src, dst, target, root): (&Location, &Location, &Location, Option<lightpath_proto::held::TreeRoot>),
     (s, d): (Option<&mut Session>, Option<&mut Session>),
     files: Arc<AtomicU64>,
     held: &mut crate::vfile::TreeHeld,
 ) -> Option<Result<u64, ClientError>> {
     Some(match (src, dst, target, s, d) {
-        (Location::Remote(sr), Location::Local(root), Location::Local(p), Some(s), None) => {
-            crate::vfile::get_tree(s, &sr.path, (root.clone(), p.clone()), files, held).await
+        (Location::Remote(sr), Location::Local(dir), Location::Local(p), Some(s), None) => {
+            crate::vfile::get_tree(s, &sr.path, (dir.clone(), p.clone(), root), files, held).await
         }
         (Location::Local(p), _, Location::Remote(dr), None, Some(d)) => {
-            crate::vfile::put_tree(d, p.clone(), &dr.path, files, held).await
+            crate::vfile::put_tree(d, (p.clone(), root), &dr.path, files, held).await
         }
         (Location::Remote(sr), _, Location::Remote(dr), Some(s), Some(d)) => {
-            crate::vfile::tpt_tree((s, d), &sr.path, &dr.path, files, held).await
+            crate::vfile::tpt_tree((s, d), (&sr.path, root), &dr.path, files, held).await
         }
         _ => return None,
     })
@@ -582,7 +587,7 @@ async fn open_sessions(task: &Task, sopts: &SessionOpts, pre: Pair, opts: &CopyO
 /// (`with_vsto`: not with `--verify`, whose algorithm is checked first).
 fn tree_upload<'a>(src: &Location, target: &'a Remote, with_vsto: bool) -> Speculation<'a> {
     match src {
-        Location::Local(_) if with_vsto => Speculation::UploadTree(&target.path),
+        Location::Local(_) if with_vsto => Speculation::UploadTree(&target.path, crate::vfile::source_root(src, None)),
         Location::Local(_) => Speculation::Upload(None),
         Location::Remote(_) => Speculation::None,
     }

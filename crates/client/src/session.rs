@@ -107,8 +107,9 @@ pub enum Speculation<'a> {
     /// so only to a lightpath server, whose STOR writes a temporary file
     /// (an upload that is then not made leaves nothing).
     Upload(Option<(&'a [u8], u64)>),
-    /// `VSTO tree`: the same for a local tree to this remote path.
-    UploadTree(&'a [u8]),
+    /// `VSTO tree`: the same for a local tree to this remote path, after
+    /// `OPTS VSTO` with the mode and mtime of its own directory.
+    UploadTree(&'a [u8], Option<lightpath_proto::held::TreeRoot>),
 }
 
 /// A logged-in control session and its data channel.
@@ -125,8 +126,8 @@ pub struct Session {
     parallelism: u32,
     /// The `BlockSize=` sent with the stream count ([`Session::set_parallelism`]).
     asked_block: Option<u64>,
-    /// MLST/SIZE answers fetched with the login: path -> (is a directory, size).
-    stats: std::collections::HashMap<Vec<u8>, (bool, u64)>,
+    /// MLST/SIZE answers (those fetched with the login too), by path.
+    stats: std::collections::HashMap<Vec<u8>, fs::RemoteStat>,
     /// The tree path of a `VRET path/` sent with the login whose reply is
     /// not read yet (see [`Session::open_speculating`]).
     spec_vret: Option<Vec<u8>>,
@@ -228,11 +229,11 @@ impl Session {
         if let Some(job) = pending {
             // They started with the control connection: give them its RTT again.
             if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {
-                let upload = matches!(spec, Speculation::Upload(_) | Speculation::UploadTree(_));
+                let upload = matches!(spec, Speculation::Upload(_) | Speculation::UploadTree(..));
                 s.offer_ahead(a, !upload).await?;
                 match spec {
                     Speculation::Upload(Some((path, size))) => s.speculate_stor(path, size).await?,
-                    Speculation::UploadTree(tree) => crate::vfile::speculate_vsto(&mut s, tree).await?,
+                    Speculation::UploadTree(tree, root) => crate::vfile::speculate_vsto(&mut s, tree, root).await?,
                     _ => {}
                 }
             }
@@ -240,7 +241,7 @@ impl Session {
         match spec {
             Speculation::Tree(t) => s.speculate_vret(t).await?,
             Speculation::File(f) => s.speculate_retr(f).await?,
-            Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(_) => {}
+            Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(..) => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
         if fastopen.is_some() && s.ctl.fastopen_used() {

@@ -12,6 +12,7 @@ use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions,
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
 use lightpath_proto::command::{opts_vret, MAX_VRET_AFTER};
+use lightpath_proto::held::TreeRoot;
 use lightpath_proto::Reply;
 use lightpath_sys::root::Root;
 use std::path::{Path, PathBuf};
@@ -42,10 +43,11 @@ pub fn tree_target(src: &Location, dst: &Location) -> Location {
 pub async fn get_tree(
     s: &mut Session,
     rpath: &[u8],
-    dirs: (PathBuf, PathBuf),
+    (root, dir, meta): (PathBuf, PathBuf, Option<TreeRoot>),
     files: Arc<AtomicU64>,
     held: &mut TreeHeld,
 ) -> Result<u64, ClientError> {
+    let dirs = (root.clone(), dir.clone());
     ask_tree(s, rpath, held).await?;
     let first = s.ctl.reply().await?;
     if !first.is_preliminary() {
@@ -67,7 +69,46 @@ pub async fn get_tree(
         files.store(n, Ordering::Relaxed);
     }
     warn_skipped(fin.special_files_skipped(), " on the server", true);
+    if let Some(m) = meta {
+        set_local_root(&root, &dir, m);
+    }
     Ok(bytes)
+}
+
+/// The mode and mtime of the tree's own directory at the source: a local
+/// one's (`src` a local path), or what the source server's MLST said of
+/// it (`lister`, which asked: [`Session::stat_meta`]). The manifest
+/// describes what the directory holds, not the directory itself.
+pub(crate) fn source_root(src: &Location, lister: Option<&Session>) -> Option<TreeRoot> {
+    match src {
+        Location::Local(p) => {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(p).ok()?;
+            let ns = m.mtime().checked_mul(1_000_000_000).and_then(|t| t.checked_add(m.mtime_nsec()));
+            Some(TreeRoot { mode: m.mode() & 0o7777, mtime_ns: ns })
+        }
+        Location::Remote(r) => lister?.stat_meta(&r.path),
+    }
+}
+
+/// Give the downloaded tree's own directory (`dir` beneath `root`) the
+/// source's mode and mtime, once what it holds is complete. A failure is
+/// a warning: the tree is there.
+fn set_local_root(root: &Path, dir: &Path, m: TreeRoot) {
+    use std::os::unix::fs::PermissionsExt;
+    let set = || -> Result<(), String> {
+        let d = crate::local::tree_root(root, dir).map_err(|e| e.to_string())?;
+        let f = d.open_dir_strict(b"").map_err(|e| e.to_string())?;
+        f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o7777)).map_err(|e| e.to_string())?;
+        if let Some(ns) = m.mtime_ns {
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
+            f.set_times(std::fs::FileTimes::new().set_modified(t)).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    if let Err(e) = set() {
+        tracing::warn!("{}: the tree's own mode and mtime not set: {e}", dir.display());
+    }
 }
 
 /// The `VRET` of `rpath` (unless it went with the login), after `OPTS
@@ -190,11 +231,23 @@ fn warn_skipped(n: u64, place: &str, server: bool) {
     eprintln!("lightpath: warning: {n} special file(s) skipped{place} ({what})");
 }
 
+/// Queue `OPTS VSTO` with the mode and mtime of the tree's own directory
+/// before a `VSTO` on `s`; the receiving server gives them to the tree's
+/// directory once the tree is complete. A server that refuses it (an
+/// older lightpath) leaves its directory as it makes it.
+async fn send_root(s: &mut Session, root: Option<TreeRoot>) -> Result<(), ClientError> {
+    match root {
+        Some(r) => s.ctl.queue_optional(r.opts()).await,
+        None => Ok(()),
+    }
+}
+
 /// `VSTO tree`, sent with the login after the connections opened ahead
 /// ([`crate::session::Speculation::UploadTree`]): [`put_tree`] takes it over.
-pub(crate) async fn speculate_vsto(s: &mut Session, tree: &[u8]) -> Result<(), ClientError> {
+pub(crate) async fn speculate_vsto(s: &mut Session, tree: &[u8], root: Option<TreeRoot>) -> Result<(), ClientError> {
     let vsto = verb("VSTO", tree);
     if s.ctl.check(&vsto).is_ok() {
+        send_root(s, root).await?;
         s.ctl.send(&vsto).await?;
         s.spec_vsto = Some(tree.to_vec());
     }
@@ -224,7 +277,7 @@ async fn vsto_sent(s: &mut Session, rpath: &[u8]) -> Result<bool, ClientError> {
 /// the server's reply to a failed one adds to it ([`Reply::take_held`]).
 pub async fn put_tree(
     s: &mut Session,
-    dir: PathBuf,
+    (dir, root): (PathBuf, Option<TreeRoot>),
     rpath: &[u8],
     files: Arc<AtomicU64>,
     held: &mut TreeHeld,
@@ -234,6 +287,7 @@ pub async fn put_tree(
     let sent = vsto_sent(s, rpath).await?;
     let pasv = if s.cached_send() == 0 { Some(s.pasv().await?) } else { None };
     if !sent {
+        send_root(s, root).await?;
         s.ctl.send(&verb("VSTO", rpath)).await?;
     }
     let (streams, block) = (s.streams(), s.opts.block);
@@ -319,7 +373,7 @@ fn outcome(
 /// `d`'s reply to a failed one adds to it.
 pub async fn tpt_tree(
     (s, d): (&mut Session, &mut Session),
-    spath: &[u8],
+    (spath, root): (&[u8], Option<TreeRoot>),
     dpath: &[u8],
     files: Arc<AtomicU64>,
     held: &mut TreeHeld,
@@ -333,6 +387,7 @@ pub async fn tpt_tree(
     let port = port.unwrap_or_else(|| format!("EPRT {}", lightpath_proto::hostport::format_eprt(addr)));
     s.ctl.queue(&port).await?;
     held.ask_to_leave_out(s).await?;
+    send_root(d, root).await?;
     d.ctl.send(&verb("VSTO", dpath)).await?;
     s.ctl.send(&verb("VRET", spath)).await?;
     s.settle().await?;

@@ -65,6 +65,9 @@ pub enum Opts {
     /// this manifest path, in the walk's order, from an earlier try or run
     /// (docs/manifest.md).
     Vret(crate::held::TreeResume),
+    /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]` (lightpath): the mode and
+    /// mtime of the tree's own directory, for the next VSTO to apply.
+    Vsto(crate::held::TreeRoot),
     /// `OPTS MLST fact;fact;`
     Mlst(String),
     /// `OPTS CKSM markers=n;` and anything else we accept blindly.
@@ -411,6 +414,7 @@ fn parse_opts(t: &str) -> Result<Opts, CommandError> {
     match sub.to_ascii_uppercase().as_str() {
         "RETR" => parse_opts_retr(rest),
         "VRET" => parse_opts_vret(rest),
+        "VSTO" => parse_opts_vsto(rest),
         "MLST" | "MLSD" | "MLSR" => Ok(Opts::Mlst(rest.to_string())),
         _ => Ok(Opts::Other(t.to_string())),
     }
@@ -446,6 +450,25 @@ fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
         _ => return Err(bad()),
     };
     Ok(Opts::Vret(crate::held::TreeResume { after, check }))
+}
+
+/// `Mode=<octal, 1 to 4 digits>;` then optionally `Modify=<signed
+/// nanoseconds since the epoch>;`, and nothing else.
+fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
+    let bad = || CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest));
+    let fields: Vec<&str> = rest.trim().strip_suffix(';').ok_or_else(bad)?.split(';').collect();
+    let value = |i: usize, key: &str| {
+        let (k, v) = fields.get(i)?.split_once('=')?;
+        k.eq_ignore_ascii_case(key).then_some(v)
+    };
+    let octal = |v: &str| (1..=4).contains(&v.len()) && v.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    let mode = value(0, "mode").filter(|v| octal(v)).and_then(|v| u32::from_str_radix(v, 8).ok()).ok_or_else(bad)?;
+    let mtime_ns = match (fields.len(), value(1, "modify")) {
+        (1, _) => None,
+        (2, Some(t)) if t.len() <= 20 && !t.starts_with('+') => Some(t.parse::<i64>().map_err(|_| bad())?),
+        _ => return Err(bad()),
+    };
+    Ok(Opts::Vsto(crate::held::TreeRoot { mode, mtime_ns }))
 }
 
 /// `Parallelism=4,4,4;markers=5;` — every option ends with `;` (GCT rejects
@@ -624,6 +647,16 @@ mod tests {
             b"OPTS VRET After=61;Check=0000000000000001",
             b"OPTS VRET After=61;Check=0000000000000001;Check=0000000000000001;",
             b"OPTS VRET After=61;Other=1;",
+            b"OPTS VSTO Mode=;",
+            b"OPTS VSTO Mode=8;",
+            b"OPTS VSTO Mode=17777;",
+            b"OPTS VSTO Mode=755",
+            b"OPTS VSTO Mode=755;Modify=;",
+            b"OPTS VSTO Mode=755;Modify=1x;",
+            b"OPTS VSTO Mode=755;Modify=+1;",
+            b"OPTS VSTO Mode=755;Modify=99999999999999999999;",
+            b"OPTS VSTO Mode=755;Modify=1;Other=2;",
+            b"OPTS VSTO Modify=1;Mode=755;",
             b"OPTS VRET Check=0000000000000001;After=61;",
             b"OPTS RETR BlockSize=0;",
             b"OPTS RETR BlockSize=4095;",
@@ -632,6 +665,18 @@ mod tests {
             b"OPTS RETR BlockSize=99999999999999999999999;",
         ] {
             assert!(Command::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn opts_vsto_carries_the_roots_mode_and_mtime() {
+        use crate::held::TreeRoot;
+        for root in [
+            TreeRoot { mode: 0o700, mtime_ns: None },
+            TreeRoot { mode: 0o2775, mtime_ns: Some(1_764_210_000_123_456_789) },
+            TreeRoot { mode: 0, mtime_ns: Some(-1_000_000_001) },
+        ] {
+            assert_eq!(Command::parse(&root.opts()).unwrap(), Command::Opts(Opts::Vsto(root)));
         }
     }
 

@@ -41,6 +41,26 @@ pub struct TreeResume {
     pub check: Option<u64>,
 }
 
+/// The tree's own directory, as `OPTS VSTO Mode=<octal>;[Modify=<ns>;]`
+/// gives it before a `VSTO`: the manifest describes what the directory
+/// holds, not the directory itself, so its mode and mtime travel here. The
+/// receiving server applies them once the tree is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeRoot {
+    /// Permission bits (`0o7777` at most).
+    pub mode: u32,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: Option<i64>,
+}
+
+impl TreeRoot {
+    /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]`.
+    pub fn opts(&self) -> Vec<u8> {
+        let modify = self.mtime_ns.map(|t| format!("Modify={t};")).unwrap_or_default();
+        format!("OPTS VSTO Mode={:o};{modify}", self.mode & 0o7777).into_bytes()
+    }
+}
+
 const PREFIX: &str = "Held After=";
 
 /// `bytes` as lower-case hex, two digits a byte.

@@ -10,6 +10,7 @@
 pub mod ahead;
 pub mod command;
 pub mod feat;
+pub mod ftptime;
 pub mod held;
 pub mod hostport;
 pub mod line;

@@ -68,6 +68,9 @@ pub struct TransferSettings {
     /// `OPTS VRET After=`: where the next VRET resumes, consumed by the
     /// next transfer as REST is.
     pub vret_after: Option<crate::held::TreeResume>,
+    /// `OPTS VSTO Mode=`: the tree's own directory, for the next VSTO,
+    /// consumed by the next transfer.
+    pub vsto_root: Option<crate::held::TreeRoot>,
 }
 
 impl Default for TransferSettings {
@@ -81,6 +84,7 @@ impl Default for TransferSettings {
             retr_markers: None,
             block_size: None,
             vret_after: None,
+            vsto_root: None,
         }
     }
 }
@@ -543,6 +547,10 @@ impl ServerPi {
                 }
                 self.reply(200, "OPTS Command Successful.");
             }
+            Opts::Vsto(root) => {
+                self.settings.vsto_root = Some(root);
+                self.reply(200, "OPTS Command Successful.");
+            }
             Opts::Vret(resume) => {
                 self.settings.vret_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
@@ -640,6 +648,7 @@ impl ServerPi {
         }
         let mut settings = self.settings.clone();
         settings.vret_after = self.settings.vret_after.take().filter(|_| kind == TransferKind::VfileRetr);
+        settings.vsto_root = self.settings.vsto_root.take().filter(|_| kind == TransferKind::VfileStor);
         let dir_only = raw.len() > 1 && raw.ends_with(b"/");
         self.with_path(raw, |path| Action::Transfer(Transfer { kind, path, restart, allo, settings, dir_only }));
     }

@@ -4,7 +4,7 @@
 //! `handle_login` and a checked `FsOp::Cwd` with `set_cwd`.
 
 use lightpath_proto::command::Restart;
-use lightpath_proto::held::TreeResume;
+use lightpath_proto::held::{TreeResume, TreeRoot};
 use lightpath_proto::line::MAX_LINE;
 use lightpath_proto::vpath::MAX_PATH;
 use lightpath_proto::{
@@ -330,6 +330,19 @@ fn rest_is_consumed_by_the_next_transfer() {
     assert_eq!(codes(&out), [501]);
     assert!(actions(&out).is_empty());
     assert_eq!(one_transfer(&s.send(b"RETR /f\r\n")).restart, None);
+}
+
+#[test]
+fn opts_vsto_is_consumed_by_the_next_transfer_and_kept_by_a_vsto_only() {
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VSTO Mode=700;Modify=5;\r\n")), [200, 200]);
+    let root = Some(TreeRoot { mode: 0o700, mtime_ns: Some(5) });
+    assert_eq!(one_transfer(&s.send(b"VSTO /tree\r\n")).settings.vsto_root, root);
+    assert_eq!(one_transfer(&s.send(b"VSTO /tree\r\n")).settings.vsto_root, None);
+    s.send(b"OPTS VSTO Mode=700;\r\n");
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vsto_root, None);
+    assert_eq!(one_transfer(&s.send(b"VSTO /tree\r\n")).settings.vsto_root, None, "consumed by the VRET");
+    assert_eq!(codes(&s.send(b"OPTS VSTO Mode=9;\r\n")), [501]);
 }
 
 #[test]

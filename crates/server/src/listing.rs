@@ -1,27 +1,9 @@
 //! Directory listings and facts: MLST/MLSD (RFC 3659 section 7), LIST, NLST,
-//! and the `YYYYMMDDHHMMSS` UTC times of MDTM/Modify.
+//! and the `YYYYMMDDHHMMSS` UTC times of MDTM/Modify (`proto::ftptime`).
 
 use lightpath_sys::root::{Allowed, FileType, Stat};
 
-/// `YYYYMMDDHHMMSS` in UTC for seconds since the epoch.
-pub fn ftp_time(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// Gregorian date from days since 1970-01-01 (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
+pub use lightpath_proto::ftptime::format as ftp_time;
 
 fn type_fact(st: &Stat, name: &[u8]) -> &'static str {
     match FileType::from_raw_mode(st.st_mode) {
@@ -121,16 +103,4 @@ pub fn list_line(st: &Stat, name: &[u8]) -> Vec<u8> {
     line.extend_from_slice(name);
     line.extend_from_slice(b"\r\n");
     line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times() {
-        assert_eq!(ftp_time(0), "19700101000000");
-        assert_eq!(ftp_time(1_795_288_682), "20261121191802");
-        assert_eq!(ftp_time(951_782_400), "20000229000000");
-    }
 }

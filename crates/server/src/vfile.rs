@@ -157,10 +157,26 @@ pub fn receive(
         }
     };
     let r = receive_tree(dc, sink, t, ctl);
-    if r.is_err() {
-        remove_made(root, &made);
+    match (&r, t.settings.vsto_root) {
+        (Err(_), _) => remove_made(root, &made),
+        (Ok(_), Some(meta)) => set_root_meta(root, &t.path, meta),
+        (Ok(_), None) => {}
     }
     r
+}
+
+/// Give the tree's own directory the mode and mtime the client sent
+/// (`OPTS VSTO`), once what it holds is complete. A failure (the served
+/// root itself, whose mode is never changed) is logged: the tree is there.
+fn set_root_meta(root: &Root, tree: &VPath, meta: lightpath_proto::held::TreeRoot) {
+    let rel = tree.relative();
+    let mut r = root.chmod(rel, meta.mode & 0o7777);
+    if let (Ok(()), Some(ns)) = (&r, meta.mtime_ns) {
+        r = root.set_mtime_strict(rel, ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000) as u32);
+    }
+    if let Err(e) = r {
+        tracing::warn!("VSTO {}: the tree's own mode and mtime not set: {e}", tree.display());
+    }
 }
 
 /// The sink rebuilding the tree under the target directory, made with its
@@ -168,6 +184,11 @@ pub fn receive(
 fn unpack_sink(root: &Root, t: &Transfer, made: &mut Vec<VPath>) -> Result<VfileSink, Reply> {
     need_mode_e(t)?;
     mkdir_all(root, &t.path, made)?;
+    if t.settings.vsto_root.is_some() && made.last() == Some(&t.path) {
+        // Private while the tree is written, as its subdirectories are;
+        // its own mode comes once it is complete ([`set_root_meta`]).
+        root.chmod(t.path.relative(), 0o700).map_err(|e| io_reply(&t.path, &e))?;
+    }
     let sub = root.subdir(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
     let u = Unpacker::new(Arc::new(sub), UnpackOptions::default()).map_err(|e| Reply::new(451, e.to_string()))?;
     Ok(VfileSink::new(u))

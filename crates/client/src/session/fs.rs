@@ -4,6 +4,7 @@
 use super::{data_channel, fill_err, Session};
 use crate::ClientError;
 use lightpath_engine::{Control, MemorySink};
+use lightpath_proto::held::TreeRoot;
 use lightpath_proto::Reply;
 
 /// One entry of a remote listing.
@@ -21,8 +22,8 @@ impl Session {
     /// Whether `path` is a directory, and its size (0 when unknown): from
     /// the login's answers, else MLST and SIZE sent together (one round trip).
     pub async fn stat(&mut self, path: &[u8]) -> Result<(bool, u64), ClientError> {
-        if let Some(&st) = self.stats.get(path) {
-            return Ok(st);
+        if let Some(st) = self.stats.get(path) {
+            return Ok((st.is_dir, st.size));
         }
         self.ctl.flush().await?;
         for cmd in stat_cmds(path) {
@@ -32,7 +33,14 @@ impl Session {
         let size = self.ctl.final_reply().await?;
         let st = stat_of(&mlst, &size);
         self.stats.insert(path.to_vec(), st);
-        Ok(st)
+        Ok((st.is_dir, st.size))
+    }
+
+    /// The mode and mtime of `path` as its MLST facts (`UNIX.mode`,
+    /// `Modify`) said them, if [`Session::stat`] asked (or the login did)
+    /// and the server gave a mode.
+    pub(crate) fn stat_meta(&self, path: &[u8]) -> Option<TreeRoot> {
+        self.stats.get(path).and_then(|st| st.meta)
     }
 
     /// `SIZE` and `MDTM path` sent together (one round trip, not cached):
@@ -83,7 +91,7 @@ impl Session {
     async fn is_dir(&mut self, path: &[u8]) -> Result<bool, ClientError> {
         self.ctl.send(&path_cmd("MLST ", path)).await?;
         let r = self.ctl.final_reply().await?;
-        Ok(stat_of(&r, &Reply::new(0, "")).0)
+        Ok(stat_of(&r, &Reply::new(0, "")).is_dir)
     }
 
     /// `DELE path`: remove a file on the server.
@@ -227,11 +235,33 @@ fn says_exists(r: &Reply) -> bool {
     r.code == 521 || (t.contains("exist") && !missing)
 }
 
-/// (is a directory, size) from the replies to MLST and SIZE.
-pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> (bool, u64) {
+/// What MLST and SIZE said of a remote path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RemoteStat {
+    pub is_dir: bool,
+    pub size: u64,
+    /// Mode and mtime, from the `UNIX.mode` and `Modify` facts.
+    pub meta: Option<TreeRoot>,
+}
+
+/// What the replies to MLST and SIZE say.
+pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> RemoteStat {
     let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
     let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
-    (is_dir, size)
+    let meta = if mlst.is_ok() { mlst.lines.iter().find_map(|l| meta_of_facts(l)) } else { None };
+    RemoteStat { is_dir, size, meta }
+}
+
+/// The mode (`UNIX.mode`, octal) and mtime (`Modify`, whole seconds) in a
+/// line of MLST facts (`fact=value;...; path`); `None` without a mode.
+fn meta_of_facts(line: &str) -> Option<TreeRoot> {
+    let facts = line.trim_start().split_once(' ')?.0;
+    let fact = |key: &str| {
+        facts.split(';').filter_map(|f| f.split_once('=')).find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|kv| kv.1)
+    };
+    let mode = fact("unix.mode").and_then(|m| u32::from_str_radix(m, 8).ok()).filter(|m| *m <= 0o7777)?;
+    let mtime_ns = fact("modify").and_then(lightpath_proto::ftptime::parse).and_then(|s| s.checked_mul(1_000_000_000));
+    Some(TreeRoot { mode, mtime_ns })
 }
 
 /// `CKSM alg off len path`: the digest of `len` bytes at `off` (`None`:
@@ -251,6 +281,18 @@ pub(crate) fn path_cmd(verb: &str, path: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::says_exists;
+
+    #[test]
+    fn a_mode_and_mtime_are_read_from_mlst_facts() {
+        use super::{meta_of_facts, TreeRoot};
+        let line = " Type=dir;Size=4096;Modify=20261121191802;Perm=el;UNIX.mode=0700;Unique=1-2; /a b";
+        let want = TreeRoot { mode: 0o700, mtime_ns: Some(1_795_288_682_000_000_000) };
+        assert_eq!(meta_of_facts(line), Some(want));
+        assert_eq!(meta_of_facts(" type=dir;unix.mode=2775; /t"), Some(TreeRoot { mode: 0o2775, mtime_ns: None }));
+        for bad in [" Type=dir;Modify=20261121191802; /t", " Type=dir;UNIX.mode=9; /t", "250 End", ""] {
+            assert_eq!(meta_of_facts(bad), None, "{bad}");
+        }
+    }
     use lightpath_proto::Reply;
 
     #[test]
