@@ -102,7 +102,7 @@ pub async fn make_plan(
         plan.dirs.push(target.clone());
         match src {
             Location::Local(p) => walk_local(p, &target, &mut plan)?,
-            Location::Remote(r) => walk_remote(r, &target, lister.as_deref_mut(), extra, &mut plan).await?,
+            Location::Remote(r) => walk_remote((r, true), &target, lister.as_deref_mut(), extra, &mut plan).await?,
         }
     }
     Ok(plan)
@@ -139,7 +139,7 @@ pub(crate) async fn tree_files(
             let regular = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
             plan.files.retain(|i| matches!(&i.src, Location::Local(p) if regular(p)));
         }
-        Location::Remote(r) => walk_remote(r, target, lister, 0, &mut plan).await?,
+        Location::Remote(r) => walk_remote((r, false), target, lister, 0, &mut plan).await?,
     }
     Ok(plan.files)
 }
@@ -239,13 +239,18 @@ struct Walk {
     cost: usize,
     /// Most `cost` allowed ([`MAX_PLAN_BYTES`]).
     budget: usize,
+    /// A symlink to a file is planned as the file (a copy file by file);
+    /// otherwise it is left out (`--verify` of a virtual-file copy, which
+    /// made it a link again).
+    links_as_files: bool,
 }
 
 impl Walk {
-    fn new(root: &Remote, target: &Location) -> Walk {
+    fn new(root: &Remote, target: &Location, links_as_files: bool) -> Walk {
         let root_len = root.path.strip_suffix(b"/").unwrap_or(&root.path).len();
         let queue = VecDeque::from([(root.clone(), target.clone())]);
-        Walk { queue, root_name: root.display(), root_len, budget: MAX_PLAN_BYTES, ..Default::default() }
+        let budget = MAX_PLAN_BYTES;
+        Walk { queue, root_name: root.display(), root_len, budget, links_as_files, ..Default::default() }
     }
 
     /// One directory waits to be listed, and nothing has failed.
@@ -302,14 +307,15 @@ fn walk_lock(sh: &Shared) -> std::sync::MutexGuard<'_, Walk> {
 /// once several directories wait to be listed, up to `extra` more control
 /// sessions list them at the same time.
 async fn walk_remote(
-    root: &Remote,
+    (root, links_as_files): (&Remote, bool),
     target: &Location,
     lister: Option<&mut Session>,
     extra: usize,
     plan: &mut Plan,
 ) -> Result<(), ClientError> {
     let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
-    let shared: Shared = std::sync::Arc::new((std::sync::Mutex::new(Walk::new(root, target)), Default::default()));
+    let walk = Walk::new(root, target, links_as_files);
+    let shared: Shared = std::sync::Arc::new((std::sync::Mutex::new(walk), Default::default()));
     // Alone down a chain of single directories; then as many sessions as
     // there are directories waiting, up to `1 + extra`.
     while walk_lock(&shared).alone() {
@@ -402,7 +408,13 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.error.get_or_insert(err);
             return;
         }
-        if e.is_dir {
+        if e.is_dir && e.link {
+            // As a local walk does (`local_kind`): it could loop or lead
+            // out of the tree.
+            tracing::warn!("skipping {}: a symlink to a directory", sr.display());
+        } else if e.link && !w.links_as_files {
+            continue;
+        } else if e.is_dir {
             w.plan.dirs.push(dst.clone());
             w.queue.push_back((sr, dst));
         } else {
@@ -482,7 +494,12 @@ mod tests {
     }
 
     fn entries(n: usize) -> Vec<crate::session::Entry> {
-        let entry = |i: usize| crate::session::Entry { name: format!("f{i}").into_bytes(), is_dir: false, size: 1 };
+        let entry = |i: usize| crate::session::Entry {
+            name: format!("f{i}").into_bytes(),
+            is_dir: false,
+            size: 1,
+            link: false,
+        };
         (0..n).map(entry).collect()
     }
 
@@ -492,11 +509,11 @@ mod tests {
     fn a_remote_walk_stops_at_its_memory_budget() {
         let Ok(Location::Remote(root)) = Location::parse("ftp://h/d/") else { panic!("url") };
         let target = Location::Local("/dst".into());
-        let mut w = Walk::new(&root, &target);
+        let mut w = Walk::new(&root, &target, true);
         add_entries(&mut w, &root, &target, entries(1000));
         assert!(w.error.is_none() && w.plan.files.len() == 1000);
         assert!(w.cost > 1000 * std::mem::size_of::<Item>(), "{}", w.cost);
-        let mut w = Walk::new(&root, &target);
+        let mut w = Walk::new(&root, &target, true);
         w.budget = 100 * entry_cost(&root, &target);
         add_entries(&mut w, &root, &target, entries(1000));
         let err = w.error.expect("refused").to_string();
@@ -510,7 +527,7 @@ mod tests {
         let Ok(Location::Remote(root)) = Location::parse("ftp://h/d") else { panic!("url") };
         let target = Location::Local("/dst".into());
         let deep = root.with_path([&b"/d"[..], &b"/aaaa".repeat(MAX_TREE_PATH / 5 - 1)].concat());
-        let mut w = Walk::new(&root, &target);
+        let mut w = Walk::new(&root, &target, true);
         add_entries(&mut w, &deep, &target, entries(1));
         assert!(w.error.is_none(), "{:?}", w.error);
         let deeper = deep.with_path([&deep.path[..], b"/aaaa"].concat());

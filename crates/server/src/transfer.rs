@@ -479,7 +479,8 @@ fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<Vec<u8>, Reply> 
             continue;
         }
         let child = [p.relative(), b"/", &name].concat();
-        let (st, own) = if FileType::from_raw_mode(lst.st_mode) == FileType::Symlink {
+        let link = FileType::from_raw_mode(lst.st_mode) == FileType::Symlink;
+        let (st, own) = if link {
             match root.stat_allowed(&child) {
                 Ok((st, own, _)) => (st, own),
                 Err(_) => continue, // dangling or leaving the root: not shown
@@ -487,7 +488,8 @@ fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<Vec<u8>, Reply> 
         } else {
             (lst, allowed)
         };
-        entry_line(&mut out, t.kind.clone(), &st, &name, Rights { own, parent: here, writable });
+        let slink = link.then(|| slink_fact(root, &child));
+        entry_line(&mut out, t.kind.clone(), (&st, slink), &name, Rights { own, parent: here, writable });
     }
     Ok(out)
 }
@@ -501,10 +503,22 @@ fn entries(root: &Root, t: &Transfer) -> std::io::Result<Vec<(Vec<u8>, Stat, All
     Ok(root.read_dir(t.path.relative())?.into_iter().map(|(n, st)| (n, st, Allowed::default())).collect())
 }
 
-fn entry_line(out: &mut Vec<u8>, kind: TransferKind, st: &Stat, name: &[u8], r: Rights) {
+/// MLSD's `UNIX.slink=<target>;` fact (GCT's) for a symlink shown as what
+/// it points to: a client walking the tree knows it for a link, and does
+/// not go down a link to a directory (`self -> .` looped). A target that
+/// a fact cannot hold (`;`, a space, a line break, non-UTF-8) is left
+/// empty: the fact still says it is a link.
+fn slink_fact(root: &Root, rel: &[u8]) -> String {
+    let target = root.read_link(rel).unwrap_or_default();
+    let plain = std::str::from_utf8(&target).ok().filter(|t| !t.contains([';', ' ', '\r', '\n']));
+    format!("UNIX.slink={};", plain.unwrap_or(""))
+}
+
+fn entry_line(out: &mut Vec<u8>, kind: TransferKind, (st, slink): (&Stat, Option<String>), name: &[u8], r: Rights) {
     match kind {
         TransferKind::Mlsd => {
             out.extend_from_slice(facts(st, name, r).as_bytes());
+            out.extend_from_slice(slink.unwrap_or_default().as_bytes());
             out.push(b' ');
             out.extend_from_slice(name);
             out.extend_from_slice(b"\r\n");

@@ -16,6 +16,8 @@ pub struct Entry {
     pub is_dir: bool,
     /// Size in bytes (files).
     pub size: u64,
+    /// A symlink shown as what it points to (MLSD's `UNIX.slink` fact).
+    pub link: bool,
 }
 
 impl Session {
@@ -215,7 +217,8 @@ pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
             continue;
         }
         let size = fact("size=").and_then(|s| s.parse().ok()).unwrap_or(0);
-        out.push(Entry { name: name.to_vec(), is_dir, size });
+        let link = fact("unix.slink=").is_some();
+        out.push(Entry { name: name.to_vec(), is_dir, size, link });
     }
     out
 }
@@ -281,6 +284,14 @@ pub(crate) fn path_cmd(verb: &str, path: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::says_exists;
+
+    #[test]
+    fn mlsd_entries_say_which_are_links() {
+        let data = b"Type=dir;UNIX.slink=.; self\r\nType=file;Size=5;UNIX.slink=; odd\r\nType=dir;Size=1; d\r\n";
+        let got: Vec<(Vec<u8>, bool, bool)> =
+            super::parse_mlsd(data).into_iter().map(|e| (e.name, e.is_dir, e.link)).collect();
+        assert_eq!(got, [(b"self".to_vec(), true, true), (b"odd".to_vec(), false, true), (b"d".to_vec(), true, false)]);
+    }
 
     #[test]
     fn a_mode_and_mtime_are_read_from_mlst_facts() {
