@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 pub struct CpArgs {
     /// Sources (ftp://host[:port]/path or local paths), then the destination.
     #[arg(required = true, num_args = 2..)]
-    pub paths: Vec<String>,
+    pub paths: Vec<std::ffi::OsString>,
     /// Parallel MODE E streams per transfer (default: chosen from the measured
     /// round-trip time and the kernel's TCP window limits to reach --rate-hint).
     #[arg(short = 'p', long = "parallel", env = "LIGHTPATH_PARALLEL")]
@@ -134,8 +134,8 @@ pub fn run(a: CpArgs) -> ExitCode {
 }
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
-    let dst = Location::parse(&a.paths.pop().unwrap_or_default())?;
-    let srcs = a.paths.iter().map(|s| Location::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
+    let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = a.len.map(|l| (a.off.unwrap_or(0), l));
     let opts = CopyOptions {
         streams: a.parallel.unwrap_or(0),

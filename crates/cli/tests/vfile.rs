@@ -173,3 +173,27 @@ fn a_trees_own_directory_keeps_its_mode_and_mtime() {
         assert_same_tree(&tree, &got);
     }
 }
+
+/// Local paths on the command line may hold any bytes a name can: a file
+/// and a tree named with a byte that is not UTF-8 go up and come back
+/// (clap refused such an argument: "invalid UTF-8 was detected").
+#[test]
+fn local_paths_that_are_not_utf8_can_be_named() {
+    use std::ffi::OsStr;
+    let (_d, root, local) = root_and_local();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let name = |s: &[u8]| local.join(OsStr::from_bytes(s));
+    write_random(&name(b"f\xff"), 70_000, 3);
+    make_tree(&name(b"t\xfe"), 5, 4);
+    let run = |args: &[&OsStr]| {
+        let out = std::process::Command::new(LP).arg("cp").arg("-q").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let u = |p: &str| std::ffi::OsString::from(format!("ftp://127.0.0.1:{port}/{p}"));
+    run(&[name(b"f\xff").as_os_str(), &u("f")]);
+    run(&["-r".as_ref(), name(b"t\xfe").as_os_str(), &u("t")]);
+    run(&[&u("f"), name(b"back\xff").as_os_str()]);
+    run(&["-r".as_ref(), &u("t"), name(b"tback\xfe").as_os_str()]);
+    assert_same_file(&name(b"f\xff"), &name(b"back\xff"));
+    assert_same_tree(&name(b"t\xfe"), &name(b"tback\xfe"));
+}

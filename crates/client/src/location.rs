@@ -53,6 +53,22 @@ pub enum Location {
 }
 
 impl Location {
+    /// Parse a command-line argument as the OS gave it: a local path may
+    /// hold any bytes (a name that is not UTF-8 is a file name like any
+    /// other); a URL must be UTF-8, other bytes percent-encoded.
+    pub fn parse_os(arg: &std::ffi::OsStr) -> Result<Location, LocationError> {
+        use std::os::unix::ffi::OsStrExt;
+        if let Some(text) = arg.to_str() {
+            return Location::parse(text);
+        }
+        let raw = arg.as_bytes();
+        if [&b"ftp://"[..], b"gsiftp://", b"file://"].iter().any(|s| raw.starts_with(s)) {
+            let shown = String::from_utf8_lossy(raw).into_owned();
+            return Err(LocationError::Url(shown, "not UTF-8 (percent-encode other bytes, e.g. %FF)".into()));
+        }
+        Ok(Location::Local(PathBuf::from(arg)))
+    }
+
     /// Parse a command-line argument.
     pub fn parse(arg: &str) -> Result<Location, LocationError> {
         if let Some(p) = arg.strip_prefix("file://") {
@@ -121,6 +137,11 @@ mod tests {
         assert_eq!(Location::parse("/tmp/x").unwrap(), Location::Local("/tmp/x".into()));
         assert_eq!(Location::parse("file:///tmp/x").unwrap(), Location::Local("/tmp/x".into()));
         assert!(Location::parse("gsiftp://h/x").is_err());
+        use std::os::unix::ffi::OsStrExt;
+        let odd = std::ffi::OsStr::from_bytes(b"/tmp/\xffbyte");
+        assert_eq!(Location::parse_os(odd).unwrap(), Location::Local(PathBuf::from(odd)));
+        assert!(Location::parse_os(std::ffi::OsStr::from_bytes(b"ftp://h/\xff")).is_err());
+        assert_eq!(Location::parse_os("ftp://h/%ff".as_ref()).unwrap(), Location::parse("ftp://h/%ff").unwrap());
         assert!(Location::parse("ftp://h/d/").unwrap().is_dir_syntax());
         let Location::Remote(r) = Location::parse("ftp://[::1]/%ff").unwrap() else { panic!() };
         assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
