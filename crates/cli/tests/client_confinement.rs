@@ -227,6 +227,21 @@ fn a_partial_copy_writes_only_its_window_and_must_get_all_of_it() {
     let (code, err) = cp(&["--off", "100", "--len", "50", &format!("ftp://127.0.0.1:{port}/f"), dst.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(&dst).unwrap()[100..150], [b'W'; 50]);
+    // Into a path with no file yet: one that failed leaves nothing under
+    // the name (it left a file of zeros and a short tail, as if whole);
+    // one that came whole is the window at its offset.
+    let new = dst.with_file_name("new");
+    for (sent, ok) in [(&[b'Z'; 10][..], false), (&[b'W'; 50][..], true)] {
+        let port = fake_server(Script { files: vec![("/f", &[b'S'; 1000])], eret: sent, ..Script::default() });
+        let (code, err) =
+            cp(&["--off", "100", "--len", "50", &format!("ftp://127.0.0.1:{port}/f"), new.to_str().unwrap()]);
+        assert_eq!(code == 0, ok, "{err}");
+        assert_eq!(new.exists(), ok, "{err}");
+    }
+    let got = std::fs::read(&new).unwrap();
+    assert_eq!((got.len(), &got[100..]), (150, &[b'W'; 50][..]));
+    assert!(got[..100].iter().all(|&b| b == 0));
+    assert_eq!(names(new.parent().unwrap()), ["f", "new"], "no temporary file left");
 }
 
 /// A partial copy from a lightpath server (MODE E, ERET) lands at its

@@ -150,6 +150,10 @@ impl LocalTarget {
             let out = Output::Null;
             return Ok(OpenTarget { out, path: PathBuf::new(), fsync: false, direct: false, window: None });
         };
+        // A part (`--off`/`--len`) goes into the file at its offsets; with
+        // no file there yet, into a new one linked under the name only if
+        // the whole window came (one that failed stays unnamed).
+        let in_place = in_place && std::fs::symlink_metadata(&path).is_ok();
         let beneath = root.as_deref().and_then(|r| Some((r, rel_beneath(r, &path)?)));
         let out = match beneath {
             Some((r, rel)) => open_beneath(r, &rel?, &path, in_place)?,
@@ -158,7 +162,7 @@ impl LocalTarget {
         let window = window.map(|(off, len)| Window::new(off, len));
         let t = OpenTarget { out, path, fsync, direct, window };
         // On failure `t` is dropped, which removes a temporary file.
-        if let (Output::Temp(_), Some(file)) = (&t.out, t.out.file()) {
+        if let (Output::Temp(_), Some(file), None) = (&t.out, t.out.file(), &t.window) {
             // Full size at once: `finish` sets the length it received.
             lightpath_sys::file::preallocate_sized(file, size)
                 .map_err(|e| ClientError::Local(format!("{}: reserving {size} bytes: {e}", t.path.display())))?;
