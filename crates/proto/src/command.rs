@@ -432,22 +432,35 @@ pub fn opts_vret(after: &[u8], check: Option<u64>) -> Vec<u8> {
     format!("OPTS VRET After={};{check}", crate::held::hex(after)).into_bytes()
 }
 
+/// `First=v;` or `First=v;Second=w;` (keys in that order, any case) and
+/// nothing else: the values.
+fn one_or_two<'a>(rest: &'a str, first: &str, second: &str) -> Option<(&'a str, Option<&'a str>)> {
+    let fields: Vec<&str> = rest.trim().strip_suffix(';')?.split(';').collect();
+    let value = |i: usize, key: &str| {
+        let (k, v) = fields.get(i)?.split_once('=')?;
+        k.eq_ignore_ascii_case(key).then_some(v)
+    };
+    match fields.len() {
+        1 => Some((value(0, first)?, None)),
+        2 => Some((value(0, first)?, Some(value(1, second)?))),
+        _ => None,
+    }
+}
+
 /// `After=<hex>;` (a manifest path of 1 to [`MAX_VRET_AFTER`] bytes, hex
 /// coded so that any bytes a name may hold travel in the command), then
 /// optionally `Check=<16 hex digits>;`, and nothing else.
 fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
-    let fields: Vec<&str> = rest.trim().strip_suffix(';').ok_or_else(bad)?.split(';').collect();
-    let value = |i: usize, key: &str| {
-        let (k, v) = fields.get(i)?.split_once('=')?;
-        k.eq_ignore_ascii_case(key).then_some(v)
-    };
-    let v = value(0, "after").filter(|v| !v.is_empty() && v.len() <= 2 * MAX_VRET_AFTER).ok_or_else(bad)?;
+    let (v, check) = one_or_two(rest, "after", "check").ok_or_else(bad)?;
+    if v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
+        return Err(bad());
+    }
     let after = crate::held::unhex(v).ok_or_else(bad)?;
-    let check = match (fields.len(), value(1, "check")) {
-        (1, _) => None,
-        (2, Some(c)) if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => u64::from_str_radix(c, 16).ok(),
-        _ => return Err(bad()),
+    let check = match check {
+        None => None,
+        Some(c) if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => u64::from_str_radix(c, 16).ok(),
+        Some(_) => return Err(bad()),
     };
     Ok(Opts::Vret(crate::held::TreeResume { after, check }))
 }
@@ -456,17 +469,15 @@ fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
 /// nanoseconds since the epoch>;`, and nothing else.
 fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest));
-    let fields: Vec<&str> = rest.trim().strip_suffix(';').ok_or_else(bad)?.split(';').collect();
-    let value = |i: usize, key: &str| {
-        let (k, v) = fields.get(i)?.split_once('=')?;
-        k.eq_ignore_ascii_case(key).then_some(v)
-    };
-    let octal = |v: &str| (1..=4).contains(&v.len()) && v.bytes().all(|b| (b'0'..=b'7').contains(&b));
-    let mode = value(0, "mode").filter(|v| octal(v)).and_then(|v| u32::from_str_radix(v, 8).ok()).ok_or_else(bad)?;
-    let mtime_ns = match (fields.len(), value(1, "modify")) {
-        (1, _) => None,
-        (2, Some(t)) if t.len() <= 20 && !t.starts_with('+') => Some(t.parse::<i64>().map_err(|_| bad())?),
-        _ => return Err(bad()),
+    let (m, modify) = one_or_two(rest, "mode", "modify").ok_or_else(bad)?;
+    if !(1..=4).contains(&m.len()) || !m.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(bad());
+    }
+    let mode = u32::from_str_radix(m, 8).map_err(|_| bad())?;
+    let mtime_ns = match modify {
+        None => None,
+        Some(t) if t.len() <= 20 && !t.starts_with('+') => Some(t.parse::<i64>().map_err(|_| bad())?),
+        Some(_) => return Err(bad()),
     };
     Ok(Opts::Vsto(crate::held::TreeRoot { mode, mtime_ns }))
 }
