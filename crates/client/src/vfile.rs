@@ -91,16 +91,6 @@ pub(crate) fn source_root(src: &Location, lister: Option<&Session>) -> Option<Tr
     }
 }
 
-/// Nanoseconds since the epoch, before it too, as a `SystemTime`.
-fn time_of(ns: i64) -> std::time::SystemTime {
-    let d = std::time::Duration::from_nanos(ns.unsigned_abs());
-    if ns >= 0 {
-        std::time::UNIX_EPOCH + d
-    } else {
-        std::time::UNIX_EPOCH - d
-    }
-}
-
 /// Give the downloaded tree's own directory (`dir` beneath `root`) the
 /// source's mode and mtime, once what it holds is complete. A failure is
 /// a warning: the tree is there.
@@ -111,7 +101,8 @@ fn set_local_root(root: &Path, dir: &Path, m: TreeRoot) {
         let f = d.open_dir_strict(b"").map_err(|e| e.to_string())?;
         f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o7777)).map_err(|e| e.to_string())?;
         if let Some(ns) = m.mtime_ns {
-            f.set_times(std::fs::FileTimes::new().set_modified(time_of(ns))).map_err(|e| e.to_string())?;
+            f.set_times(std::fs::FileTimes::new().set_modified(lightpath_engine::vfile::system_time(ns)))
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     };
@@ -536,14 +527,6 @@ mod tests {
                 Err(_) => assert!(r.is_err(), "{}", p.display()),
             }
         }
-    }
-
-    /// A tree's own mtime before 1970 is kept (it was clamped to the epoch).
-    #[test]
-    fn times_before_the_epoch_are_kept() {
-        use std::time::{Duration, UNIX_EPOCH};
-        assert_eq!(time_of(-1_500_000_000), UNIX_EPOCH - Duration::from_millis(1500));
-        assert_eq!(time_of(978_307_200_500_000_000), UNIX_EPOCH + Duration::from_millis(978_307_200_500));
     }
 
     #[test]

@@ -172,7 +172,8 @@ fn set_root_meta(root: &Root, tree: &VPath, meta: lightpath_proto::held::TreeRoo
     let rel = tree.relative();
     let mut r = root.chmod(rel, meta.mode & 0o7777);
     if let (Ok(()), Some(ns)) = (&r, meta.mtime_ns) {
-        r = root.set_mtime_strict(rel, ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000) as u32);
+        let (sec, nsec) = lightpath_engine::vfile::split_ns(ns);
+        r = root.set_mtime_strict(rel, sec, nsec);
     }
     if let Err(e) = r {
         tracing::warn!("VSTO {}: the tree's own mode and mtime not set: {e}", tree.display());

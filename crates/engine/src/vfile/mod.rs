@@ -137,12 +137,12 @@ fn stat_ns(sec: i64, nsec: i64) -> i64 {
 }
 
 /// Nanoseconds since the epoch as (seconds, nanoseconds in 0..1e9).
-fn split_ns(ns: i64) -> (i64, u32) {
+pub fn split_ns(ns: i64) -> (i64, u32) {
     (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000) as u32)
 }
 
-/// Nanoseconds since the epoch as a `SystemTime`.
-fn system_time(ns: i64) -> SystemTime {
+/// Nanoseconds since the epoch, before it too, as a `SystemTime`.
+pub fn system_time(ns: i64) -> SystemTime {
     let d = Duration::from_nanos(ns.unsigned_abs());
     if ns >= 0 {
         UNIX_EPOCH + d
@@ -169,5 +169,19 @@ fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|&b| b == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
         None => (&[], path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A time before 1970 is kept (a tree's own mtime was clamped to the
+    /// epoch by a copy of this conversion in the client).
+    #[test]
+    fn times_before_the_epoch_are_kept() {
+        assert_eq!(system_time(-1_500_000_000), UNIX_EPOCH - Duration::from_millis(1500));
+        assert_eq!(system_time(978_307_200_500_000_000), UNIX_EPOCH + Duration::from_millis(978_307_200_500));
+        assert_eq!(split_ns(-1_500_000_000), (-2, 500_000_000));
     }
 }
