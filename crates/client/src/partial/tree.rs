@@ -68,17 +68,12 @@ impl Note {
     }
 }
 
-/// The source and target of a tree download as a note names them, with
-/// the local directory; `None` for a tree copied another way.
-fn names(src: &Location, target: &Location) -> Option<(String, String, PathBuf)> {
+/// The note's path for the tree download `src` to `target`, if it is one,
+/// and an empty note naming both (the target absolute where it can be).
+fn path_of(src: &Location, target: &Location) -> Option<(PathBuf, Note)> {
     let (Location::Remote(_), Location::Local(dir)) = (src, target) else { return None };
     let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-    Some((describe(src), abs.to_string_lossy().into_owned(), dir.clone()))
-}
-
-/// The note's path for the tree download `src` to `target`, if it is one.
-fn path_of(src: &Location, target: &Location) -> Option<(PathBuf, Note)> {
-    let (source, target, _) = names(src, target)?;
+    let (source, target) = (describe(src), abs.to_string_lossy().into_owned());
     let path = note_path(&notes_dir(KIND)?, &source, &target);
     Some((path, Note { after: Vec::new(), files: 0, bytes: 0, source, target }))
 }
