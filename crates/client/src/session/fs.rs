@@ -207,8 +207,7 @@ pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(sp) = line.iter().position(|&b| b == b' ') else { continue };
         let (facts, name) = (String::from_utf8_lossy(&line[..sp]).to_ascii_lowercase(), &line[sp + 1..]);
-        let fact = |k: &str| facts.split(';').find_map(|f| f.strip_prefix(k).map(str::to_string));
-        let kind = fact("type=").unwrap_or_default();
+        let kind = fact(&facts, "type").unwrap_or_default();
         if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
             continue;
         }
@@ -216,8 +215,8 @@ pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
         if !(is_dir || kind == "file") {
             continue;
         }
-        let size = fact("size=").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let link = fact("unix.slink=").is_some();
+        let size = fact(&facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let link = fact(&facts, "unix.slink").is_some();
         out.push(Entry { name: name.to_vec(), is_dir, size, link });
     }
     out
@@ -259,12 +258,15 @@ pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Rep
 /// line of MLST facts (`fact=value;...; path`); `None` without a mode.
 fn meta_of_facts(line: &str) -> Option<TreeRoot> {
     let facts = line.trim_start().split_once(' ')?.0;
-    let fact = |key: &str| {
-        facts.split(';').filter_map(|f| f.split_once('=')).find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|kv| kv.1)
-    };
-    let mode = fact("unix.mode").and_then(|m| u32::from_str_radix(m, 8).ok()).filter(|m| *m <= 0o7777)?;
-    let mtime_ns = fact("modify").and_then(lightpath_proto::ftptime::parse).and_then(|s| s.checked_mul(1_000_000_000));
-    Some(TreeRoot { mode, mtime_ns })
+    let mode = fact(facts, "unix.mode").and_then(|m| u32::from_str_radix(m, 8).ok()).filter(|m| *m <= 0o7777)?;
+    let modify = fact(facts, "modify").and_then(lightpath_proto::ftptime::parse);
+    Some(TreeRoot { mode, mtime_ns: modify.and_then(|s| s.checked_mul(1_000_000_000)) })
+}
+
+/// The value of the fact `key` (any case) in MLST/MLSD facts
+/// (`Key=value;Key=value;`), the first if it is there twice.
+fn fact<'a>(facts: &'a str, key: &str) -> Option<&'a str> {
+    facts.split(';').filter_map(|f| f.split_once('=')).find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|kv| kv.1)
 }
 
 /// `CKSM alg off len path`: the digest of `len` bytes at `off` (`None`:
