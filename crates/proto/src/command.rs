@@ -68,6 +68,11 @@ pub enum Opts {
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]` (lightpath): the mode and
     /// mtime of the tree's own directory, for the next VSTO to apply.
     Vsto(crate::held::TreeRoot),
+    /// `OPTS VSTO After=<hex>;Check=<16 hex>;` (lightpath): the next VSTO
+    /// resumes a tree an earlier run left; the sender leaves out every
+    /// regular file up to `after`, and the receiving server first compares
+    /// the check of the files it holds (docs/manifest.md).
+    VstoResume(crate::held::TreeResume),
     /// `OPTS MLST fact;fact;`
     Mlst(String),
     /// `OPTS CKSM markers=n;` and anything else we accept blindly.
@@ -428,8 +433,19 @@ pub const MAX_VRET_AFTER: usize = 4000;
 /// `OPTS VRET After=<hex>;`, for the manifest path `after`, with
 /// `Check=<16 hex>;` when the held files' check is given.
 pub fn opts_vret(after: &[u8], check: Option<u64>) -> Vec<u8> {
+    opts_resume("VRET", after, check)
+}
+
+/// `OPTS VSTO After=<hex>;Check=<16 hex>;`: an upload resumed from an
+/// earlier run, `check` being the sender's check of the files up to
+/// `after` ([`Opts::VstoResume`]).
+pub fn opts_vsto_resume(after: &[u8], check: u64) -> Vec<u8> {
+    opts_resume("VSTO", after, Some(check))
+}
+
+fn opts_resume(verb: &str, after: &[u8], check: Option<u64>) -> Vec<u8> {
     let check = check.map(|c| format!("Check={c:016x};")).unwrap_or_default();
-    format!("OPTS VRET After={};{check}", crate::held::hex(after)).into_bytes()
+    format!("OPTS {verb} After={};{check}", crate::held::hex(after)).into_bytes()
 }
 
 /// `First=v;` or `First=v;Second=w;` (keys in that order, any case) and
@@ -452,22 +468,40 @@ fn one_or_two<'a>(rest: &'a str, first: &str, second: &str) -> Option<(&'a str, 
 /// optionally `Check=<16 hex digits>;`, and nothing else.
 fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
-    let (v, check) = one_or_two(rest, "after", "check").ok_or_else(bad)?;
-    if v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
-        return Err(bad());
+    parse_resume(rest).map(Opts::Vret).ok_or_else(bad)
+}
+
+/// An [`Opts::VstoResume`] (its `Check=` required) or the tree root's
+/// mode and mtime, by the first key.
+fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
+    let bad = || CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest));
+    if !rest.trim_start().get(..6).is_some_and(|k| k.eq_ignore_ascii_case("after=")) {
+        return parse_opts_vsto_root(rest);
     }
-    let after = crate::held::unhex(v).ok_or_else(bad)?;
+    match parse_resume(rest) {
+        Some(r) if r.check.is_some() => Ok(Opts::VstoResume(r)),
+        _ => Err(bad()),
+    }
+}
+
+/// `After=<hex>;[Check=<16 hex>;]` ([`parse_opts_vret`]).
+fn parse_resume(rest: &str) -> Option<crate::held::TreeResume> {
+    let (v, check) = one_or_two(rest, "after", "check")?;
+    if v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
+        return None;
+    }
+    let after = crate::held::unhex(v)?;
     let check = match check {
         None => None,
-        Some(c) if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => u64::from_str_radix(c, 16).ok(),
-        Some(_) => return Err(bad()),
+        Some(c) if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => Some(u64::from_str_radix(c, 16).ok()?),
+        Some(_) => return None,
     };
-    Ok(Opts::Vret(crate::held::TreeResume { after, check }))
+    Some(crate::held::TreeResume { after, check })
 }
 
 /// `Mode=<octal, 1 to 4 digits>;` then optionally `Modify=<signed
 /// nanoseconds since the epoch>;`, and nothing else.
-fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
+fn parse_opts_vsto_root(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest));
     let (m, modify) = one_or_two(rest, "mode", "modify").ok_or_else(bad)?;
     if !(1..=4).contains(&m.len()) || !m.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
@@ -668,6 +702,11 @@ mod tests {
             b"OPTS VSTO Mode=755;Modify=99999999999999999999;",
             b"OPTS VSTO Mode=755;Modify=1;Other=2;",
             b"OPTS VSTO Modify=1;Mode=755;",
+            b"OPTS VSTO After=61;",
+            b"OPTS VSTO After=;Check=0000000000000001;",
+            b"OPTS VSTO After=61;Check=1;",
+            b"OPTS VSTO After=61;Mode=755;",
+            b"OPTS VSTO Check=0000000000000001;After=61;",
             b"OPTS VRET Check=0000000000000001;After=61;",
             b"OPTS RETR BlockSize=0;",
             b"OPTS RETR BlockSize=4095;",
@@ -702,5 +741,19 @@ mod tests {
         let long = vec![b'x'; MAX_VRET_AFTER];
         assert!(Command::parse(&opts_vret(&long, Some(7))).is_ok());
         assert!(Command::parse(&opts_vret(&[long, vec![b'y']].concat(), None)).is_err());
+    }
+
+    /// An upload resumed across runs: the same path and check as a VRET's,
+    /// the check required.
+    #[test]
+    fn opts_vsto_resume_carries_any_path_bytes_and_its_check() {
+        use crate::held::TreeResume;
+        let after = b"a b/\n\xff\x00;=/f".to_vec();
+        for check in [0, 0x0123_4567_89ab_cdef, u64::MAX] {
+            let want = Command::Opts(Opts::VstoResume(TreeResume { after: after.clone(), check: Some(check) }));
+            assert_eq!(Command::parse(&opts_vsto_resume(&after, check)).unwrap(), want);
+        }
+        let long = vec![b'x'; MAX_VRET_AFTER + 1];
+        assert!(Command::parse(&opts_vsto_resume(&long, 7)).is_err());
     }
 }

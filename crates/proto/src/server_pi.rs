@@ -71,6 +71,9 @@ pub struct TransferSettings {
     /// `OPTS VSTO Mode=`: the tree's own directory, for the next VSTO,
     /// consumed by the next transfer.
     pub vsto_root: Option<crate::held::TreeRoot>,
+    /// `OPTS VSTO After=;Check=`: the next VSTO resumes a tree an
+    /// earlier run left, consumed by the next transfer.
+    pub vsto_after: Option<crate::held::TreeResume>,
 }
 
 impl Default for TransferSettings {
@@ -85,6 +88,7 @@ impl Default for TransferSettings {
             block_size: None,
             vret_after: None,
             vsto_root: None,
+            vsto_after: None,
         }
     }
 }
@@ -208,7 +212,7 @@ pub enum Action {
     /// cached MODE E channel; reply 200 or 425 (see [`crate::ahead`]).
     Adopt(crate::ahead::DconArgs),
     /// Run a data transfer; reply 150/125 ... 226.
-    Transfer(Transfer),
+    Transfer(Box<Transfer>),
     /// A file-system request; reply with its result.
     Fs(FsOp),
     /// ABOR with no transfer running (already answered).
@@ -555,6 +559,10 @@ impl ServerPi {
                 self.settings.vret_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
             }
+            Opts::VstoResume(resume) => {
+                self.settings.vsto_after = Some(resume);
+                self.reply(200, "OPTS Command Successful.");
+            }
             Opts::Mlst(_) => self.reply(200, "OPTS Command Successful."),
             Opts::Other(t) if t.to_ascii_uppercase().starts_with("CKSM") => self.reply(200, "OPTS Command Successful."),
             Opts::Other(_) => self.reply(500, "OPTS failed."),
@@ -649,8 +657,11 @@ impl ServerPi {
         let mut settings = self.settings.clone();
         settings.vret_after = self.settings.vret_after.take().filter(|_| kind == TransferKind::VfileRetr);
         settings.vsto_root = self.settings.vsto_root.take().filter(|_| kind == TransferKind::VfileStor);
+        settings.vsto_after = self.settings.vsto_after.take().filter(|_| kind == TransferKind::VfileStor);
         let dir_only = raw.len() > 1 && raw.ends_with(b"/");
-        self.with_path(raw, |path| Action::Transfer(Transfer { kind, path, restart, allo, settings, dir_only }));
+        self.with_path(raw, |path| {
+            Action::Transfer(Box::new(Transfer { kind, path, restart, allo, settings, dir_only }))
+        });
     }
 }
 

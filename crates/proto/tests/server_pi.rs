@@ -110,7 +110,7 @@ fn actions(out: &[Output]) -> Vec<&Action> {
 
 fn one_transfer(out: &[Output]) -> Transfer {
     match out {
-        [Output::Action(Action::Transfer(t))] => t.clone(),
+        [Output::Action(Action::Transfer(t))] => (**t).clone(),
         other => panic!("expected one transfer, got {other:?}"),
     }
 }
@@ -361,6 +361,21 @@ fn opts_vret_after_is_consumed_by_the_next_transfer_and_kept_by_a_vret_only() {
 }
 
 #[test]
+fn opts_vsto_after_is_consumed_by_the_next_transfer_and_kept_by_a_vsto_only() {
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VSTO After=612f62;Check=00000000000000ff;\r\n")), [200, 200]);
+    let after = Some(TreeResume { after: b"a/b".to_vec(), check: Some(255) });
+    s.send(b"OPTS VSTO Mode=700;\r\n");
+    let t = one_transfer(&s.send(b"VSTO /tree\r\n"));
+    assert_eq!((t.settings.vsto_after, t.settings.vsto_root.is_some()), (after, true), "both kinds of OPTS VSTO");
+    assert_eq!(one_transfer(&s.send(b"VSTO /tree\r\n")).settings.vsto_after, None);
+    s.send(b"OPTS VSTO After=612f62;Check=00000000000000ff;\r\n");
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vsto_after, None);
+    assert_eq!(one_transfer(&s.send(b"VSTO /tree\r\n")).settings.vsto_after, None, "consumed by the VRET");
+    assert_eq!(codes(&s.send(b"OPTS VSTO After=612f62;\r\n")), [501], "no check");
+}
+
+#[test]
 fn allo_is_consumed_by_the_next_transfer() {
     let mut s = Session::logged_in(cfg(false, false));
     assert_eq!(codes(&s.send(b"ALLO 1048581\r\n")), [200]);
@@ -606,7 +621,7 @@ fn pipelined_commands_answered_in_order() {
         ["331", "login", "230", "200", "200", "200", "200", "active", "xfer /a", "500", "xfer /b", "221", "close"]
     );
     let t = out.iter().find_map(|o| match o {
-        Output::Action(Action::Transfer(t)) => Some(t.clone()),
+        Output::Action(Action::Transfer(t)) => Some((**t).clone()),
         _ => None,
     });
     let t = t.unwrap();

@@ -296,7 +296,7 @@ impl Session {
             Action::Passive(kind) => self.passive(kind).await?,
             Action::Active(addrs) => self.dc.connect_to(addrs),
             Action::Adopt(a) => self.adopt(a).await?,
-            Action::Transfer(t) => self.transfer(t).await?,
+            Action::Transfer(t) => self.transfer(*t).await?,
             Action::Fs(op) => {
                 let (ctx, memory, writable) = (self.ctx.clone(), self.ctx.cfg.memory_paths, !self.ctx.cfg.read_only);
                 let (reply, cwd) = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op))

@@ -4,7 +4,7 @@
 
 use crate::fsops::io_reply;
 use crate::transfer::{data_reply, fail_early, Ready};
-use lightpath_engine::vfile::{pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
+use lightpath_engine::vfile::{held_check, pack, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError, DEFAULT_BLOCK};
 use lightpath_proto::manifest::show;
@@ -141,7 +141,7 @@ pub fn receive(
     (cfg, mut path): (&crate::ServerConfig, crate::transfer::ClientPath),
 ) -> Result<u64, Reply> {
     let mut made = Vec::new();
-    let prepared = unpack_sink(root, t, &mut made).and_then(|sink| {
+    let prepared = check_resume(root, t).and_then(|_| unpack_sink(root, t, &mut made)).and_then(|sink| {
         let reused = dc.prepare_recv().map_err(|e| Reply::new(425, format!("Can't open data connection: {e}")))?;
         Ok((sink, reused))
     });
@@ -163,6 +163,23 @@ pub fn receive(
         (Ok(_), None) => {}
     }
     r
+}
+
+/// A VSTO that resumes a tree an earlier run left (`OPTS VSTO
+/// After=;Check=`): the client leaves out its files up to `after`, so
+/// those the target holds must be the same (path, size and mtime of each,
+/// [`held_check`]). A tree changed on either side since, or gone, gets
+/// 554 before anything is written: the client then sends it whole.
+fn check_resume(root: &Root, t: &Transfer) -> Result<(), Reply> {
+    let Some(r) = &t.settings.vsto_after else { return Ok(()) };
+    let changed = |why: String| Reply::new(554, format!("{}: {why}", t.path.display()));
+    let sub = root.subdir(t.path.relative()).map_err(|e| changed(format!("the tree to resume: {e}")))?;
+    let ours = held_check(&sub, &r.after).map_err(|e| changed(e.to_string()))?;
+    if Some(ours) != r.check {
+        return Err(changed(VfileError::HeldChanged(show(&r.after)).to_string()));
+    }
+    tracing::info!("VSTO {}: resuming, the files up to {} held unchanged", t.path.display(), show(&r.after));
+    Ok(())
 }
 
 /// Give the tree's own directory the mode and mtime the client sent
