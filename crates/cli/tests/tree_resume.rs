@@ -206,3 +206,82 @@ fn a_tree_changed_since_the_interrupted_run_goes_whole() {
     assert!(err.contains("copying the whole tree now"), "{err}");
     assert_same_tree(&tree, &local.join("tree"));
 }
+
+/// `lightpath -v cp -q -r --partial -p 4 tree URL/` to our server on
+/// `port`, its notes kept in `state`: the tree lands as `/tree`.
+fn partial_tree_up(state: &Path, tree: &Path, port: u16) -> std::process::Command {
+    let mut c = std::process::Command::new(LP);
+    c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-q", "-r", "--partial", "-p", "4"]);
+    c.args([tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
+    c.stderr(std::process::Stdio::piped());
+    c
+}
+
+/// A `cp -r --partial` of `tree` to our server (serving `root`),
+/// interrupted (Ctrl-C) once it has read a quarter of the big file: the
+/// server's failure reply, read before it stops, says what the server
+/// holds, and that is noted.
+fn interrupted_tree_upload(state: &Path, tree: &Path, root: &Path) -> (Proc, u16) {
+    let (srv, port) = lp_server(root, &["--anonymous"]);
+    let cp = partial_tree_up(state, tree, port).spawn().expect("start cp");
+    let pid = cp.id();
+    midway(|| vec![pid]);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("noted: the same cp -r --partial sends only the rest"), "{err}");
+    (srv, port)
+}
+
+/// The last `tree sent` line of what `cp -v` said sent `files` files.
+fn assert_sent(err: &str, files: usize) {
+    let last = err.lines().rfind(|l| l.contains("tree sent")).unwrap_or_default();
+    assert!(last.contains(&format!("files={files} ")), "{files} files sent: {err}");
+}
+
+/// A tree upload interrupted with `--partial` is taken up by the next
+/// `cp -r --partial`: the server holds the small files with the source's
+/// check (`OPTS VSTO After=;Check=`), so only the big file goes.
+#[test]
+fn an_interrupted_tree_upload_is_resumed_by_the_next_partial_run() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&local, 15);
+    let (_srv, port) = interrupted_tree_upload(state.path(), &tree, &root);
+    let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
+    assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
+    assert_sent(&err, 1);
+    assert_same_tree(&tree, &root.join("tree"));
+    // The note was used up: a third run sends the whole tree.
+    let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
+    assert_sent(&err, n + 1);
+}
+
+/// An uploaded tree that changed between the runs, on the server (a held
+/// file's mtime) or here (a held file's mtime), fails the server's check:
+/// 554 before its VSTO starts, and the tree goes whole at once, not
+/// counted as a retry (`--retries 0`).
+#[test]
+fn an_uploaded_tree_changed_since_the_interrupted_run_goes_whole() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&local, 16);
+    let older = |p: &Path| {
+        let t = std::fs::metadata(p).unwrap().modified().unwrap();
+        std::fs::File::options().write(true).open(p).unwrap().set_modified(t - Duration::from_secs(60)).unwrap();
+    };
+    let (_srv, port) = interrupted_tree_upload(state.path(), &tree, &root);
+    older(&root.join("tree/d0/s0/f0.dat"));
+    let err = succeeded(partial_tree_up(state.path(), &tree, port).args(["--retries", "0"]).output().unwrap());
+    assert!(err.contains("the tree changed since") && err.contains("copying the whole tree now"), "{err}");
+    assert_sent(&err, n + 1);
+    assert_same_tree(&tree, &root.join("tree"));
+    // Changed here: the source's check differs.
+    let (_srv2, port2) = interrupted_tree_upload(state.path(), &tree, &root);
+    older(&tree.join("d0/s0/f0.dat"));
+    let err = succeeded(partial_tree_up(state.path(), &tree, port2).args(["--retries", "0"]).output().unwrap());
+    assert!(err.contains("copying the whole tree now"), "{err}");
+    assert_sent(&err, n + 1);
+    assert_same_tree(&tree, &root.join("tree"));
+}

@@ -187,7 +187,9 @@ async fn try_tree(
     let target = tree_target(src, dst, sopts.keep_interrupted);
     let mut dst_s = match &target {
         Location::Remote(r) => {
-            let spec = tree_upload(src, r, verify.is_none());
+            // A resumed upload's check goes before its VSTO.
+            let noted = sopts.keep_interrupted && crate::partial::tree::noted(src, &target);
+            let spec = tree_upload(src, r, verify.is_none() && !noted);
             Some(offers(Session::open_speculating(r, sopts.clone(), &[], spec).await?, verify)?)
         }
         Location::Local(_) => None,
@@ -287,15 +289,17 @@ impl TreeEnds<'_> {
         }
     }
 
-    /// With `cp -r --partial`, what an earlier run's download of this tree
-    /// left ([`crate::partial::tree::take_up`]).
+    /// With `cp -r --partial`, what an earlier run's download or upload of
+    /// this tree left ([`crate::partial::tree::take_up`]).
     async fn take_up(&self) -> crate::vfile::TreeHeld {
-        match self.dst {
-            Location::Local(root) if self.sopts.keep_interrupted => {
-                crate::partial::tree::take_up(self.src, self.target, root).await
-            }
-            _ => crate::vfile::TreeHeld::default(),
+        if !self.sopts.keep_interrupted {
+            return crate::vfile::TreeHeld::default();
         }
+        let root = match self.dst {
+            Location::Local(root) => Some(root.as_path()),
+            Location::Remote(_) => None,
+        };
+        crate::partial::tree::take_up(self.src, self.target, root).await
     }
 
     /// The pause before retry `tries` after `e`, said with what is held.
@@ -584,7 +588,8 @@ async fn open_sessions(task: &Task, sopts: &SessionOpts, pre: Pair, opts: &CopyO
 
 /// The session of a tree copy from `src` to `target`: an upload's opens
 /// its data connections ahead where it can, and sends its VSTO with them
-/// (`with_vsto`: not with `--verify`, whose algorithm is checked first).
+/// (`with_vsto`: not with `--verify`, whose algorithm is checked first,
+/// nor for an upload resumed from an earlier run's note).
 fn tree_upload<'a>(src: &Location, target: &'a Remote, with_vsto: bool) -> Speculation<'a> {
     match src {
         Location::Local(_) if with_vsto => Speculation::UploadTree(&target.path, crate::vfile::source_root(src, None)),

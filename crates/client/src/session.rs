@@ -19,7 +19,7 @@ use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use fs::{stat_cmds, stat_of};
 use lightpath_engine::{Control, DataChannel, DEFAULT_BLOCK, GROWN_BLOCK};
-use lightpath_proto::{hostport, Features};
+use lightpath_proto::{hostport, Features, Reply};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -150,6 +150,10 @@ pub struct Session {
     /// The last transfer failed once begun, and its data channel with it:
     /// the next needs a new PORT or PASV ([`Session::keep_channel`]).
     data_lost: bool,
+    /// The server's failure reply to the last transfer broken off when
+    /// interrupted ([`Session::break_off`]), if it came in time: for
+    /// what it says the server holds.
+    broken_off: Option<Reply>,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -224,6 +228,7 @@ impl Session {
             recv_window,
             out_of_step: false,
             data_lost: false,
+            broken_off: None,
             opts,
         };
         if let Some(job) = pending {

@@ -11,7 +11,7 @@ use crate::{ClientError, Location};
 use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
-use lightpath_proto::command::{opts_vret, MAX_VRET_AFTER};
+use lightpath_proto::command::{opts_vret, opts_vsto_resume, MAX_VRET_AFTER};
 use lightpath_proto::held::TreeRoot;
 use lightpath_proto::Reply;
 use lightpath_sys::root::Root;
@@ -191,6 +191,28 @@ impl TreeHeld {
         Ok(())
     }
 
+    /// An upload resumed from an earlier run's note: `OPTS VSTO After=;Check=`
+    /// with the check of the source's files up to `after`, its reply read
+    /// before the `VSTO`. A server that refuses it (an older lightpath)
+    /// gets the whole tree.
+    async fn ask_to_resume_upload(&mut self, s: &mut Session) -> Result<(), ClientError> {
+        let (Some(after), Some(check)) = (self.after.as_deref(), self.check.filter(|_| self.noted)) else {
+            return Ok(());
+        };
+        let refused = if after.len() <= MAX_VRET_AFTER {
+            s.ctl.queue_optional(opts_vsto_resume(after, check)).await?;
+            s.settle().await?;
+            s.ctl.take_refused_optional("OPTS VSTO")
+        } else {
+            Some("the path it ends at is too long for the command".into())
+        };
+        if let Some(why) = refused {
+            tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
+            *self = TreeHeld::default();
+        }
+        Ok(())
+    }
+
     /// Once `s`'s replies are read: warn if it refused the `OPTS VRET
     /// After=` (an older server), which sends the whole tree.
     fn say_if_refused(s: &mut Session) {
@@ -287,6 +309,7 @@ pub async fn put_tree(
     let sent = vsto_sent(s, rpath).await?;
     let pasv = if s.cached_send() == 0 { Some(s.pasv().await?) } else { None };
     if !sent {
+        held.ask_to_resume_upload(s).await?;
         send_root(s, root).await?;
         s.ctl.send(&verb("VSTO", rpath)).await?;
     }
@@ -314,6 +337,11 @@ pub async fn put_tree(
     };
     let go = matches!(&first, Ok(r) if r.is_preliminary());
     let _ = go_tx.send(go);
+    if go {
+        // The server checked what it holds; a retry of this run trusts
+        // its failure reply, as any retry does.
+        held.check = None;
+    }
     if !go {
         ctl.cancel();
         let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;

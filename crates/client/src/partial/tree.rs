@@ -1,13 +1,22 @@
-//! A tree download kept across runs (`cp -r --partial`). A tree that fails
+//! A tree copy kept across runs (`cp -r --partial`). A tree that fails
 //! for good or is interrupted leaves its complete files under their names
-//! (each file appears only once whole); with `--partial` this end notes
+//! (each file appears only once whole); with `--partial` the client notes
 //! where the longest run of them from the walk's first ends
-//! ([`crate::vfile::TreeHeld`]). The next `cp -r --partial` of the same
-//! tree to the same place checks the files it holds up to there
-//! ([`lightpath_engine::vfile::held_check`]: path, size and mtime of each)
-//! and asks the server to leave them out with that check (`OPTS VRET
-//! After=<hex>;Check=<16 hex>;`). The server compares its own files' check:
-//! a tree changed on either side since (a file edited, added, removed)
+//! ([`crate::vfile::TreeHeld`]): what it holds itself (a download), or
+//! what the receiving server's failure reply said it holds (an upload;
+//! Ctrl-C reads that reply before it stops). The next `cp -r --partial` of
+//! the same tree to the same place computes the check of those files at
+//! its local end ([`lightpath_engine::vfile::held_check`]: path, size and
+//! mtime of each), the destination's for a download, the source's for an
+//! upload, and sends it with where the run ends:
+//! - a download asks the server to leave them out (`OPTS VRET
+//!   After=<hex>;Check=<16 hex>;`), and the server compares the check of
+//!   its own files as its walk reaches them;
+//! - an upload leaves them out itself, once the server took `OPTS VSTO
+//!   After=<hex>;Check=<16 hex>;`, and the server compares the check of the
+//!   files it holds before its `VSTO` starts.
+//!
+//! A tree changed on either side since (a file edited, added, removed)
 //! gets 554, and it goes whole at once, not counted as a retry.
 //!
 //! One note per source and destination, in the user's state directory
@@ -21,6 +30,8 @@
 //! source ftp://host:2811/data/tree
 //! target /home/me/tree
 //! ```
+//!
+//! (An upload's source is the local directory, its target the URL.)
 
 use super::upload::{note_path, notes_dir, write_note};
 use super::Fields;
@@ -41,9 +52,10 @@ struct Note {
     /// Files held, and their bytes.
     files: u64,
     bytes: u64,
-    /// The source URL without its password.
+    /// The source: a download's URL without its password, an upload's
+    /// local directory (absolute where it could be made so).
     source: String,
-    /// The local tree's directory (absolute where it could be made so).
+    /// The target: a download's local directory, an upload's URL.
     target: String,
 }
 
@@ -68,28 +80,34 @@ impl Note {
     }
 }
 
-/// The note's path for the tree download `src` to `target`, if it is one,
-/// and an empty note naming both (the target absolute where it can be).
+/// The note's path for the tree download or upload `src` to `target`, if
+/// it is one, and an empty note naming both (the local end absolute where
+/// it can be).
 fn path_of(src: &Location, target: &Location) -> Option<(PathBuf, Note)> {
-    let (Location::Remote(_), Location::Local(dir)) = (src, target) else { return None };
-    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-    let (source, target) = (describe(src), abs.to_string_lossy().into_owned());
+    let local = |dir: &PathBuf| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).to_string_lossy().into_owned();
+    let (source, target) = match (src, target) {
+        (Location::Remote(_), Location::Local(dir)) => (describe(src), local(dir)),
+        (Location::Local(dir), Location::Remote(_)) => (local(dir), describe(target)),
+        _ => return None,
+    };
     let path = note_path(&notes_dir(KIND)?, &source, &target);
     Some((path, Note { after: Vec::new(), files: 0, bytes: 0, source, target }))
 }
 
-/// Whether an earlier run noted a tree download of `src` to `target`: its
-/// `VRET` then does not go with the login, since the check goes first.
+/// Whether an earlier run noted a tree copy of `src` to `target`: its
+/// `VRET` or `VSTO` then does not go with the login, since the check goes
+/// first.
 pub(crate) fn noted(src: &Location, target: &Location) -> bool {
     path_of(src, target).is_some_and(|(p, _)| p.exists())
 }
 
-/// With `cp -r --partial`, before a tree download's first try: take up
-/// what an earlier run noted for it, with the check of the files held
-/// here, computed in `root` (the copy's destination directory, beneath
-/// which `target` is opened without following symlinks). The note is used
-/// up either way; nothing usable gives an empty [`TreeHeld`].
-pub(crate) async fn take_up(src: &Location, target: &Location, root: &Path) -> TreeHeld {
+/// With `cp -r --partial`, before a tree copy's first try: take up what
+/// an earlier run noted for it, with the check of the files held computed
+/// at this end: a download's in `root` (`Some`: the copy's destination
+/// directory, beneath which `target` is opened without following
+/// symlinks), an upload's in its source. The note is used up either way;
+/// nothing usable gives an empty [`TreeHeld`].
+pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Path>) -> TreeHeld {
     let Some((path, want)) = path_of(src, target) else { return TreeHeld::default() };
     let Ok(raw) = std::fs::read(&path) else { return TreeHeld::default() };
     let note = match Note::parse(&raw) {
@@ -102,7 +120,12 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: &Path) -> T
         }
     };
     let _ = std::fs::remove_file(&path);
-    match check_held(target, root, &note.after).await {
+    let checked = match (src, root) {
+        (Location::Local(dir), _) => check_source(dir, &note.after).await,
+        (_, Some(root)) => check_held(target, root, &note.after).await,
+        (_, None) => Err("no local tree".into()),
+    };
+    match checked {
         Ok(check) => {
             let (f, b) = (note.files, note.bytes);
             tracing::info!("{}: resuming the tree an earlier run left ({f} files, {b} bytes held)", want.source);
@@ -128,7 +151,18 @@ pub(crate) async fn check_held(target: &Location, root: &Path, after: &[u8]) -> 
     job.await.map_err(|e| e.to_string()).and_then(|c| c)
 }
 
-/// A tree download is done with: one that `failed` (for good, or
+/// The check of the files the local tree `dir` holds up to `after`, as
+/// an upload's sender computes it over its source ([`check_held`]).
+async fn check_source(dir: &Path, after: &[u8]) -> Result<u64, String> {
+    let (dir, after) = (dir.to_path_buf(), after.to_vec());
+    let job = tokio::task::spawn_blocking(move || {
+        let tree = lightpath_sys::root::Root::open(&dir).map_err(|e| e.to_string())?;
+        lightpath_engine::vfile::held_check(&tree, &after).map_err(|e| e.to_string())
+    });
+    job.await.map_err(|e| e.to_string()).and_then(|c| c)
+}
+
+/// A tree copy is done with: one that `failed` (for good, or
 /// interrupted) with `--partial` (`keep`) notes what it holds; one that
 /// succeeded removes a note an earlier run left for it.
 pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bool, keep: bool) {

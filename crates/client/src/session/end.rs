@@ -86,9 +86,11 @@ impl Session {
         what: &str,
         note: impl FnOnce(&mut Reply),
     ) -> Result<(T, Reply), ClientError> {
+        self.broken_off = None;
         let mut end = self.end_transfer(job, ctl).await?;
-        match &mut end.fin {
-            Ok(r) if r.is_error() => note(r),
+        match (&mut end.fin, &mut self.broken_off) {
+            (Ok(r), _) if r.is_error() => note(r),
+            (_, Some(r)) if r.is_error() => note(r),
             _ => {}
         }
         let fin = end.checked_reply(self, what);
@@ -140,9 +142,11 @@ impl Session {
     /// its data job has ended and closed its connections, which the server
     /// takes for a broken transfer (and keeps an upload's partial file).
     /// Its failure reply, after the `111` marker of what it wrote, is read
-    /// for at most [`ABORT_WAIT`]; the session is given up.
+    /// for at most [`ABORT_WAIT`] and kept ([`Session::broken_off`]); the
+    /// session is given up.
     async fn break_off(&mut self) {
-        let _ = tokio::time::timeout(ABORT_WAIT, self.ctl.final_reply()).await;
+        let r = tokio::time::timeout(ABORT_WAIT, self.ctl.final_reply()).await;
+        self.broken_off = r.ok().and_then(Result::ok);
         self.lost();
     }
 
