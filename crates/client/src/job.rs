@@ -330,7 +330,10 @@ impl TreeEnds<'_> {
             *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);
         }
         if let Location::Remote(r) = self.target {
-            let spec = tree_upload(self.src, r, self.verify.is_none());
+            // An upload still to send its check (its first try failed
+            // before the server took the VSTO) sends no VSTO with the login.
+            let checking = held.noted && held.check.is_some();
+            let spec = tree_upload(self.src, r, self.verify.is_none() && !checking);
             *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], spec).await?);
         }
         Ok(())
