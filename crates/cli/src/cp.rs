@@ -184,10 +184,12 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     }
     let bytes: u64 = results.iter().filter_map(|r| r.result.as_ref().ok()).sum();
     let ok: Vec<_> = results.iter().filter(|r| r.result.is_ok()).collect();
-    let files = ok.iter().map(|r| r.files).sum::<u64>() as usize;
-    let trees = ok.iter().filter(|r| r.files == 0).count();
-    let what =
-        if trees > 0 { format!("{files} file(s) and {trees} third-party tree(s)") } else { format!("{files} file(s)") };
+    let files = ok.iter().filter_map(|r| r.files).sum::<u64>();
+    let uncounted = ok.iter().filter(|r| r.files.is_none()).count();
+    let what = match uncounted {
+        0 => format!("{files} file(s)"),
+        n => format!("{files} file(s) and {n} tree(s) whose server did not count their files"),
+    };
     let kept = bytes.saturating_sub(progress.bytes.load(Ordering::Relaxed));
     summary(&what, failed.len(), bytes, started.elapsed());
     if kept > 0 {

@@ -54,6 +54,16 @@ fn trees_travel_as_one_virtual_file() {
     assert_same_tree(&a.join("tree"), &b.join("copy"));
     let n = regular_files(&a.join("tree"));
     assert!(err.contains(&format!("{n} file(s) copied")), "third party: the servers' file count, {n}: {err}");
+    // An empty tree counts 0 files, in any direction (the third-party one
+    // was once summed up as a tree of unknown count).
+    std::fs::create_dir(a.join("empty")).unwrap();
+    for dst in [u(p2, "e1"), format!("{}", local.join("e2").display())] {
+        let out = std::process::Command::new(LP).args(["cp", "-r", &u(p1, "empty"), &dst]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.contains("0 file(s) copied, 0 failed"), "{dst}: {err}");
+        assert!(!err.contains("tree(s)"), "{dst}: {err}");
+    }
+    assert!(b.join("e1").is_dir() && local.join("e2").is_dir());
 }
 
 fn regular_files(dir: &Path) -> usize {

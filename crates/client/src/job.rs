@@ -63,8 +63,8 @@ pub struct FileResult {
     pub result: Result<u64, ClientError>,
     /// Regular files this result stands for: 1 for a file, the count for a
     /// tree moved as one virtual file (for a third-party tree, the count the
-    /// destination server gave in its 226), 0 when unknown.
-    pub files: u64,
+    /// servers gave in their 226); `None` when neither gave one.
+    pub files: Option<u64>,
 }
 
 /// Progress counters the caller may watch while the copy runs.
@@ -203,27 +203,32 @@ async fn try_tree(
         }
         return Ok(None);
     }
-    let files = Arc::new(AtomicU64::new(0));
+    let files = Arc::new(AtomicU64::new(UNCOUNTED));
     let root = crate::vfile::source_root(src, lister.as_ref());
     let ends = TreeEnds { src, dst, target: &target, sopts, retries, verify, root };
     let Some(r) = ends.run(lister, &mut dst_s, files.clone()).await else {
         return Ok(None);
     };
-    let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: 0 }];
+    let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: None }];
     if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
         match crate::vfile::verify_tree(src, &target, alg, lister.as_mut(), dst_s.as_mut()).await {
             Ok(failed) => out.extend(failed),
             Err(e) => out[0].result = Err(e),
         }
     }
-    let files = files.load(std::sync::atomic::Ordering::Relaxed);
-    out[0].files = files.saturating_sub(out.len() as u64 - 1);
-    progress.files.store(files, std::sync::atomic::Ordering::Relaxed);
+    let files = Some(files.load(std::sync::atomic::Ordering::Relaxed)).filter(|&n| n != UNCOUNTED);
+    out[0].files = files.map(|n| n.saturating_sub(out.len() as u64 - 1));
+    progress.files.store(files.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     for s in [lister.take(), dst_s].into_iter().flatten() {
         s.quit().await;
     }
     Ok(Some(out))
 }
+
+/// A tree's file count before (or unless) it is known: a third-party
+/// tree's comes from the servers' final replies, which an older server's
+/// lack.
+const UNCOUNTED: u64 = u64::MAX;
 
 /// The ends of a tree copied as one virtual file.
 struct TreeEnds<'a> {
@@ -470,7 +475,7 @@ fn take_batch(q: &Queue, n: usize) -> Vec<Item> {
 }
 
 fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
-    FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r, files: 1 }
+    FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r, files: Some(1) }
 }
 
 async fn worker(

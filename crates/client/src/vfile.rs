@@ -453,7 +453,7 @@ pub(crate) async fn verify_tree(
     for (i, (a, b)) in items.iter().zip(a.into_iter().zip(b)) {
         let Err(e) = compare_digests(alg, a, b) else { continue };
         let e = discard_copy(e, &i.dst, d.as_deref_mut()).await;
-        failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: 1 });
+        failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: Some(1) });
     }
     Ok(failed)
 }

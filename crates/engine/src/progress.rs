@@ -16,7 +16,7 @@ pub struct Control {
     written: Mutex<(RangeSet, RangeSet)>,
     parent: Option<Arc<AtomicU64>>,
     job_cancel: Option<Arc<AtomicBool>>,
-    files: AtomicU64,
+    files: Mutex<Option<u64>>,
     skipped: AtomicU64,
     data_path: Mutex<Option<DataPath>>,
 }
@@ -75,11 +75,12 @@ impl Control {
     /// Record how many regular files the transfer moved (a virtual file's
     /// tree; the server says it in its 226 reply).
     pub fn set_files(&self, n: u64) {
-        self.files.store(n, Ordering::Relaxed);
+        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = Some(n);
     }
-    /// Regular files moved, as set by [`Control::set_files`] (0: not a tree).
-    pub fn files(&self) -> u64 {
-        self.files.load(Ordering::Relaxed)
+    /// Regular files moved, as set by [`Control::set_files`] (`None`: not
+    /// a tree; `Some(0)`: an empty one).
+    pub fn files(&self) -> Option<u64> {
+        *self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
     /// Record how many special files (FIFOs, devices, sockets) a tree's
     /// walk left out (the server says it in its 226 reply).

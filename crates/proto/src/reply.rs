@@ -30,10 +30,12 @@ impl Reply {
     /// `226` for a completed transfer. A virtual file (lightpath `LPVF`)
     /// carries its tree's file count, `Transfer Complete: N files.`, which
     /// [`Reply::files_completed`] reads back.
-    pub fn transfer_complete(files: u64) -> Self {
+    /// `files` is `None` for a single file, the count (0 for an empty
+    /// tree) for a tree.
+    pub fn transfer_complete(files: Option<u64>) -> Self {
         match files {
-            0 => Reply::new(226, "Transfer Complete."),
-            n => Reply::new(226, format!("Transfer Complete: {n} files.")),
+            None => Reply::new(226, "Transfer Complete."),
+            Some(n) => Reply::new(226, format!("Transfer Complete: {n} files.")),
         }
     }
 
@@ -55,7 +57,7 @@ impl Reply {
     ///  2 special file(s) skipped (FIFOs, devices, sockets are not copied).
     /// 226 End.
     /// ```
-    pub fn tree_complete(files: u64, skipped: u64) -> Self {
+    pub fn tree_complete(files: Option<u64>, skipped: u64) -> Self {
         let done = Reply::transfer_complete(files);
         match skipped {
             0 => done,
@@ -249,10 +251,13 @@ mod tests {
 
     #[test]
     fn transfer_complete_carries_a_tree_count() {
-        let tree = Reply::transfer_complete(5000);
+        let tree = Reply::transfer_complete(Some(5000));
         assert_eq!(tree.encode(), b"226 Transfer Complete: 5000 files.\r\n");
         assert_eq!(tree.files_completed(), Some(5000));
-        let file = Reply::transfer_complete(0);
+        let empty = Reply::transfer_complete(Some(0));
+        assert_eq!(empty.encode(), b"226 Transfer Complete: 0 files.\r\n");
+        assert_eq!(empty.files_completed(), Some(0), "an empty tree, not a file");
+        let file = Reply::transfer_complete(None);
         assert_eq!(file.encode(), b"226 Transfer Complete.\r\n");
         assert_eq!(file.files_completed(), None);
         assert_eq!(Reply::new(226, "Transfer Complete: many files.").files_completed(), None);
@@ -263,7 +268,7 @@ mod tests {
     /// skipped is the plain reply.
     #[test]
     fn tree_complete_says_how_many_special_files_were_skipped() {
-        let r = Reply::tree_complete(5, 2);
+        let r = Reply::tree_complete(Some(5), 2);
         let wire = String::from_utf8(r.encode()).unwrap();
         assert_eq!(
             wire,
@@ -274,9 +279,9 @@ mod tests {
         let got = got.unwrap();
         assert!(got.is_ok());
         assert_eq!((got.files_completed(), got.special_files_skipped()), (Some(5), 2));
-        assert_eq!(Reply::tree_complete(5, 0), Reply::transfer_complete(5));
-        assert_eq!(Reply::tree_complete(5, 0).special_files_skipped(), 0);
-        assert_eq!(Reply::tree_complete(0, 1).special_files_skipped(), 1);
+        assert_eq!(Reply::tree_complete(Some(5), 0), Reply::transfer_complete(Some(5)));
+        assert_eq!(Reply::tree_complete(Some(5), 0).special_files_skipped(), 0);
+        assert_eq!(Reply::tree_complete(Some(0), 1).special_files_skipped(), 1);
         assert_eq!(Reply::new(550, "2 special file(s) skipped.").special_files_skipped(), 0);
     }
 
