@@ -285,3 +285,32 @@ fn an_uploaded_tree_changed_since_the_interrupted_run_goes_whole() {
     assert_sent(&err, n + 1);
     assert_same_tree(&tree, &root.join("tree"));
 }
+
+/// A tree download that fails for good without `--partial` keeps its
+/// complete files and says so, and how to have them left out next time.
+#[test]
+fn a_failed_tree_says_which_files_it_left_complete() {
+    let (_d, root, local) = root_and_local();
+    let (_tree, n) = tree_with_a_big_last_file(&root, 17);
+    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let dst = local.join("tree");
+    let cp = start_cp(&["-r", "--retries", "0", &format!("ftp://127.0.0.1:{port}/tree"), dst.to_str().unwrap()]);
+    let pid = srv.0.id();
+    kill_midway(|| vec![pid]);
+    srv.0.wait().unwrap();
+    let out = cp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("{n} files of the tree (")) && err.contains("cp -r --partial notes them"), "{err}");
+    assert_eq!(regular_files(&dst), n, "{err}");
+}
+
+fn regular_files(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let t = e.file_type().unwrap();
+        n += if t.is_dir() { regular_files(&e.path()) } else { usize::from(t.is_file()) };
+    }
+    n
+}

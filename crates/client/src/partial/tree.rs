@@ -163,7 +163,8 @@ async fn check_source(dir: &Path, after: &[u8]) -> Result<u64, String> {
 }
 
 /// A tree copy is done with: one that `failed` (for good, or
-/// interrupted) with `--partial` (`keep`) notes what it holds; one that
+/// interrupted) with `--partial` (`keep`) notes what it holds (without,
+/// it says what is complete, and how to keep a note next time); one that
 /// succeeded removes a note an earlier run left for it.
 pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bool, keep: bool) {
     let Some((path, mut note)) = path_of(src, target) else { return };
@@ -173,7 +174,12 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
         }
         return;
     }
-    let Some(after) = held.after.clone().filter(|_| keep) else { return };
+    let Some(after) = held.after.clone() else { return };
+    if !keep {
+        let (f, b, t) = (held.files, held.bytes, &note.target);
+        eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept; cp -r --partial notes them, so that its next run sends only the rest)");
+        return;
+    }
     (note.after, note.files, note.bytes) = (after, held.files, held.bytes);
     match write_note(&path, &note.encode()) {
         Ok(()) => eprintln!(
