@@ -79,7 +79,11 @@ pub struct CpArgs {
     /// compared with the server's file, and only the rest is fetched. An
     /// upload to a lightpath server that fails so is noted (the server
     /// keeps what it received for a while: `serve --keep-partial`), and
-    /// the next run sends only the rest if the file is unchanged.
+    /// the next run sends only the rest if the file is unchanged. With
+    /// `-r`, a tree downloaded or uploaded as one virtual file notes how
+    /// far its complete files go; the next run of the same command checks
+    /// them (path, size, mtime) on both sides and sends only the rest, or
+    /// the whole tree if either side changed.
     #[arg(long, env = "LIGHTPATH_PARTIAL")]
     pub partial: bool,
     /// No progress bar.
