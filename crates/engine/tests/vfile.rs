@@ -10,6 +10,7 @@ use lightpath_engine::Source;
 use lightpath_proto::manifest::{self, Kind, Summary};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 mod vtree;
@@ -111,6 +112,12 @@ fn a_tree_resumed_across_runs_is_checked_at_both_ends() {
     let mtime = fs::metadata(&held_file).unwrap().modified().unwrap();
     fs::File::options().write(true).open(&held_file).unwrap().set_modified(mtime + Duration::from_secs(1)).unwrap();
     assert_ne!(vfile::held_check(&s.root("src"), &after).unwrap(), check);
+    fs::File::options().write(true).open(&held_file).unwrap().set_modified(mtime).unwrap();
+    // A chmod leaves the mtime alone, but it is a change too.
+    let mode = fs::metadata(&held_file).unwrap().permissions().mode();
+    fs::set_permissions(&held_file, fs::Permissions::from_mode(mode ^ 0o020)).unwrap();
+    assert_ne!(vfile::held_check(&s.root("src"), &after).unwrap(), check);
+    fs::File::options().write(true).open(&held_file).unwrap().set_modified(mtime + Duration::from_secs(1)).unwrap();
     let pack = vfile::pack(s.root("src"), vec![Vec::new()], resume(check)).unwrap();
     let mut data = 0;
     while let Ok(Some(item)) = pack.next_item(1 << 20) {
@@ -118,6 +125,7 @@ fn a_tree_resumed_across_runs_is_checked_at_both_ends() {
     }
     assert!(matches!(pack.wait(), Err(VfileError::HeldChanged(_))));
     assert_eq!(data, 0, "no data before the check");
+    fs::set_permissions(&held_file, fs::Permissions::from_mode(mode)).unwrap();
     fs::File::options().write(true).open(&held_file).unwrap().set_modified(mtime).unwrap();
     // The destination changed: a held file is gone.
     let kept = s.p("dst").join(std::ffi::OsStr::from_bytes(&after));

@@ -1,7 +1,8 @@
 //! The check of what a tree's receiver holds, for a resume across runs
-//! (`OPTS VRET After=<hex>;Check=<16 hex>;`, docs/manifest.md): a digest
-//! of each held regular file's manifest path, size and mtime in walk
-//! order, the quick check rsync makes, over the run of files a resume
+//! (`OPTS VRET|VSTO After=<hex>;Check=<16 hex>;`, docs/manifest.md): a
+//! digest of each held regular file's manifest path, size, mtime and
+//! permission bits in walk order, the quick check rsync makes (and the
+//! mode, which a resume would not carry), over the run of files a resume
 //! leaves out. The receiver computes it over its own files
 //! ([`held_check`]), the sender over its walk ([`super::PackOptions::check`]);
 //! when they differ the tree changed between the runs, on either side, and
@@ -19,13 +20,17 @@ use std::collections::HashSet;
 pub struct HeldCheck(Sha256);
 
 impl HeldCheck {
-    /// Add one held file (in walk order).
-    pub fn add(&mut self, path: &[u8], size: u64, mtime_ns: i64) {
+    /// Add one held file (in walk order): its permission bits count as a
+    /// receiver applies them (setuid and setgid left out), so that a
+    /// `chmod` on either side, which leaves the mtime alone, is a change
+    /// too.
+    pub fn add(&mut self, path: &[u8], size: u64, mtime_ns: i64, mode: u32) {
         let n = u32::try_from(path.len()).unwrap_or(u32::MAX);
         self.0.update(n.to_be_bytes());
         self.0.update(path);
         self.0.update(size.to_be_bytes());
         self.0.update(mtime_ns.to_be_bytes());
+        self.0.update((mode & super::writer::APPLY_MODE).to_be_bytes());
     }
 
     /// The check: the digest's first 8 bytes.
@@ -56,7 +61,7 @@ pub fn held_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
         match m.ft {
             FileType::Directory => push_children(root, &mut stack, &name)?,
             FileType::RegularFile if m.nlink <= 1 || seen.insert((m.dev, m.ino)) => {
-                check.add(&name, m.size, m.mtime_ns)
+                check.add(&name, m.size, m.mtime_ns, m.mode)
             }
             _ => {}
         }

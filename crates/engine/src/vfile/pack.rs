@@ -508,7 +508,7 @@ impl<'a> Walker<'a> {
         }
         if self.held(&n.name) {
             if let Some(c) = self.held_check.as_mut() {
-                c.add(&n.name, m.size, m.mtime_ns);
+                c.add(&n.name, m.size, m.mtime_ns, m.mode);
             }
             if m.nlink <= 1 {
                 self.stats.held += 1;
