@@ -227,9 +227,13 @@ impl TreeHeld {
         self.note(r.take_held());
     }
 
-    /// Add what a failed try left (`None`: nothing new).
+    /// Add what a failed try left (`None`: nothing new). A try that left
+    /// files out sends first those of them with several names (their
+    /// later names need them); one that broke before it passed `after`
+    /// held nothing new, and its run, ending before `after`, is not taken.
     fn note(&mut self, got: Option<Held>) {
-        if let Some(h) = got {
+        let behind = |h: &Held, a: &[u8]| lightpath_engine::vfile::walk_order(&h.after, a).is_le();
+        if let Some(h) = got.filter(|h| !self.after.as_deref().is_some_and(|a| behind(h, a))) {
             self.after = Some(h.after);
             self.files += h.files;
             self.bytes += h.bytes;
@@ -505,6 +509,22 @@ fn local_digests(alg: &str, paths: &[PathBuf]) -> Vec<Result<String, ClientError
 mod tests {
     use super::*;
     use std::io;
+
+    /// A try whose run of complete files ends before where the earlier
+    /// tries' ended (it re-sent a hard-linked file first, then broke) does
+    /// not move the resume point back, nor add to the counts.
+    #[test]
+    fn a_try_that_held_nothing_new_leaves_the_resume_point() {
+        let held = |after: &[u8], files| Some(Held { after: after.to_vec(), files, bytes: files * 10 });
+        let mut t = TreeHeld::default();
+        t.note(held(b"b1-big", 2));
+        t.note(held(b"a/f1", 1));
+        assert_eq!((t.after.as_deref(), t.files, t.bytes), (Some(&b"b1-big"[..]), 2, 20));
+        t.note(held(b"b1-big", 1));
+        assert_eq!((t.after.as_deref(), t.files), (Some(&b"b1-big"[..]), 2), "the same point: nothing new");
+        t.note(held(b"c/f", 3));
+        assert_eq!((t.after.as_deref(), t.files, t.bytes), (Some(&b"c/f"[..]), 5, 50));
+    }
 
     /// A tree's file whose digest differs is removed, named in the error;
     /// a file that could not be checked for another reason stays.
