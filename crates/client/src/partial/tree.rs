@@ -181,7 +181,13 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
         return;
     }
     (note.after, note.files, note.bytes) = (after, held.files, held.bytes);
-    match write_note(&path, &note.encode()) {
+    let bytes = note.encode();
+    if Note::parse(&bytes).as_ref() != Ok(&note) {
+        let (f, b, t) = (note.files, note.bytes, &note.target);
+        eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t}; not noted for --partial: a line break in its source or target cannot be");
+        return;
+    }
+    match write_note(&path, &bytes) {
         Ok(()) => eprintln!(
             "lightpath: {} files of the tree ({} bytes) are complete in {}; noted: the same cp -r --partial sends only the rest",
             note.files, note.bytes, note.target
@@ -203,6 +209,16 @@ mod tests {
     fn a_note_reads_back_as_written() {
         let n = note();
         assert_eq!(Note::parse(&n.encode()), Ok(n));
+    }
+
+    /// A path with a line break does not read back: `end` does not write
+    /// such a note (it would promise a resume the next run cannot make).
+    #[test]
+    fn a_note_naming_a_path_with_a_line_break_does_not_read_back() {
+        for (source, target) in [("/tmp/a\nb", "ftp://h/t"), ("ftp://h/t", "/tmp/a\nb")] {
+            let n = Note { source: source.into(), target: target.into(), ..note() };
+            assert_ne!(Note::parse(&n.encode()).as_ref(), Ok(&n), "{source} {target}");
+        }
     }
 
     #[test]

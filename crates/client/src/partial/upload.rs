@@ -140,9 +140,18 @@ pub(crate) fn end(task: &Task, failed: bool, keep: bool) {
     }
 }
 
-/// Write `note` at `path`, and say so.
+/// Write `note` at `path`, and say so. A note that would not read back
+/// (a line break in a path) is not written, and the user is told.
 fn write(path: &Path, note: &Note) {
-    match write_note(path, &note.encode()) {
+    let bytes = note.encode();
+    if Note::parse(&bytes).as_ref() != Ok(note) {
+        eprintln!(
+            "lightpath: {}: the upload cannot be noted for --partial (a line break in its source or URL)",
+            note.source
+        );
+        return;
+    }
+    match write_note(path, &bytes) {
         Ok(()) => eprintln!(
             "lightpath: the server wrote {} bytes of {} before the copy stopped; noted: the same cp --partial sends only the rest while the server keeps them",
             note.sent.have.covered(),
