@@ -82,7 +82,7 @@ pub struct CpArgs {
     /// the next run sends only the rest if the file is unchanged. With
     /// `-r`, a tree downloaded or uploaded as one virtual file notes how
     /// far its complete files go; the next run of the same command checks
-    /// them (path, size, mtime) on both sides and sends only the rest, or
+    /// them (path, size, mtime, mode) on both sides and sends only the rest, or
     /// the whole tree if either side changed.
     #[arg(long, env = "LIGHTPATH_PARTIAL")]
     pub partial: bool,

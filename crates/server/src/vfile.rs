@@ -167,7 +167,7 @@ pub fn receive(
 
 /// A VSTO that resumes a tree an earlier run left (`OPTS VSTO
 /// After=;Check=`): the client leaves out its files up to `after`, so
-/// those the target holds must be the same (path, size and mtime of each,
+/// those the target holds must be the same (path, size, mtime and mode of each,
 /// [`held_check`]). A tree changed on either side since, or gone, gets
 /// 554 before anything is written: the client then sends it whole.
 fn check_resume(root: &Root, t: &Transfer) -> Result<(), Reply> {

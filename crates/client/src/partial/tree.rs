@@ -6,8 +6,8 @@
 //! what the receiving server's failure reply said it holds (an upload;
 //! Ctrl-C reads that reply before it stops). The next `cp -r --partial` of
 //! the same tree to the same place computes the check of those files at
-//! its local end ([`lightpath_engine::vfile::held_check`]: path, size and
-//! mtime of each), the destination's for a download, the source's for an
+//! its local end ([`lightpath_engine::vfile::held_check`]: path, size,
+//! mtime and mode of each), the destination's for a download, the source's for an
 //! upload, and sends it with where the run ends:
 //! - a download asks the server to leave them out (`OPTS VRET
 //!   After=<hex>;Check=<16 hex>;`), and the server compares the check of
