@@ -171,7 +171,7 @@ fn an_interrupted_tree_download_is_resumed_by_the_next_partial_run() {
     let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
     assert!(last.contains("files: 1,"), "only the big file goes: {err}");
     assert_same_tree(&tree, &local.join("tree"));
-    // The note was used up: a third run copies the whole tree, as `cp -r`
+    // The successful run removed the note: a third run copies the whole tree, as `cp -r`
     // does to an existing directory, beneath it.
     let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
     let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
@@ -253,9 +253,27 @@ fn an_interrupted_tree_upload_is_resumed_by_the_next_partial_run() {
     assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
     assert_sent(&err, 1);
     assert_same_tree(&tree, &root.join("tree"));
-    // The note was used up: a third run sends the whole tree.
+    // The successful run removed the note: a third run sends the whole tree.
     let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
     assert_sent(&err, n + 1);
+}
+
+/// A resumed run that is killed (it has no chance to note anything)
+/// leaves the earlier run's note: the run after it resumes from there.
+#[test]
+fn a_killed_resumed_upload_leaves_the_note_for_the_next_run() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&local, 18);
+    let (_srv, port) = interrupted_tree_upload(state.path(), &tree, &root);
+    let cp = partial_tree_up(state.path(), &tree, port).spawn().expect("start cp");
+    let pid = cp.id();
+    kill_midway(|| vec![pid]);
+    cp.wait_with_output().unwrap();
+    let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
+    assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
+    assert_sent(&err, 1);
+    assert_same_tree(&tree, &root.join("tree"));
 }
 
 /// An uploaded tree that changed between the runs, on the server (a held

@@ -105,8 +105,11 @@ pub(crate) fn noted(src: &Location, target: &Location) -> bool {
 /// an earlier run noted for it, with the check of the files held computed
 /// at this end: a download's in `root` (`Some`: the copy's destination
 /// directory, beneath which `target` is opened without following
-/// symlinks), an upload's in its source. The note is used up either way;
-/// nothing usable gives an empty [`TreeHeld`].
+/// symlinks), an upload's in its source. Nothing usable gives an empty
+/// [`TreeHeld`], and an unusable note is removed; a usable one stays until
+/// the run ends ([`end`]), so that a run killed before then (no `end`)
+/// leaves it for the next: the files it names stay held, since a resumed
+/// run does not touch them.
 pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Path>) -> TreeHeld {
     let Some((path, want)) = path_of(src, target) else { return TreeHeld::default() };
     let Ok(raw) = std::fs::read(&path) else { return TreeHeld::default() };
@@ -119,7 +122,6 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Pat
             return TreeHeld::default();
         }
     };
-    let _ = std::fs::remove_file(&path);
     let checked = match (src, root) {
         (Location::Local(dir), _) => check_source(dir, &note.after).await,
         (_, Some(root)) => check_held(target, root, &note.after).await,
@@ -133,6 +135,7 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Pat
         }
         Err(e) => {
             tracing::warn!("{}: not resuming the tree an earlier run left: {e}; it goes whole", want.source);
+            let _ = std::fs::remove_file(&path);
             TreeHeld::default()
         }
     }
@@ -174,7 +177,12 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
         }
         return;
     }
-    let Some(after) = held.after.clone() else { return };
+    let Some(after) = held.after.clone() else {
+        // Nothing held (a tree that went whole after a 554, say): an
+        // earlier run's note no longer says anything true.
+        let _ = std::fs::remove_file(&path);
+        return;
+    };
     if !keep {
         let (f, b, t) = (held.files, held.bytes, &note.target);
         eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept; cp -r --partial notes them, so that its next run sends only the rest)");
