@@ -146,21 +146,26 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Pat
 /// note sends it with every try: a later try's `after` is further on.
 pub(crate) async fn check_held(target: &Location, root: &Path, after: &[u8]) -> Result<u64, String> {
     let Location::Local(dir) = target else { return Err("not a local tree".into()) };
-    let (root, dir, after) = (root.to_path_buf(), dir.clone(), after.to_vec());
-    let job = tokio::task::spawn_blocking(move || {
-        let tree = crate::local::tree_root(&root, &dir).map_err(|e| e.to_string())?;
-        lightpath_engine::vfile::held_check(&tree, &after).map_err(|e| e.to_string())
-    });
-    job.await.map_err(|e| e.to_string()).and_then(|c| c)
+    let (root, dir) = (root.to_path_buf(), dir.clone());
+    check_in(move || crate::local::tree_root(&root, &dir).map_err(|e| e.to_string()), after).await
 }
 
 /// The check of the files the local tree `dir` holds up to `after`, as
 /// an upload's sender computes it over its source ([`check_held`]).
 async fn check_source(dir: &Path, after: &[u8]) -> Result<u64, String> {
-    let (dir, after) = (dir.to_path_buf(), after.to_vec());
+    let dir = dir.to_path_buf();
+    check_in(move || lightpath_sys::root::Root::open(&dir).map_err(|e| e.to_string()), after).await
+}
+
+/// [`lightpath_engine::vfile::held_check`] of the tree `open` opens, on a
+/// blocking thread (it walks the tree).
+async fn check_in(
+    open: impl FnOnce() -> Result<lightpath_sys::root::Root, String> + Send + 'static,
+    after: &[u8],
+) -> Result<u64, String> {
+    let after = after.to_vec();
     let job = tokio::task::spawn_blocking(move || {
-        let tree = lightpath_sys::root::Root::open(&dir).map_err(|e| e.to_string())?;
-        lightpath_engine::vfile::held_check(&tree, &after).map_err(|e| e.to_string())
+        lightpath_engine::vfile::held_check(&open()?, &after).map_err(|e| e.to_string())
     });
     job.await.map_err(|e| e.to_string()).and_then(|c| c)
 }
