@@ -474,13 +474,10 @@ fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
 /// An [`Opts::VstoResume`] (its `Check=` required) or the tree root's
 /// mode and mtime, by the first key.
 fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
-    let bad = || CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest));
-    if !rest.trim_start().get(..6).is_some_and(|k| k.eq_ignore_ascii_case("after=")) {
-        return parse_opts_vsto_root(rest);
-    }
     match parse_resume(rest) {
         Some(r) if r.check.is_some() => Ok(Opts::VstoResume(r)),
-        _ => Err(bad()),
+        Some(_) => Err(CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest))),
+        None => parse_opts_vsto_root(rest),
     }
 }
 
