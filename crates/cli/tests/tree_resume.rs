@@ -179,6 +179,13 @@ fn an_interrupted_tree_download_is_resumed_by_the_next_partial_run() {
     assert_same_tree(&tree, &local.join("tree/tree"));
 }
 
+/// Set the mtime of the file `p` a minute back: a held file changed
+/// between the runs.
+fn a_minute_older(p: &Path) {
+    let t = std::fs::metadata(p).unwrap().modified().unwrap();
+    std::fs::File::options().write(true).open(p).unwrap().set_modified(t - Duration::from_secs(60)).unwrap();
+}
+
 /// A tree that changed between the runs, on the server (a held file's
 /// mtime) or here (a held file removed), fails the check: the server
 /// answers 554 and the tree goes whole at once, not counted as a retry
@@ -190,8 +197,7 @@ fn a_tree_changed_since_the_interrupted_run_goes_whole() {
     let (tree, n) = tree_with_a_big_last_file(&root, 14);
     let held = tree.join("d0/s0/f0.dat");
     let (_srv, port, _) = interrupted_tree_download(state.path(), &root, &local);
-    let t = std::fs::metadata(&held).unwrap().modified().unwrap();
-    std::fs::File::options().write(true).open(&held).unwrap().set_modified(t - Duration::from_secs(60)).unwrap();
+    a_minute_older(&held);
     let mut cp = partial_tree_cp(state.path(), port, &local);
     let err = succeeded(cp.args(["--retries", "0"]).output().unwrap());
     assert!(err.contains("the tree changed since") && err.contains("copying the whole tree now"), "{err}");
@@ -285,19 +291,15 @@ fn an_uploaded_tree_changed_since_the_interrupted_run_goes_whole() {
     let (_d, root, local) = root_and_local();
     let state = scratch();
     let (tree, n) = tree_with_a_big_last_file(&local, 16);
-    let older = |p: &Path| {
-        let t = std::fs::metadata(p).unwrap().modified().unwrap();
-        std::fs::File::options().write(true).open(p).unwrap().set_modified(t - Duration::from_secs(60)).unwrap();
-    };
     let (_srv, port) = interrupted_tree_upload(state.path(), &tree, &root);
-    older(&root.join("tree/d0/s0/f0.dat"));
+    a_minute_older(&root.join("tree/d0/s0/f0.dat"));
     let err = succeeded(partial_tree_up(state.path(), &tree, port).args(["--retries", "0"]).output().unwrap());
     assert!(err.contains("the tree changed since") && err.contains("copying the whole tree now"), "{err}");
     assert_sent(&err, n + 1);
     assert_same_tree(&tree, &root.join("tree"));
     // Changed here: the source's check differs.
     let (_srv2, port2) = interrupted_tree_upload(state.path(), &tree, &root);
-    older(&tree.join("d0/s0/f0.dat"));
+    a_minute_older(&tree.join("d0/s0/f0.dat"));
     let err = succeeded(partial_tree_up(state.path(), &tree, port2).args(["--retries", "0"]).output().unwrap());
     assert!(err.contains("copying the whole tree now"), "{err}");
     assert_sent(&err, n + 1);
