@@ -308,7 +308,7 @@ share of what the disk sustains for the copy's reads and writes (a tool that wri
 page cache can pass 100, its last writes still in memory when it exits). CPU = cgroup CPU
 seconds of all processes of that end (servers: sum of both in third-party runs); per GB, both
 ends = (client + server CPU) / (payload bytes / 10^9), the median of the runs' ratios. Peak RSS =
-highest sum of resident memory of the end's processes, sampled every 100 ms. `ok` = successful
+highest sum of resident memory of the end's processes, sampled when the client starts and every 100 ms. `ok` = successful
 runs / runs; statistics cover the successful runs, and every failure is listed under its table.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
 above the tools' own share means other work shared the CPUs with that scenario. Every run

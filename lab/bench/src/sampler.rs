@@ -26,6 +26,10 @@ pub struct Trace {
 /// Samples until `stop` is set. `base` is the counter reading at `t0`.
 pub fn run(path: &CounterReader, groups: &[&Group], t0: Instant, base: Bytes, stop: &AtomicBool) -> Trace {
     let mut trace = Trace { samples: vec![Sample(0.0, 0, 0)], peak_rss: vec![0; groups.len()] };
+    // The servers are up and listening at `t0`: their memory then counts
+    // too, so a server that exits with a run of a few milliseconds (iperf3
+    // -s -1) is not left unsampled.
+    sample_rss(groups, &mut trace);
     let mut early = EARLY_MS.iter().map(|&ms| t0 + Duration::from_millis(ms));
     let mut next = early.next().unwrap_or(t0 + INTERVAL);
     loop {
@@ -54,6 +58,10 @@ fn take(path: &CounterReader, groups: &[&Group], t0: Instant, base: Bytes, trace
         let s = Sample(t, c.rx.saturating_sub(base.rx), c.tx.saturating_sub(base.tx));
         trace.samples.push(s);
     }
+    sample_rss(groups, trace);
+}
+
+fn sample_rss(groups: &[&Group], trace: &mut Trace) {
     for (i, g) in groups.iter().enumerate() {
         let rss: u64 = g.pids().into_iter().map(rss_bytes).sum();
         trace.peak_rss[i] = trace.peak_rss[i].max(rss);
