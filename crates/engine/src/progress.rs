@@ -2,6 +2,7 @@
 //! (perf markers, restart markers, progress bars, ABOR).
 
 use crate::io::DataPath;
+use lightpath_proto::held::Held;
 use lightpath_proto::RangeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,26 @@ pub struct Control {
     files: Mutex<Option<u64>>,
     skipped: AtomicU64,
     data_path: Mutex<Option<DataPath>>,
+    held: Arc<HeldSoFar>,
+}
+
+/// What the receiver of a tree holds complete so far: the longest run of
+/// regular files from the manifest's first, as [`crate::vfile::Unpacker`]
+/// sees it while the tree arrives (a receiving server tells it in its
+/// perf markers, so that a sender killed before the failure reply still
+/// knows where to resume).
+#[derive(Debug, Default)]
+pub struct HeldSoFar(Mutex<Option<Held>>);
+
+impl HeldSoFar {
+    /// Record a longer run.
+    pub fn set(&self, h: Held) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+    }
+    /// The last run recorded, if any.
+    pub fn get(&self) -> Option<Held> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl Control {
@@ -99,6 +120,15 @@ impl Control {
     /// The choice recorded by [`Control::set_data_path`], if made yet.
     pub fn data_path(&self) -> Option<DataPath> {
         *self.data_path.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Where a tree's receiver records what it holds so far (give it to
+    /// the unpacker: [`crate::vfile::UnpackOptions::report`]).
+    pub fn held_so_far(&self) -> Arc<HeldSoFar> {
+        self.held.clone()
+    }
+    /// What [`Control::held_so_far`] last recorded.
+    pub fn held(&self) -> Option<Held> {
+        self.held.get()
     }
     /// Ranges written since the last call (for `111 Range Marker`).
     pub fn take_written(&self) -> RangeSet {

@@ -66,6 +66,43 @@ fn first_try_breaks_halfway(s: &Scratch, rng: &mut Rng) -> (vfile::PackStats, vf
     (whole, got)
 }
 
+/// While a tree arrives, the unpacker says what it holds complete so far
+/// (a receiving server puts it in its perf markers): a run of complete
+/// files from the first, never beyond what giving up would say.
+#[test]
+fn what_is_held_is_known_while_the_tree_arrives() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let mut rng = Rng(13);
+    make_tree(&s.p("src"), &mut rng);
+    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
+    let mut sent = send_all(&pack, &mut rng, 100_000);
+    let whole = pack.wait().unwrap();
+    let report = std::sync::Arc::new(lightpath_engine::progress::HeldSoFar::default());
+    let opts = UnpackOptions { park_limit: 1 << 30, report: Some(report.clone()), ..Default::default() };
+    let u = Unpacker::new(s.root("dst"), opts).unwrap();
+    u.manifest_bytes(&sent.manifest).unwrap();
+    sent.blocks.sort_by_key(|b| b.0);
+    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
+        u.write_block(*o, d).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let now = loop {
+        match u.held_so_far() {
+            Some(h) => break h,
+            None if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            None => panic!("no file complete after half the tree"),
+        }
+    };
+    assert_eq!(report.get().as_ref(), Some(&now), "recorded where the server's markers read it");
+    let last = std::ffi::OsStr::from_bytes(&now.after);
+    assert_eq!(fs::read(s.p("dst").join(last)).unwrap(), fs::read(s.p("src").join(last)).unwrap());
+    let got = u.give_up().unwrap();
+    assert!(now.files <= got.files && now.bytes <= got.bytes, "{now:?} then {got:?}");
+    assert!(vfile::walk_order(&now.after, &got.after).is_le(), "{now:?} then {got:?}");
+    assert_eq!(now.files == got.files, now == got, "{now:?} then {got:?}");
+}
+
 /// A tree resumed after a broken try: the first try gets the manifest and
 /// the blocks below half the virtual file, in order, and says what it
 /// holds; the second pack, told so, leaves those files out, and the tree

@@ -5,6 +5,7 @@ use super::chunk::{Chunk, Spares};
 use super::writer::{self, FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
 use super::{split, split_ns, system_time, VfileError};
 use crate::io::Sink;
+use crate::progress::HeldSoFar;
 use lightpath_proto::manifest::{show, Decoder, Entry, Kind, Limits};
 use lightpath_proto::RangeSet;
 use lightpath_sys::root::Root;
@@ -95,6 +96,10 @@ pub struct UnpackOptions {
     pub park_limit: u64,
     /// Limits of the manifest decoder.
     pub limits: Limits,
+    /// Where to record what is held complete so far, as the tree arrives
+    /// (what [`Unpacker::give_up`] would say, without waiting for the
+    /// writers): updated as blocks come in.
+    pub report: Option<Arc<HeldSoFar>>,
 }
 
 impl Default for UnpackOptions {
@@ -106,6 +111,7 @@ impl Default for UnpackOptions {
             job_bytes: 256 << 10,
             park_limit: 512 << 20,
             limits: Limits::default(),
+            report: None,
         }
     }
 }
@@ -147,6 +153,9 @@ struct State {
     stats: UnpackStats,
     /// The first manifest or data error; everything fails after it.
     error: Option<VfileError>,
+    /// Files and bytes of the longest run of complete files from the
+    /// first, as last seen ([`UnpackOptions::report`]).
+    run: (usize, u64),
 }
 
 /// Rebuilds a tree from a manifest and the blocks of its virtual file.
@@ -211,11 +220,41 @@ impl Unpacker {
             let mut st = self.lock();
             Self::check(&st)?;
             let r = self.take_block(&mut st, offset, data).and_then(|p| self.check_park(&st).map(|()| p));
-            self.poison(&mut st, r)?
+            let placed = self.poison(&mut st, r)?;
+            if self.opts.report.is_some() {
+                self.report_held(&mut st);
+            }
+            placed
         };
         match placed {
             Placed::Queue(pieces) => self.submit(pieces),
             Placed::Here(spans) => self.write_here(spans, data),
+        }
+    }
+
+    /// What is held complete so far: the longest run of complete regular
+    /// files from the manifest's first, as the writers have left it now
+    /// (also recorded in [`UnpackOptions::report`]). `None`: the first is
+    /// not complete yet.
+    pub fn held_so_far(&self) -> Option<Held> {
+        let mut st = self.lock();
+        self.report_held(&mut st);
+        let n = st.run.0;
+        Some(Held { after: st.files[..n].last()?.path.clone(), files: n as u64, bytes: st.run.1 })
+    }
+
+    /// Record a run of complete files longer than the last one seen
+    /// ([`UnpackOptions::report`]).
+    fn report_held(&self, st: &mut State) {
+        let (mut n, mut bytes) = st.run;
+        while let Some(f) = st.files.get(n).filter(|f| f.is_done()) {
+            (n, bytes) = (n + 1, bytes + f.size);
+        }
+        if n > st.run.0 {
+            st.run = (n, bytes);
+            if let Some(report) = &self.opts.report {
+                report.set(Held { after: st.files[n - 1].path.clone(), files: n as u64, bytes });
+            }
         }
     }
 
