@@ -69,6 +69,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         limits: Default::default(),
         data_peers: Default::default(),
         keep_partial: lightpath_server::partial::KEEP_FOR,
+        marker_interval: 5,
     };
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;

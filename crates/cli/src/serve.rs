@@ -69,6 +69,12 @@ pub struct ServeArgs {
     /// 0 keeps none.
     #[arg(long, default_value_t = lightpath_server::partial::KEEP_FOR.as_secs(), env = "LIGHTPATH_KEEP_PARTIAL")]
     pub keep_partial: u64,
+    /// Seconds between the perf (112) and restart (111) markers sent while
+    /// receiving. A tree upload's markers say which files are complete so
+    /// far: a client killed before the failure reply resumes from the
+    /// last one it read (`cp -r --partial`).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=3600), env = "LIGHTPATH_MARKER_INTERVAL")]
+    pub marker_interval: u32,
     /// Seconds a connection has to log in before it is closed.
     #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT")]
     pub login_timeout: u64,
@@ -114,6 +120,7 @@ impl ServeArgs {
                 DataPeersArg::Any => lightpath_server::DataPeers::Any,
             },
             keep_partial: std::time::Duration::from_secs(self.keep_partial),
+            marker_interval: self.marker_interval,
         }
     }
 }

@@ -95,8 +95,9 @@ impl Held {
 }
 
 impl Reply {
-    /// This (failure) reply saying also what the receiver holds. A path
-    /// too long for a control line is left out: the tree goes whole.
+    /// This reply (a failure, or a tree receiver's perf marker) saying
+    /// also what the receiver holds. A path too long for a control line is
+    /// left out: the tree goes whole.
     pub fn with_held(mut self, held: &Held) -> Reply {
         let Some(line) = held.line() else { return self };
         if self.lines.len() <= 1 {
@@ -108,10 +109,11 @@ impl Reply {
     }
 
     /// What a [`Reply::with_held`] says the receiver holds, its line taken
-    /// out (the rest is the reply a user is shown). Only from a failure,
-    /// and only the first such line; one that does not parse stays.
+    /// out (the rest is the reply a user is shown). Only from a failure or
+    /// a preliminary reply (a marker), and only the first such line; one
+    /// that does not parse stays.
     pub fn take_held(&mut self) -> Option<Held> {
-        if !self.is_error() || self.lines.len() < 3 {
+        if !(self.is_error() || self.is_preliminary()) || self.lines.len() < 3 {
             return None;
         }
         let end = self.lines.len() - 1;
@@ -153,6 +155,22 @@ mod tests {
         let mut got = parsed(&multi.clone().with_held(&held));
         assert_eq!(got.take_held(), Some(held));
         assert_eq!(got, parsed(&multi));
+    }
+
+    #[test]
+    fn held_travels_in_a_perf_marker_whose_facts_still_read() {
+        let held = Held { after: b"d/f".to_vec(), files: 7, bytes: 700 };
+        let m = crate::PerfMarker {
+            timestamp: 1.5,
+            stripe_index: 0,
+            bytes: 900,
+            total_stripes: 1,
+            data_path: Some("splice".into()),
+        };
+        let mut got = parsed(&m.to_reply().with_held(&held));
+        assert_eq!(crate::PerfMarker::from_reply(&got), Some(m.clone()), "the held line is skipped");
+        assert_eq!(got.take_held(), Some(held));
+        assert_eq!(got, parsed(&m.to_reply()));
     }
 
     #[test]

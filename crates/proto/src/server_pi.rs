@@ -56,10 +56,6 @@ pub struct TransferSettings {
     pub parallelism: u32,
     /// TCP buffer size asked for with SBUF / SITE BUFSIZE (0 = autotune).
     pub tcp_buffer: u64,
-    /// Seconds between 112 perf markers when receiving.
-    pub perf_interval: u32,
-    /// Seconds between 111 restart markers when receiving.
-    pub restart_interval: u32,
     /// Seconds between perf markers on RETR (`OPTS RETR markers=N;`), if asked.
     pub retr_markers: Option<u32>,
     /// Largest MODE E block the receiver asked for on RETR
@@ -82,8 +78,6 @@ impl Default for TransferSettings {
             mode: Mode::Stream,
             parallelism: 1,
             tcp_buffer: 0,
-            perf_interval: 5,
-            restart_interval: 5,
             retr_markers: None,
             block_size: None,
             vret_after: None,

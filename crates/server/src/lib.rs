@@ -93,6 +93,11 @@ pub struct ServerConfig {
     /// How long an upload whose data connections broke keeps its partial
     /// file for a restart (zero: none is kept; [`partial`]).
     pub keep_partial: std::time::Duration,
+    /// Seconds between the 112 and 111 markers sent while receiving
+    /// (`serve --marker-interval`; the 5 of globus-gridftp-server by
+    /// default). A tree's markers say what it holds so far, so this is
+    /// also how stale a killed client's note of an upload can be.
+    pub marker_interval: u32,
 }
 
 /// Whom a session's data connections may come from (PASV) and go to

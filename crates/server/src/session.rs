@@ -386,7 +386,7 @@ impl Session {
     }
 
     async fn run_transfer(&mut self, t: Transfer, ctl: Arc<Control>) -> std::io::Result<()> {
-        let every = marker_interval(&t);
+        let every = marker_interval(&t, self.ctx.cfg.marker_interval);
         let markers = every.is_some();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let mut dc = std::mem::take(&mut self.dc);
@@ -471,27 +471,34 @@ impl Session {
 }
 
 /// Seconds between markers, if `t` sends them (MODE E only, as GCT): a
-/// receiving server always (111 and 112, GFD.20); a sending one only the
-/// 112s, and only after `OPTS RETR markers=N;`.
-fn marker_interval(t: &Transfer) -> Option<u32> {
+/// receiving server always (111 and 112, GFD.20), every `receiving`
+/// seconds (`serve --marker-interval`); a sending one only the 112s, and
+/// only after `OPTS RETR markers=N;`.
+fn marker_interval(t: &Transfer, receiving: u32) -> Option<u32> {
     use TransferKind as K;
     let s = &t.settings;
     if s.mode != lightpath_proto::Mode::Extended {
         return None;
     }
     match t.kind {
-        _ if t.kind.is_upload() => Some(s.perf_interval.min(s.restart_interval).max(1)),
+        _ if t.kind.is_upload() => Some(receiving.max(1)),
         K::Retr | K::Eret { .. } | K::VfileRetr => s.retr_markers.filter(|&n| n > 0),
         _ => None,
     }
 }
 
 /// A 112 marker: bytes moved so far, and how they move once the engine
-/// has chosen (`Data Path:`, our own fact).
+/// has chosen (`Data Path:`, our own fact). A tree being received adds
+/// what it holds complete so far ([`Reply::with_held`]), so that a client
+/// killed before the failure reply still knows where to resume.
 fn perf(bytes: u64, ctl: &Control) -> Reply {
     let ts = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let data_path = ctl.data_path().map(|p| p.to_string());
-    PerfMarker { timestamp: ts, stripe_index: 0, bytes, total_stripes: 1, data_path }.to_reply()
+    let r = PerfMarker { timestamp: ts, stripe_index: 0, bytes, total_stripes: 1, data_path }.to_reply();
+    match ctl.held() {
+        Some(h) => r.with_held(&h),
+        None => r,
+    }
 }
 
 #[cfg(test)]

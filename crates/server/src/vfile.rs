@@ -141,7 +141,7 @@ pub fn receive(
     (cfg, mut path): (&crate::ServerConfig, crate::transfer::ClientPath),
 ) -> Result<u64, Reply> {
     let mut made = Vec::new();
-    let prepared = check_resume(root, t).and_then(|_| unpack_sink(root, t, &mut made)).and_then(|sink| {
+    let prepared = check_resume(root, t).and_then(|_| unpack_sink(root, t, ctl, &mut made)).and_then(|sink| {
         let reused = dc.prepare_recv().map_err(|e| Reply::new(425, format!("Can't open data connection: {e}")))?;
         Ok((sink, reused))
     });
@@ -198,8 +198,9 @@ fn set_root_meta(root: &Root, tree: &VPath, meta: lightpath_proto::held::TreeRoo
 }
 
 /// The sink rebuilding the tree under the target directory, made with its
-/// parents as needed (those made are added to `made`).
-fn unpack_sink(root: &Root, t: &Transfer, made: &mut Vec<VPath>) -> Result<VfileSink, Reply> {
+/// parents as needed (those made are added to `made`). What it holds
+/// complete so far goes to `ctl`, for the perf markers.
+fn unpack_sink(root: &Root, t: &Transfer, ctl: &Control, made: &mut Vec<VPath>) -> Result<VfileSink, Reply> {
     need_mode_e(t)?;
     mkdir_all(root, &t.path, made)?;
     if t.settings.vsto_root.is_some() && made.last() == Some(&t.path) {
@@ -208,7 +209,8 @@ fn unpack_sink(root: &Root, t: &Transfer, made: &mut Vec<VPath>) -> Result<Vfile
         root.chmod(t.path.relative(), 0o700).map_err(|e| io_reply(&t.path, &e))?;
     }
     let sub = root.subdir(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
-    let u = Unpacker::new(Arc::new(sub), UnpackOptions::default()).map_err(|e| Reply::new(451, e.to_string()))?;
+    let opts = UnpackOptions { report: Some(ctl.held_so_far()), ..UnpackOptions::default() };
+    let u = Unpacker::new(Arc::new(sub), opts).map_err(|e| Reply::new(451, e.to_string()))?;
     Ok(VfileSink::new(u))
 }
 
