@@ -282,6 +282,69 @@ fn a_killed_resumed_upload_leaves_the_note_for_the_next_run() {
     assert_same_tree(&tree, &root.join("tree"));
 }
 
+/// A tree upload whose client is killed (SIGKILL: it reads no failure
+/// reply) is still resumed by the next run: the server's perf markers
+/// (every second here) said which files it held, and the client kept its
+/// note current as they came. The client is stopped for a while once the
+/// small files are sent, so that markers wait for it, then let go and
+/// killed once its note is there.
+#[test]
+fn a_killed_upload_is_resumed_from_what_the_servers_markers_said() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&local, 19);
+    let (_srv, port) = lp_server(&root, &["--anonymous", "--marker-interval", "1"]);
+    let cp = partial_tree_up(state.path(), &tree, port).spawn().expect("start cp");
+    let pid = cp.id();
+    midway(|| vec![pid]);
+    signal("STOP", pid);
+    std::thread::sleep(Duration::from_millis(2500));
+    let notes = state.path().join("lightpath/trees");
+    let noted = || std::fs::read_dir(&notes).is_ok_and(|mut d| d.next().is_some());
+    assert!(!noted(), "no note before the markers are read");
+    signal("CONT", pid);
+    let t = std::time::Instant::now();
+    while !noted() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no note written from the markers");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal("KILL", pid);
+    cp.wait_with_output().unwrap();
+    let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
+    assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
+    assert_sent(&err, 1);
+    assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// A tree upload whose server dies (no failure reply) after its markers
+/// said which files it held: the retry leaves those files out. The client
+/// is stopped while the markers wait in its socket and the server is
+/// killed and started again.
+#[test]
+fn a_tree_upload_whose_server_dies_resumes_from_its_last_marker() {
+    let (_d, root, local) = root_and_local();
+    let (tree, n) = tree_with_a_big_last_file(&local, 20);
+    let (mut srv, port) = lp_server(&root, &["--anonymous", "--marker-interval", "1"]);
+    let cp = start_cp(&["-v", "-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
+    let pid = cp.id();
+    midway(|| vec![pid]);
+    signal("STOP", pid);
+    std::thread::sleep(Duration::from_millis(2500));
+    srv.0.kill().unwrap();
+    srv.0.wait().unwrap();
+    let _again = lp_server_on(&root, port, &["--anonymous"]);
+    signal("CONT", pid);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
+    assert_sent(&err, 1);
+    assert_same_tree(&tree, &root.join("tree"));
+}
+
+fn signal(sig: &str, pid: u32) {
+    let st = std::process::Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status().unwrap();
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
 /// An uploaded tree that changed between the runs, on the server (a held
 /// file's mtime) or here (a held file's mtime), fails the server's check:
 /// 554 before its VSTO starts, and the tree goes whole at once, not

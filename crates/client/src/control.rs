@@ -2,6 +2,7 @@
 //! `lightpath-proto`), log in, learn FEAT.
 
 use crate::ClientError;
+use lightpath_proto::held::Held;
 use lightpath_proto::{Features, Line, LineBuffer, PerfMarker, RangeSet, Reply, ReplyParser, RestartMarker};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -93,6 +94,21 @@ pub struct ControlConn {
     /// server is, are not sent such a name ([`ControlConn::send`]);
     /// `None` until then (the login flight).
     iac_names: Option<bool>,
+    /// What a tree's receiving server last said in its perf markers that
+    /// it holds ([`Reply::take_held`]), since the last
+    /// [`ControlConn::take_marked_held`], and who is told as each comes.
+    marked_held: Option<Held>,
+    on_held: Option<HeldHook>,
+}
+
+/// Called with each [`Held`] a perf marker carries
+/// ([`ControlConn::watch_held`]).
+pub(crate) struct HeldHook(pub Box<dyn FnMut(&Held) + Send + Sync>);
+
+impl std::fmt::Debug for HeldHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeldHook")
+    }
 }
 
 impl ControlConn {
@@ -126,6 +142,8 @@ impl ControlConn {
             last_sent: "(none yet: the greeting)".into(),
             last_reply: None,
             iac_names: None,
+            marked_held: None,
+            on_held: None,
         };
         Ok(c)
     }
@@ -224,7 +242,7 @@ impl ControlConn {
                 if let Some(m) = RestartMarker::from_reply(&r) {
                     self.confirmed = std::mem::take(&mut self.confirmed).union(&m.0);
                 }
-                return Ok(Some(r));
+                return Ok(Some(self.note_held(r)));
             }
         }
         Ok(None)
@@ -275,6 +293,31 @@ impl ControlConn {
     /// The error for a reply over the parser's bounds.
     fn limit_err(&self, e: &lightpath_proto::reply::ReplyError) -> ClientError {
         ClientError::Limit { server: self.name.clone(), what: format!("{e} (last command sent: {})", self.last_sent) }
+    }
+
+    /// Take what a perf marker says the server holds of the tree under way
+    /// out of it: kept, and given to the hook of [`ControlConn::watch_held`].
+    fn note_held(&mut self, mut r: Reply) -> Reply {
+        if r.code == 112 {
+            if let Some(h) = r.take_held() {
+                if let Some(hook) = &mut self.on_held {
+                    (hook.0)(&h);
+                }
+                self.marked_held = Some(h);
+            }
+        }
+        r
+    }
+
+    /// Call `hook` with what each perf marker says the receiving server
+    /// holds of the tree under way (`None`: stop).
+    pub(crate) fn watch_held(&mut self, hook: Option<HeldHook>) {
+        self.on_held = hook;
+    }
+
+    /// What the perf markers last said the server holds, since the last call.
+    pub(crate) fn take_marked_held(&mut self) -> Option<Held> {
+        self.marked_held.take()
     }
 
     /// The ranges the server's `111` markers named since the last call.

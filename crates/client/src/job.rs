@@ -280,7 +280,7 @@ impl TreeEnds<'_> {
                 // The tree changed since the run that noted it: no failure
                 // of this run's. It goes whole, at once, not counted.
                 tracing::warn!("{}: {e}; copying the whole tree now", describe(self.src));
-                held = crate::vfile::TreeHeld::default();
+                held.start_over();
                 continue;
             }
             let cancelled = self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed);
@@ -304,7 +304,12 @@ impl TreeEnds<'_> {
             Location::Local(root) => Some(root.as_path()),
             Location::Remote(_) => None,
         };
-        crate::partial::tree::take_up(self.src, self.target, root).await
+        let mut held = crate::partial::tree::take_up(self.src, self.target, root).await;
+        if matches!(self.src, Location::Local(_)) {
+            let keeper = crate::partial::tree::Keeper::new(self.src, self.target);
+            held.keeper = keeper.map(|k| Arc::new(std::sync::Mutex::new(k)));
+        }
+        held
     }
 
     /// The pause before retry `tries` after `e`, said with what is held.

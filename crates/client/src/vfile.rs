@@ -170,9 +170,29 @@ pub struct TreeHeld {
     /// Whether `after` is what an earlier run noted (its first try's 554
     /// means the tree changed: it goes whole).
     pub noted: bool,
+    /// With `--partial`, an upload's note kept current as the server's
+    /// perf markers say what it holds ([`crate::partial::tree::Keeper`]).
+    pub(crate) keeper: Option<Arc<Mutex<crate::partial::tree::Keeper>>>,
 }
 
 impl TreeHeld {
+    /// Nothing held: the tree goes whole (the note keeper stays).
+    pub(crate) fn start_over(&mut self) {
+        *self = TreeHeld { keeper: self.keeper.take(), ..TreeHeld::default() };
+    }
+
+    /// The hook that notes, as the perf markers of this try come, what
+    /// earlier tries held and the server holds of this one so far.
+    fn marker_hook(&self) -> Option<crate::control::HeldHook> {
+        let keeper = self.keeper.clone()?;
+        let (after, files, bytes) = (self.after.clone(), self.files, self.bytes);
+        Some(crate::control::HeldHook(Box::new(move |h: &Held| {
+            let mut now = TreeHeld { after: after.clone(), files, bytes, ..TreeHeld::default() };
+            now.note(Some(h.clone()));
+            keeper.lock().unwrap_or_else(|e| e.into_inner()).keep(&now);
+        })))
+    }
+
     /// Tell the user, once the tree is complete, what earlier tries kept.
     pub(crate) fn say_kept(&self) {
         if self.files > 0 {
@@ -208,7 +228,7 @@ impl TreeHeld {
         };
         if let Some(why) = refused {
             tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
-            *self = TreeHeld::default();
+            self.start_over();
         }
         Ok(())
     }
@@ -352,8 +372,17 @@ pub async fn put_tree(
         s.put_dc(dc);
         return Err(s.ctl.unexpected("VSTO", &first?));
     }
+    let _ = s.ctl.take_marked_held(); // an earlier transfer's
+    s.ctl.watch_held(held.marker_hook());
     let note = |r: &mut Reply| held.note_reply(r);
-    s.finish_job_noting_failure(job, &ctl, "VSTO", note).await.map(|(bytes, _)| bytes)
+    let r = s.finish_job_noting_failure(job, &ctl, "VSTO", note).await;
+    s.ctl.watch_held(None);
+    if r.is_err() {
+        // No reply said what it holds (the control connection went): what
+        // its last perf marker said (behind the reply's, if one did).
+        held.note(s.ctl.take_marked_held());
+    }
+    r.map(|(bytes, _)| bytes)
 }
 
 /// Pack the tree in `dir` (leaving out the files up to `after` in walk

@@ -131,7 +131,14 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Pat
         Ok(check) => {
             let (f, b) = (note.files, note.bytes);
             tracing::info!("{}: resuming the tree an earlier run left ({f} files, {b} bytes held)", want.source);
-            TreeHeld { after: Some(note.after), files: f, bytes: b, check: Some(check), noted: true }
+            TreeHeld {
+                after: Some(note.after),
+                files: f,
+                bytes: b,
+                check: Some(check),
+                noted: true,
+                ..TreeHeld::default()
+            }
         }
         Err(e) => {
             tracing::warn!("{}: not resuming the tree an earlier run left: {e}; it goes whole", want.source);
@@ -168,6 +175,44 @@ async fn check_in(
         lightpath_engine::vfile::held_check(&open()?, &after).map_err(|e| e.to_string())
     });
     job.await.map_err(|e| e.to_string()).and_then(|c| c)
+}
+
+/// Keeps a tree upload's note current while it runs (`--partial`), as the
+/// receiving server's perf markers say what it holds: a run killed before
+/// the failure reply (SIGKILL, a crash, a network gone with the control
+/// connection) leaves the note for the next. [`end`] has the last word
+/// when the run ends.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    path: PathBuf,
+    note: Note,
+}
+
+impl Keeper {
+    /// The keeper of `src`'s note to `target`, if it has one that can be
+    /// written (no line break in their names).
+    pub(crate) fn new(src: &Location, target: &Location) -> Option<Keeper> {
+        let (path, note) = path_of(src, target)?;
+        let k = Keeper { path, note };
+        (Note::parse(&k.note_with(b"x", 0, 0)).is_ok()).then_some(k)
+    }
+
+    fn note_with(&self, after: &[u8], files: u64, bytes: u64) -> Vec<u8> {
+        Note { after: after.to_vec(), files, bytes, ..self.note.clone() }.encode()
+    }
+
+    /// Note that the target holds `held` (what earlier tries and runs
+    /// left, and this try's so far), if it holds more than last noted.
+    pub(crate) fn keep(&mut self, held: &TreeHeld) {
+        let Some(after) = held.after.as_deref().filter(|a| *a != self.note.after) else { return };
+        match write_note(&self.path, &self.note_with(after, held.files, held.bytes)) {
+            Ok(()) => {
+                tracing::debug!("{}: noted {} files held so far", self.note.source, held.files);
+                self.note.after = after.to_vec();
+            }
+            Err(e) => tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display()),
+        }
+    }
 }
 
 /// A tree copy is done with: one that `failed` (for good, or
