@@ -179,6 +179,37 @@ fn an_interrupted_tree_download_is_resumed_by_the_next_partial_run() {
     assert_same_tree(&tree, &local.join("tree/tree"));
 }
 
+/// A tree download whose client is killed (SIGKILL: it notes nothing at
+/// its end) is resumed by the next `--partial` run all the same: the
+/// client noted what it held every few seconds while the tree came. The
+/// server is stopped once the small files are here, so that the tree
+/// waits for the note.
+#[test]
+fn a_killed_tree_download_is_resumed_from_what_it_noted_while_it_ran() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let (tree, n) = tree_with_a_big_last_file(&root, 21);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = partial_tree_cp(state.path(), port, &local).spawn().expect("start cp");
+    let server = srv.0.id();
+    midway(|| vec![server]);
+    signal("STOP", server);
+    let notes = state.path().join("lightpath/trees");
+    let t = std::time::Instant::now();
+    while !std::fs::read_dir(&notes).is_ok_and(|mut d| d.next().is_some()) {
+        assert!(t.elapsed() < Duration::from_secs(20), "no note written while the tree came");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal("KILL", cp.id());
+    cp.wait_with_output().unwrap();
+    signal("CONT", server);
+    let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
+    assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
+    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(last.contains("files: 1,"), "only the big file goes: {err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}
+
 /// Set the mtime of the file `p` a minute back: a held file changed
 /// between the runs.
 fn a_minute_older(p: &Path) {

@@ -305,10 +305,8 @@ impl TreeEnds<'_> {
             Location::Remote(_) => None,
         };
         let mut held = crate::partial::tree::take_up(self.src, self.target, root).await;
-        if matches!(self.src, Location::Local(_)) {
-            let keeper = crate::partial::tree::Keeper::new(self.src, self.target);
-            held.keeper = keeper.map(|k| Arc::new(std::sync::Mutex::new(k)));
-        }
+        let keeper = crate::partial::tree::Keeper::new(self.src, self.target);
+        held.keeper = keeper.map(|k| Arc::new(std::sync::Mutex::new(k)));
         held
     }
 

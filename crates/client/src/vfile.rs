@@ -61,7 +61,11 @@ pub async fn get_tree(
         let r = receive_tree(&mut dc, dirs, &c2, &f2, &now2);
         (dc, r)
     });
+    let keeping = held.keep_from(ctl.clone());
     let r = s.finish_job_with_reply(job, &ctl, "VRET").await;
+    if let Some(k) = keeping {
+        k.abort();
+    }
     held.note(now.lock().unwrap_or_else(|p| p.into_inner()).take());
     let (bytes, fin) = r?;
     // The server counts the files the earlier tries left here too.
@@ -135,7 +139,8 @@ fn receive_tree(
     held: &Mutex<Option<Held>>,
 ) -> Result<u64, ClientError> {
     let root = crate::local::tree_root(&root, &dir)?;
-    let unpacker = Unpacker::new(Arc::new(root), UnpackOptions::default());
+    let opts = UnpackOptions { report: Some(ctl.held_so_far()), ..UnpackOptions::default() };
+    let unpacker = Unpacker::new(Arc::new(root), opts);
     let sink = VfileSink::new(unpacker.map_err(|e| ClientError::Local(e.to_string()))?);
     let got = match dc.recv_e(&sink, &recv_opts(dc.idle), ctl) {
         Ok(got) => got,
@@ -150,6 +155,10 @@ fn receive_tree(
     files.store(stats.files, Ordering::Relaxed);
     Ok(got.covered())
 }
+
+/// How often a tree download with `--partial` notes what it holds so far
+/// (the server's marker interval does the same for an upload).
+const NOTE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the failed tries of a tree download left complete: every regular
 /// file up to `after` in the sender's walk order, `files` of them in all,
@@ -170,8 +179,9 @@ pub struct TreeHeld {
     /// Whether `after` is what an earlier run noted (its first try's 554
     /// means the tree changed: it goes whole).
     pub noted: bool,
-    /// With `--partial`, an upload's note kept current as the server's
-    /// perf markers say what it holds ([`crate::partial::tree::Keeper`]).
+    /// With `--partial`, the note kept current while the tree goes: from
+    /// an upload's perf markers, a download's own unpacker
+    /// ([`crate::partial::tree::Keeper`]).
     pub(crate) keeper: Option<Arc<Mutex<crate::partial::tree::Keeper>>>,
 }
 
@@ -179,6 +189,23 @@ impl TreeHeld {
     /// Nothing held: the tree goes whole (the note keeper stays).
     pub(crate) fn start_over(&mut self) {
         *self = TreeHeld { keeper: self.keeper.take(), ..TreeHeld::default() };
+    }
+
+    /// With `--partial`, a download's task that notes what this try holds
+    /// so far, as its unpacker records it in `ctl`, every
+    /// [`NOTE_EVERY`] (to be aborted when the try ends): a client killed
+    /// mid-tree leaves a note for the next run.
+    fn keep_from(&self, ctl: Arc<Control>) -> Option<tokio::task::JoinHandle<()>> {
+        let mut hook = self.marker_hook()?;
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(NOTE_EVERY);
+            loop {
+                tick.tick().await;
+                if let Some(h) = ctl.held() {
+                    (hook.0)(&h);
+                }
+            }
+        }))
     }
 
     /// The hook that notes, as the perf markers of this try come, what

@@ -177,9 +177,10 @@ async fn check_in(
     job.await.map_err(|e| e.to_string()).and_then(|c| c)
 }
 
-/// Keeps a tree upload's note current while it runs (`--partial`), as the
-/// receiving server's perf markers say what it holds: a run killed before
-/// the failure reply (SIGKILL, a crash, a network gone with the control
+/// Keeps a tree copy's note current while it runs (`--partial`): an
+/// upload's as the receiving server's perf markers say what it holds, a
+/// download's as its own unpacker does (every few seconds). A run killed
+/// before its end (SIGKILL, a crash, a network gone with the control
 /// connection) leaves the note for the next. [`end`] has the last word
 /// when the run ends.
 #[derive(Debug)]
