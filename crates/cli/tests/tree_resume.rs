@@ -130,6 +130,35 @@ fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destina
     assert_same_tree(&tree, &dst_root.join("tree"));
 }
 
+/// A third-party tree whose destination server dies (no failure reply)
+/// after its markers said which files it held: the retry asks the source
+/// to leave those out. The source and the client are stopped while the
+/// markers wait in the client's socket, and the destination is killed
+/// and started again.
+#[test]
+fn a_third_party_tree_whose_destination_dies_resumes_from_its_last_marker() {
+    let (_d, src_root, dst_root) = root_and_local();
+    let (tree, n) = tree_with_a_big_last_file(&src_root, 22);
+    let (src, sport) = lp_server(&src_root, &["--anonymous"]);
+    let (mut dst, dport) = lp_server(&dst_root, &["--anonymous", "--marker-interval", "1"]);
+    let urls = [format!("ftp://127.0.0.1:{sport}/tree"), format!("ftp://127.0.0.1:{dport}/tree")];
+    let cp = start_cp(&["-r", "-p", "4", &urls[0], &urls[1]]);
+    let source = src.0.id();
+    midway(|| vec![source]);
+    signal("STOP", source);
+    signal("STOP", cp.id());
+    std::thread::sleep(Duration::from_millis(2500));
+    dst.0.kill().unwrap();
+    dst.0.wait().unwrap();
+    let _again = lp_server_on(&dst_root, dport, &["--anonymous"]);
+    signal("CONT", source);
+    signal("CONT", cp.id());
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
+    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
+    assert_same_tree(&tree, &dst_root.join("tree"));
+}
+
 /// `lightpath -v cp -q -r --partial -p 4 URL local/tree` from `port`,
 /// its notes kept in `state`. The first run makes `local/tree`; the same
 /// command run again resumes it there (not in `local/tree/tree`, where

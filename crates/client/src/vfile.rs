@@ -481,8 +481,15 @@ pub async fn tpt_tree(
     s.settle().await?;
     d.settle().await?;
     TreeHeld::say_if_refused(s);
+    let _ = d.ctl.take_marked_held(); // an earlier transfer's
     let note = |r: &mut Reply| held.note_reply(r);
-    let (bytes, sent, fin) = crate::thirdparty::watch(s, d, ("VRET", "VSTO"), note).await?;
+    let watched = crate::thirdparty::watch(s, d, ("VRET", "VSTO"), note).await;
+    if watched.is_err() {
+        // As for an upload: the destination's last perf marker, when no
+        // failure reply of its said what it holds.
+        held.note(d.ctl.take_marked_held());
+    }
+    let (bytes, sent, fin) = watched?;
     // The source counts the files the destination held from earlier tries too.
     if let Some(n) = sent.files_completed().or(fin.files_completed()) {
         files.store(n, Ordering::Relaxed);
