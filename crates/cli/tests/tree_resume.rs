@@ -223,10 +223,9 @@ fn a_killed_tree_download_is_resumed_from_what_it_noted_while_it_ran() {
     let server = srv.0.id();
     midway(|| vec![server]);
     signal("STOP", server);
-    let notes = state.path().join("lightpath/trees");
     let t = std::time::Instant::now();
-    while !std::fs::read_dir(&notes).is_ok_and(|mut d| d.next().is_some()) {
-        assert!(t.elapsed() < Duration::from_secs(20), "no note written while the tree came");
+    while !notes_all_small_files(state.path(), n) {
+        assert!(t.elapsed() < Duration::from_secs(20), "no note of the {n} files written while the tree came");
         std::thread::sleep(Duration::from_millis(5));
     }
     signal("KILL", cp.id());
@@ -359,13 +358,10 @@ fn a_killed_upload_is_resumed_from_what_the_servers_markers_said() {
     midway(|| vec![pid]);
     signal("STOP", pid);
     std::thread::sleep(Duration::from_millis(2500));
-    let notes = state.path().join("lightpath/trees");
-    let noted = || std::fs::read_dir(&notes).is_ok_and(|mut d| d.next().is_some());
-    assert!(!noted(), "no note before the markers are read");
     signal("CONT", pid);
     let t = std::time::Instant::now();
-    while !noted() {
-        assert!(t.elapsed() < Duration::from_secs(10), "no note written from the markers");
+    while !notes_all_small_files(state.path(), n) {
+        assert!(t.elapsed() < Duration::from_secs(10), "no note of the {n} files written from the markers");
         std::thread::sleep(Duration::from_millis(1));
     }
     signal("KILL", pid);
@@ -398,6 +394,14 @@ fn a_tree_upload_whose_server_dies_resumes_from_its_last_marker() {
     assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
     assert_sent(&err, 1);
     assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// Whether the one tree note in `state` says `n` files are held (an
+/// earlier marker's may say fewer).
+fn notes_all_small_files(state: &Path, n: usize) -> bool {
+    let Ok(mut notes) = std::fs::read_dir(state.join("lightpath/trees")) else { return false };
+    let note = notes.next().and_then(|e| std::fs::read_to_string(e.ok()?.path()).ok());
+    note.is_some_and(|t| t.contains(&format!("\nfiles {n}\n")))
 }
 
 fn signal(sig: &str, pid: u32) {
