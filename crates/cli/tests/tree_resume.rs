@@ -223,11 +223,7 @@ fn a_killed_tree_download_is_resumed_from_what_it_noted_while_it_ran() {
     let server = srv.0.id();
     midway(|| vec![server]);
     signal("STOP", server);
-    let t = std::time::Instant::now();
-    while !notes_all_small_files(state.path(), n) {
-        assert!(t.elapsed() < Duration::from_secs(20), "no note of the {n} files written while the tree came");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_note_of(state.path(), n);
     signal("KILL", cp.id());
     cp.wait_with_output().unwrap();
     signal("CONT", server);
@@ -335,10 +331,17 @@ fn a_killed_resumed_upload_leaves_the_note_for_the_next_run() {
     let pid = cp.id();
     kill_midway(|| vec![pid]);
     cp.wait_with_output().unwrap();
-    let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
+    next_upload_resumes(state.path(), &tree, port, &root, n);
+}
+
+/// The same `cp -r --partial` of `tree` to `port` (serving `root`) run
+/// again: it takes up the note of the `n` small files held and sends only
+/// the big file.
+fn next_upload_resumes(state: &Path, tree: &Path, port: u16, root: &Path, n: usize) {
+    let err = succeeded(partial_tree_up(state, tree, port).output().unwrap());
     assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
     assert_sent(&err, 1);
-    assert_same_tree(&tree, &root.join("tree"));
+    assert_same_tree(tree, &root.join("tree"));
 }
 
 /// A tree upload whose client is killed (SIGKILL: it reads no failure
@@ -359,17 +362,10 @@ fn a_killed_upload_is_resumed_from_what_the_servers_markers_said() {
     signal("STOP", pid);
     std::thread::sleep(Duration::from_millis(2500));
     signal("CONT", pid);
-    let t = std::time::Instant::now();
-    while !notes_all_small_files(state.path(), n) {
-        assert!(t.elapsed() < Duration::from_secs(10), "no note of the {n} files written from the markers");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_note_of(state.path(), n);
     signal("KILL", pid);
     cp.wait_with_output().unwrap();
-    let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
-    assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
-    assert_sent(&err, 1);
-    assert_same_tree(&tree, &root.join("tree"));
+    next_upload_resumes(state.path(), &tree, port, &root, n);
 }
 
 /// A tree upload whose server dies (no failure reply) after its markers
@@ -396,12 +392,19 @@ fn a_tree_upload_whose_server_dies_resumes_from_its_last_marker() {
     assert_same_tree(&tree, &root.join("tree"));
 }
 
-/// Whether the one tree note in `state` says `n` files are held (an
-/// earlier marker's may say fewer).
-fn notes_all_small_files(state: &Path, n: usize) -> bool {
-    let Ok(mut notes) = std::fs::read_dir(state.join("lightpath/trees")) else { return false };
-    let note = notes.next().and_then(|e| std::fs::read_to_string(e.ok()?.path()).ok());
-    note.is_some_and(|t| t.contains(&format!("\nfiles {n}\n")))
+/// Wait (up to 20 s) until the one tree note in `state` says `n` files
+/// are held (an earlier one may say fewer).
+fn wait_for_note_of(state: &Path, n: usize) {
+    let says_n = || {
+        let Ok(mut notes) = std::fs::read_dir(state.join("lightpath/trees")) else { return false };
+        let note = notes.next().and_then(|e| std::fs::read_to_string(e.ok()?.path()).ok());
+        note.is_some_and(|t| t.contains(&format!("\nfiles {n}\n")))
+    };
+    let t = std::time::Instant::now();
+    while !says_n() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no note of the {n} files written while the tree went");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn signal(sig: &str, pid: u32) {

@@ -47,20 +47,28 @@ fn unpacker(s: &Scratch) -> Unpacker {
     Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() }).unwrap()
 }
 
-/// A tree made in `s`'s `src` whose first try into `dst` breaks: it gets
-/// the manifest and the blocks below half the virtual file, in order, and
-/// gives up. What the whole pack found, and what the receiver holds.
-fn first_try_breaks_halfway(s: &Scratch, rng: &mut Rng) -> (vfile::PackStats, vfile::Held) {
+/// A tree made in `s`'s `src`, of which an unpacker into `dst` (made
+/// with `opts`) gets the manifest and the blocks below half the virtual
+/// file, in order. What the whole pack found, and the unpacker.
+fn half_delivered(s: &Scratch, rng: &mut Rng, opts: UnpackOptions) -> (vfile::PackStats, Unpacker) {
     make_tree(&s.p("src"), rng);
     let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
     let mut sent = send_all(&pack, rng, 100_000);
     let whole = pack.wait().unwrap();
-    let u = unpacker(s);
+    let u = Unpacker::new(s.root("dst"), opts).unwrap();
     u.manifest_bytes(&sent.manifest).unwrap();
     sent.blocks.sort_by_key(|b| b.0);
     for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
         u.write_block(*o, d).unwrap();
     }
+    (whole, u)
+}
+
+/// A tree made in `s`'s `src` whose first try into `dst` breaks: it gets
+/// the manifest and the blocks below half the virtual file, in order, and
+/// gives up. What the whole pack found, and what the receiver holds.
+fn first_try_breaks_halfway(s: &Scratch, rng: &mut Rng) -> (vfile::PackStats, vfile::Held) {
+    let (whole, u) = half_delivered(s, rng, UnpackOptions { park_limit: 1 << 30, ..Default::default() });
     let got = u.give_up().expect("the first files complete");
     assert!(got.bytes > 0 && got.bytes <= whole.bytes / 2, "{got:?}");
     (whole, got)
@@ -73,19 +81,9 @@ fn first_try_breaks_halfway(s: &Scratch, rng: &mut Rng) -> (vfile::PackStats, vf
 fn what_is_held_is_known_while_the_tree_arrives() {
     let _dog = Watchdog::new();
     let s = Scratch::new();
-    let mut rng = Rng(13);
-    make_tree(&s.p("src"), &mut rng);
-    let pack = vfile::pack(s.root("src"), vec![Vec::new()], small_pack_opts()).unwrap();
-    let mut sent = send_all(&pack, &mut rng, 100_000);
-    let whole = pack.wait().unwrap();
     let report = std::sync::Arc::new(lightpath_engine::progress::HeldSoFar::default());
     let opts = UnpackOptions { park_limit: 1 << 30, report: Some(report.clone()), ..Default::default() };
-    let u = Unpacker::new(s.root("dst"), opts).unwrap();
-    u.manifest_bytes(&sent.manifest).unwrap();
-    sent.blocks.sort_by_key(|b| b.0);
-    for (o, d) in sent.blocks.iter().filter(|(o, d)| o + d.len() as u64 <= whole.bytes / 2) {
-        u.write_block(*o, d).unwrap();
-    }
+    let (_, u) = half_delivered(&s, &mut Rng(13), opts);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let now = loop {
         match u.held_so_far() {
