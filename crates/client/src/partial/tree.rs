@@ -187,6 +187,8 @@ async fn check_in(
 pub(crate) struct Keeper {
     path: PathBuf,
     note: Note,
+    /// A write failed and was told (once: the next are tried quietly).
+    told: bool,
 }
 
 impl Keeper {
@@ -194,7 +196,7 @@ impl Keeper {
     /// written (no line break in their names).
     pub(crate) fn new(src: &Location, target: &Location) -> Option<Keeper> {
         let (path, note) = path_of(src, target)?;
-        let k = Keeper { path, note };
+        let k = Keeper { path, note, told: false };
         (Note::parse(&k.note_with(b"x", 0, 0)).is_ok()).then_some(k)
     }
 
@@ -211,7 +213,11 @@ impl Keeper {
                 tracing::debug!("{}: noted {} files held so far", self.note.source, held.files);
                 self.note.after = after.to_vec();
             }
-            Err(e) => tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display()),
+            Err(e) if !self.told => {
+                self.told = true;
+                tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display());
+            }
+            Err(e) => tracing::debug!("{}: the tree's note cannot be written: {e}", self.path.display()),
         }
     }
 }
