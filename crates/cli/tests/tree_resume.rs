@@ -130,35 +130,6 @@ fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destina
     assert_same_tree(&tree, &dst_root.join("tree"));
 }
 
-/// A third-party tree whose destination server dies (no failure reply)
-/// after its markers said which files it held: the retry asks the source
-/// to leave those out. The source and the client are stopped while the
-/// markers wait in the client's socket, and the destination is killed
-/// and started again.
-#[test]
-fn a_third_party_tree_whose_destination_dies_resumes_from_its_last_marker() {
-    let (_d, src_root, dst_root) = root_and_local();
-    let (tree, n) = tree_with_a_big_last_file(&src_root, 22);
-    let (src, sport) = lp_server(&src_root, &["--anonymous"]);
-    let (mut dst, dport) = lp_server(&dst_root, &["--anonymous", "--marker-interval", "1"]);
-    let urls = [format!("ftp://127.0.0.1:{sport}/tree"), format!("ftp://127.0.0.1:{dport}/tree")];
-    let cp = start_cp(&["-r", "-p", "4", &urls[0], &urls[1]]);
-    let source = src.0.id();
-    midway(|| vec![source]);
-    signal("STOP", source);
-    signal("STOP", cp.id());
-    std::thread::sleep(Duration::from_millis(2500));
-    dst.0.kill().unwrap();
-    dst.0.wait().unwrap();
-    let _again = lp_server_on(&dst_root, dport, &["--anonymous"]);
-    signal("CONT", source);
-    signal("CONT", cp.id());
-    let err = succeeded(cp.wait_with_output().unwrap());
-    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
-    assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
-    assert_same_tree(&tree, &dst_root.join("tree"));
-}
-
 /// `lightpath -v cp -q -r --partial -p 4 URL local/tree` from `port`,
 /// its notes kept in `state`. The first run makes `local/tree`; the same
 /// command run again resumes it there (not in `local/tree/tree`, where
@@ -369,14 +340,40 @@ fn a_killed_upload_is_resumed_from_what_the_servers_markers_said() {
 }
 
 /// A tree upload whose server dies (no failure reply) after its markers
-/// said which files it held: the retry leaves those files out. The client
-/// is stopped while the markers wait in its socket and the server is
-/// killed and started again.
+/// said which files it held: the retry has the restarted server check
+/// them (`OPTS VSTO After=;Check=`) and leaves them out. The client is
+/// stopped while the markers wait in its socket and the server is killed
+/// and started again.
 #[test]
 fn a_tree_upload_whose_server_dies_resumes_from_its_last_marker() {
     let (_d, root, local) = root_and_local();
     let (tree, n) = tree_with_a_big_last_file(&local, 20);
-    let (mut srv, port) = lp_server(&root, &["--anonymous", "--marker-interval", "1"]);
+    let err = upload_across_a_server_death(&root, &tree, |_| {});
+    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
+    assert_sent(&err, 1);
+    assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// The same, but a file the dead server's marker said it held is gone
+/// when it comes back (a crash lost it, a cleanup removed it): the
+/// retry's check fails (554) and the tree goes whole, all of it there.
+#[test]
+fn a_file_lost_while_the_server_was_down_sends_the_tree_whole() {
+    let (_d, root, local) = root_and_local();
+    let (tree, n) = tree_with_a_big_last_file(&local, 23);
+    let err =
+        upload_across_a_server_death(&root, &tree, |r| std::fs::remove_file(r.join("tree/d0/s0/f0.dat")).unwrap());
+    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
+    assert!(err.contains("copying the whole tree now"), "{err}");
+    assert_sent(&err, n + 1);
+    assert_same_tree(&tree, &root.join("tree"));
+}
+
+/// `cp -v -r tree` to a server on `root` (markers every second) that is
+/// killed once the small files are there, `meanwhile` done to `root`, and
+/// the server started again: what `cp` said (it must succeed).
+fn upload_across_a_server_death(root: &Path, tree: &Path, meanwhile: impl FnOnce(&Path)) -> String {
+    let (mut srv, port) = lp_server(root, &["--anonymous", "--marker-interval", "1"]);
     let cp = start_cp(&["-v", "-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
     let pid = cp.id();
     midway(|| vec![pid]);
@@ -384,12 +381,10 @@ fn a_tree_upload_whose_server_dies_resumes_from_its_last_marker() {
     std::thread::sleep(Duration::from_millis(2500));
     srv.0.kill().unwrap();
     srv.0.wait().unwrap();
-    let _again = lp_server_on(&root, port, &["--anonymous"]);
+    meanwhile(root);
+    let _again = lp_server_on(root, port, &["--anonymous"]);
     signal("CONT", pid);
-    let err = succeeded(cp.wait_with_output().unwrap());
-    assert!(err.contains(&format!("leaving out the {n} files held")), "{err}");
-    assert_sent(&err, 1);
-    assert_same_tree(&tree, &root.join("tree"));
+    succeeded(cp.wait_with_output().unwrap())
 }
 
 /// Wait (up to 20 s) until the one tree note in `state` says `n` files

@@ -276,9 +276,10 @@ impl TreeEnds<'_> {
                 crate::partial::tree::end(self.src, self.target, &held, false, false);
                 return Some(r);
             };
-            if tries == 0 && held.noted && matches!(e, ClientError::Refused { code: 554, .. }) {
-                // The tree changed since the run that noted it: no failure
-                // of this run's. It goes whole, at once, not counted.
+            if held.noted && held.check.is_some() && matches!(e, ClientError::Refused { code: 554, .. }) {
+                // The tree changed since what is held was said (an earlier
+                // run's note, a marker of a server that went away): no
+                // failure of this run's. It goes whole, at once, not counted.
                 tracing::warn!("{}: {e}; copying the whole tree now", describe(self.src));
                 held.start_over();
                 continue;
@@ -333,6 +334,10 @@ impl TreeEnds<'_> {
         if let (Location::Local(root), Some(after), true) = (self.dst, &held.after, held.noted) {
             let checked = crate::partial::tree::check_held(self.target, root, after).await;
             held.check = Some(checked.map_err(ClientError::Local)?);
+        }
+        if let (Location::Local(dir), Some(after), true) = (self.src, &held.after, held.unchecked) {
+            let checked = crate::partial::tree::check_source(dir, after).await;
+            (held.check, held.noted, held.unchecked) = (Some(checked.map_err(ClientError::Local)?), true, false);
         }
         if let Location::Remote(r) = self.src {
             *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);

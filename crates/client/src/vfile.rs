@@ -65,6 +65,7 @@ pub async fn get_tree(
     let r = s.finish_job_with_reply(job, &ctl, "VRET").await;
     if let Some(k) = keeping {
         k.abort();
+        let _ = k.await; // a note being written is, before the run's end
     }
     held.note(now.lock().unwrap_or_else(|p| p.into_inner()).take());
     let (bytes, fin) = r?;
@@ -157,8 +158,9 @@ fn receive_tree(
 }
 
 /// How often a tree download with `--partial` notes what it holds so far
-/// (the server's marker interval does the same for an upload).
-const NOTE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// (when that grew; the server's marker interval does the same for an
+/// upload).
+const NOTE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the failed tries of a tree download left complete: every regular
 /// file up to `after` in the sender's walk order, `files` of them in all,
@@ -176,9 +178,16 @@ pub struct TreeHeld {
     /// The check of the files held ([`lightpath_engine::vfile::held_check`]),
     /// for a resume across runs.
     pub check: Option<u64>,
-    /// Whether `after` is what an earlier run noted (its first try's 554
-    /// means the tree changed: it goes whole).
+    /// Whether `after` is checked by the server before files are left out
+    /// (`Check=`): it is what an earlier run noted, or what the perf
+    /// marker of a server that went away said. A 554 to that check means
+    /// the tree changed: it goes whole.
     pub noted: bool,
+    /// What is held came from the last perf marker of a receiving server
+    /// that went away (no failure reply said it): the next try has it
+    /// checked first ([`TreeHeld::noted`]), since that server's files may
+    /// not be what it said (a crash, another node, a cleanup).
+    pub(crate) unchecked: bool,
     /// With `--partial`, the note kept current while the tree goes: from
     /// an upload's perf markers, a download's own unpacker
     /// ([`crate::partial::tree::Keeper`]).
@@ -406,8 +415,11 @@ pub async fn put_tree(
     s.ctl.watch_held(None);
     if r.is_err() {
         // No reply said what it holds (the control connection went): what
-        // its last perf marker said (behind the reply's, if one did).
+        // its last perf marker said (behind the reply's, if one did), to be
+        // checked by the next try.
+        let before = held.after.clone();
         held.note(s.ctl.take_marked_held());
+        held.unchecked |= held.after != before;
     }
     r.map(|(bytes, _)| bytes)
 }
@@ -481,15 +493,10 @@ pub async fn tpt_tree(
     s.settle().await?;
     d.settle().await?;
     TreeHeld::say_if_refused(s);
-    let _ = d.ctl.take_marked_held(); // an earlier transfer's
+    // Not the destination's perf markers, should it go away: nothing here
+    // could check its files before the source leaves them out.
     let note = |r: &mut Reply| held.note_reply(r);
-    let watched = crate::thirdparty::watch(s, d, ("VRET", "VSTO"), note).await;
-    if watched.is_err() {
-        // As for an upload: the destination's last perf marker, when no
-        // failure reply of its said what it holds.
-        held.note(d.ctl.take_marked_held());
-    }
-    let (bytes, sent, fin) = watched?;
+    let (bytes, sent, fin) = crate::thirdparty::watch(s, d, ("VRET", "VSTO"), note).await?;
     // The source counts the files the destination held from earlier tries too.
     if let Some(n) = sent.files_completed().or(fin.files_completed()) {
         files.store(n, Ordering::Relaxed);

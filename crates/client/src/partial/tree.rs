@@ -159,7 +159,7 @@ pub(crate) async fn check_held(target: &Location, root: &Path, after: &[u8]) -> 
 
 /// The check of the files the local tree `dir` holds up to `after`, as
 /// an upload's sender computes it over its source ([`check_held`]).
-async fn check_source(dir: &Path, after: &[u8]) -> Result<u64, String> {
+pub(crate) async fn check_source(dir: &Path, after: &[u8]) -> Result<u64, String> {
     let dir = dir.to_path_buf();
     check_in(move || lightpath_sys::root::Root::open(&dir).map_err(|e| e.to_string()), after).await
 }
@@ -230,7 +230,7 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
     let Some((path, mut note)) = path_of(src, target) else { return };
     if !failed {
         if std::fs::remove_file(&path).is_ok() {
-            tracing::info!("{}: removed the note an earlier run left for this tree", note.source);
+            tracing::info!("{}: the tree is complete; its note removed", note.source);
         }
         return;
     }
