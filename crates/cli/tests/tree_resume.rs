@@ -205,6 +205,29 @@ fn a_killed_tree_download_is_resumed_from_what_it_noted_while_it_ran() {
     assert_same_tree(&tree, &local.join("tree"));
 }
 
+/// A `--partial` tree download killed before any of its files is
+/// complete (the island file, walked first, is under way) leaves a note
+/// that holds nothing but names where the tree goes: the same command run
+/// again copies the tree into `local/tree` again, not beneath it into
+/// `local/tree/tree` as `cp -r` into an existing directory would.
+#[test]
+fn a_download_killed_before_any_file_is_complete_goes_again_to_the_same_place() {
+    let (_d, root, local) = root_and_local();
+    let state = scratch();
+    let tree = island_tree(&root, 24);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let cp = partial_tree_cp(state.path(), port, &local).spawn().expect("start cp");
+    let server = srv.0.id();
+    midway(|| vec![server]);
+    signal("KILL", cp.id());
+    cp.wait_with_output().unwrap();
+    assert!(local.join("tree").is_dir(), "the killed run made the tree's directory");
+    let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
+    assert!(err.contains("an earlier run began the tree there"), "{err}");
+    assert!(!local.join("tree/tree").exists(), "copied beneath the tree: {err}");
+    assert_same_tree(&tree, &local.join("tree"));
+}
+
 /// Set the mtime of the file `p` a minute back: a held file changed
 /// between the runs.
 fn a_minute_older(p: &Path) {

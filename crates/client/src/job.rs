@@ -306,7 +306,10 @@ impl TreeEnds<'_> {
             Location::Remote(_) => None,
         };
         let mut held = crate::partial::tree::take_up(self.src, self.target, root).await;
-        let keeper = crate::partial::tree::Keeper::new(self.src, self.target);
+        let mut keeper = crate::partial::tree::Keeper::new(self.src, self.target);
+        if let Some(k) = &mut keeper {
+            k.begin();
+        }
         held.keeper = keeper.map(|k| Arc::new(std::sync::Mutex::new(k)));
         held
     }

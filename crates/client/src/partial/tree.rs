@@ -31,7 +31,11 @@
 //! target /home/me/tree
 //! ```
 //!
-//! (An upload's source is the local directory, its target the URL.)
+//! (An upload's source is the local directory, its target the URL.) A
+//! note with an empty `after` (and no files) holds nothing: it says where
+//! a run began the tree, so that the same command copies it there again,
+//! not beneath it as `cp -r` copies into an existing directory. Every
+//! `--partial` tree run writes one as it starts ([`Keeper::begin`]).
 
 use super::upload::{note_path, notes_dir, write_note};
 use super::Fields;
@@ -71,9 +75,12 @@ impl Note {
     /// is well formed.
     fn parse(raw: &[u8]) -> Result<Note, String> {
         let mut f = Fields::open(raw, VERSION_LINE)?;
-        let after = unhex(f.field("after")?).filter(|a| !a.is_empty()).ok_or("bad path")?;
+        let after = unhex(f.field("after")?).ok_or("bad path")?;
         let num = |v: &str| v.parse::<u64>().map_err(|_| format!("bad number {v:?}"));
         let (files, bytes) = (num(f.field("files")?)?, num(f.field("bytes")?)?);
+        if after.is_empty() && (files, bytes) != (0, 0) {
+            return Err("files held after no path".into());
+        }
         let (source, target) = (f.field("source")?.to_string(), f.field("target")?.to_string());
         f.end()?;
         Ok(Note { after, files, bytes, source, target })
@@ -122,6 +129,10 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Pat
             return TreeHeld::default();
         }
     };
+    if note.after.is_empty() {
+        tracing::info!("{}: an earlier run began the tree there; nothing of it held", want.source);
+        return TreeHeld::default();
+    }
     let checked = match (src, root) {
         (Location::Local(dir), _) => check_source(dir, &note.after).await,
         (_, Some(root)) => check_held(target, root, &note.after).await,
@@ -200,6 +211,18 @@ impl Keeper {
         (Note::parse(&k.note_with(b"x", 0, 0)).is_ok()).then_some(k)
     }
 
+    /// As the run starts: a note that holds nothing, where none is, so
+    /// that a run killed before any file is complete leaves the next one
+    /// its target (see the module's doc).
+    pub(crate) fn begin(&mut self) {
+        if !self.path.exists() {
+            if let Err(e) = write_note(&self.path, &self.note_with(b"", 0, 0)) {
+                self.told = true;
+                tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display());
+            }
+        }
+    }
+
     fn note_with(&self, after: &[u8], files: u64, bytes: u64) -> Vec<u8> {
         Note { after: after.to_vec(), files, bytes, ..self.note.clone() }.encode()
     }
@@ -235,9 +258,14 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
         return;
     }
     let Some(after) = held.after.clone() else {
-        // Nothing held (a tree that went whole after a 554, say): an
-        // earlier run's note no longer says anything true.
-        let _ = std::fs::remove_file(&path);
+        // Nothing held (a tree that went whole after a 554, or broke
+        // before its first file was complete): with `--partial` the note
+        // says only where the tree goes; without, an earlier run's note no
+        // longer says anything true.
+        let begun = note.encode();
+        if !(keep && Note::parse(&begun).as_ref() == Ok(&note) && write_note(&path, &begun).is_ok()) {
+            let _ = std::fs::remove_file(&path);
+        }
         return;
     };
     if !keep {
@@ -273,7 +301,9 @@ mod tests {
     #[test]
     fn a_note_reads_back_as_written() {
         let n = note();
-        assert_eq!(Note::parse(&n.encode()), Ok(n));
+        assert_eq!(Note::parse(&n.encode()), Ok(n.clone()));
+        let begun = Note { after: Vec::new(), files: 0, bytes: 0, ..n };
+        assert_eq!(Note::parse(&begun.encode()), Ok(begun), "a note that holds nothing");
     }
 
     /// A path with a line break does not read back: `end` does not write
