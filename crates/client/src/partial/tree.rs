@@ -190,7 +190,7 @@ async fn check_in(
 
 /// Keeps a tree copy's note current while it runs (`--partial`): an
 /// upload's as the receiving server's perf markers say what it holds, a
-/// download's as its own unpacker does (every few seconds). A run killed
+/// download's as its own unpacker does (every second). A run killed
 /// before its end (SIGKILL, a crash, a network gone with the control
 /// connection) leaves the note for the next. [`end`] has the last word
 /// when the run ends.
@@ -207,8 +207,8 @@ impl Keeper {
     /// written (no line break in their names).
     pub(crate) fn new(src: &Location, target: &Location) -> Option<Keeper> {
         let (path, note) = path_of(src, target)?;
-        let k = Keeper { path, note, told: false };
-        (Note::parse(&k.note_with(b"x", 0, 0)).is_ok()).then_some(k)
+        let probe = Note { after: b"x".to_vec(), ..note.clone() };
+        (Note::parse(&probe.encode()).as_ref() == Ok(&probe)).then_some(Keeper { path, note, told: false })
     }
 
     /// As the run starts: a note that holds nothing, where none is, so
