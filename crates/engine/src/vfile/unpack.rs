@@ -469,11 +469,7 @@ impl Unpacker {
     /// `finish`.
     pub fn give_up(mut self) -> Option<Held> {
         let _ = self.pool.join();
-        let st = self.lock();
-        let n = st.files.iter().take_while(|f| f.is_done()).count();
-        let run = &st.files[..n];
-        let after = run.last()?.path.clone();
-        Some(Held { after, files: n as u64, bytes: run.iter().map(|f| f.size).sum() })
+        self.held_so_far()
     }
 
     fn check_complete(files: &[Arc<FileSlot>]) -> Result<(), VfileError> {
