@@ -71,6 +71,14 @@ impl Note {
             .into_bytes()
     }
 
+    /// The note's bytes, if they read back as this note (`None`: a line
+    /// break in its source or target; such a note would promise a resume
+    /// the next run cannot make).
+    fn encoded(&self) -> Option<Vec<u8>> {
+        let bytes = self.encode();
+        (Note::parse(&bytes).as_ref() == Ok(self)).then_some(bytes)
+    }
+
     /// Parse a note read from the disk: refused with the reason unless it
     /// is well formed.
     fn parse(raw: &[u8]) -> Result<Note, String> {
@@ -207,8 +215,8 @@ impl Keeper {
     /// written (no line break in their names).
     pub(crate) fn new(src: &Location, target: &Location) -> Option<Keeper> {
         let (path, note) = path_of(src, target)?;
-        let probe = Note { after: b"x".to_vec(), ..note.clone() };
-        (Note::parse(&probe.encode()).as_ref() == Ok(&probe)).then_some(Keeper { path, note, told: false })
+        Note { after: b"x".to_vec(), ..note.clone() }.encoded()?;
+        Some(Keeper { path, note, told: false })
     }
 
     /// As the run starts: a note that holds nothing, where none is, so
@@ -216,32 +224,31 @@ impl Keeper {
     /// its target (see the module's doc).
     pub(crate) fn begin(&mut self) {
         if !self.path.exists() {
-            if let Err(e) = write_note(&self.path, &self.note_with(b"", 0, 0)) {
-                self.told = true;
-                tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display());
-            }
+            self.write(b"", 0, 0);
         }
-    }
-
-    fn note_with(&self, after: &[u8], files: u64, bytes: u64) -> Vec<u8> {
-        Note { after: after.to_vec(), files, bytes, ..self.note.clone() }.encode()
     }
 
     /// Note that the target holds `held` (what earlier tries and runs
     /// left, and this try's so far), if it holds more than last noted.
     pub(crate) fn keep(&mut self, held: &TreeHeld) {
         let Some(after) = held.after.as_deref().filter(|a| *a != self.note.after) else { return };
-        match write_note(&self.path, &self.note_with(after, held.files, held.bytes)) {
-            Ok(()) => {
-                tracing::debug!("{}: noted {} files held so far", self.note.source, held.files);
-                self.note.after = after.to_vec();
-            }
-            Err(e) if !self.told => {
-                self.told = true;
-                tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display());
-            }
-            Err(e) => tracing::debug!("{}: the tree's note cannot be written: {e}", self.path.display()),
+        if self.write(after, held.files, held.bytes) {
+            tracing::debug!("{}: noted {} files held so far", self.note.source, held.files);
+            self.note.after = after.to_vec();
         }
+    }
+
+    /// Write the note with `after`, `files` and `bytes`; a failure is
+    /// warned about once (the next are tried quietly).
+    fn write(&mut self, after: &[u8], files: u64, bytes: u64) -> bool {
+        let note = Note { after: after.to_vec(), files, bytes, ..self.note.clone() };
+        let Err(e) = write_note(&self.path, &note.encode()) else { return true };
+        if std::mem::replace(&mut self.told, true) {
+            tracing::debug!("{}: the tree's note cannot be written: {e}", self.path.display());
+        } else {
+            tracing::warn!("{}: the tree's note cannot be written: {e}", self.path.display());
+        }
+        false
     }
 }
 
@@ -262,8 +269,8 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
         // before its first file was complete): with `--partial` the note
         // says only where the tree goes; without, an earlier run's note no
         // longer says anything true.
-        let begun = note.encode();
-        if !(keep && Note::parse(&begun).as_ref() == Ok(&note) && write_note(&path, &begun).is_ok()) {
+        let begun = keep.then(|| note.encoded()).flatten();
+        if begun.is_none_or(|b| write_note(&path, &b).is_err()) {
             let _ = std::fs::remove_file(&path);
         }
         return;
@@ -274,12 +281,11 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
         return;
     }
     (note.after, note.files, note.bytes) = (after, held.files, held.bytes);
-    let bytes = note.encode();
-    if Note::parse(&bytes).as_ref() != Ok(&note) {
+    let Some(bytes) = note.encoded() else {
         let (f, b, t) = (note.files, note.bytes, &note.target);
         eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t}; not noted for --partial: a line break in its source or target cannot be");
         return;
-    }
+    };
     match write_note(&path, &bytes) {
         Ok(()) => eprintln!(
             "lightpath: {} files of the tree ({} bytes) are complete in {}; noted: the same cp -r --partial sends only the rest",
