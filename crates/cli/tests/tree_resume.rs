@@ -48,8 +48,7 @@ fn a_tree_download_resumes_after_the_files_it_holds() {
     assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
     assert!(err.contains(&format!("{n} files of the tree (")), "{err}");
     // The second try rebuilt the island file alone: the server left out the rest.
-    let rebuilt = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
-    assert!(rebuilt.contains("files: 1,"), "{err}");
+    assert_rebuilt(&err, 1);
     assert_same_tree(&tree, &local.join("tree"));
 }
 
@@ -168,14 +167,12 @@ fn an_interrupted_tree_download_is_resumed_by_the_next_partial_run() {
     let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
     assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
     assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");
-    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
-    assert!(last.contains("files: 1,"), "only the big file goes: {err}");
+    assert_rebuilt(&err, 1);
     assert_same_tree(&tree, &local.join("tree"));
     // The successful run removed the note: a third run copies the whole tree, as `cp -r`
     // does to an existing directory, beneath it.
     let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
-    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
-    assert!(last.contains(&format!("files: {},", n + 1)), "{err}");
+    assert_rebuilt(&err, n + 1);
     assert_same_tree(&tree, &local.join("tree/tree"));
 }
 
@@ -200,8 +197,7 @@ fn a_killed_tree_download_is_resumed_from_what_it_noted_while_it_ran() {
     signal("CONT", server);
     let err = succeeded(partial_tree_cp(state.path(), port, &local).output().unwrap());
     assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
-    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
-    assert!(last.contains("files: 1,"), "only the big file goes: {err}");
+    assert_rebuilt(&err, 1);
     assert_same_tree(&tree, &local.join("tree"));
 }
 
@@ -250,8 +246,7 @@ fn a_tree_changed_since_the_interrupted_run_goes_whole() {
     let mut cp = partial_tree_cp(state.path(), port, &local);
     let err = succeeded(cp.args(["--retries", "0"]).output().unwrap());
     assert!(err.contains("the tree changed since") && err.contains("copying the whole tree now"), "{err}");
-    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
-    assert!(last.contains(&format!("files: {},", n + 1)), "the whole tree goes: {err}");
+    assert_rebuilt(&err, n + 1);
     assert_same_tree(&tree, &local.join("tree"));
     // Removed here: the local check differs.
     std::fs::remove_dir_all(local.join("tree")).unwrap();
@@ -285,6 +280,13 @@ fn interrupted_tree_upload(state: &Path, tree: &Path, root: &Path) -> (Proc, u16
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("noted: the same cp -r --partial sends only the rest"), "{err}");
     (srv, port)
+}
+
+/// The last `tree rebuilt` line of what a download's `cp -v` said
+/// rebuilt `files` files.
+fn assert_rebuilt(err: &str, files: usize) {
+    let last = err.lines().rfind(|l| l.contains("tree rebuilt")).unwrap_or_default();
+    assert!(last.contains(&format!("files: {files},")), "{files} files rebuilt: {err}");
 }
 
 /// The last `tree sent` line of what `cp -v` said sent `files` files.
