@@ -61,6 +61,10 @@ pub struct CpArgs {
     /// net.ipv4.tcp_fastopen with bit 2).
     #[arg(long, env = "LIGHTPATH_NO_FASTOPEN")]
     pub no_fastopen: bool,
+    /// List a remote tree directory by directory (MLSD) even where the
+    /// server offers MLSR, which lists it in one command (GCT's servers).
+    #[arg(long, env = "LIGHTPATH_NO_MLSR")]
+    pub no_mlsr: bool,
     /// TCP congestion control for the data connections this client opens
     /// or accepts (default bbr where the kernel allows it; `kernel` keeps
     /// the system default). One that the kernel lacks or does not allow
@@ -157,6 +161,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         congestion: crate::congestion::check(a.congestion.as_deref())?,
         retries: a.retries,
         partial: a.partial,
+        mlsr: !a.no_mlsr,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -301,6 +306,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         fastopen: false,
         congestion: None,
         keep_interrupted: false,
+        mlsr: true,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

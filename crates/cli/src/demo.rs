@@ -92,6 +92,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         congestion: None,
         retries: 0,
         partial: false,
+        mlsr: true,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

@@ -18,6 +18,9 @@ use std::path::Path;
 struct Script {
     /// The names MLSD lists in `/d`.
     listing: &'static [&'static str],
+    /// The lines MLSR sends for `/d` (facts and a path below it); with
+    /// any, FEAT offers MLSR.
+    tree: &'static [&'static str],
     /// What SIZE and MLST say of a file.
     size: u64,
     /// The bytes RETR sends.
@@ -40,13 +43,20 @@ fn answer(out: &mut TcpStream, data: &mut DataEnd, script: Script, verb: &str, a
         "MLST" if arg.trim_end_matches('/').ends_with("/d") => "250-\r\n type=dir; /d\r\n250 End\r\n".into(),
         "MLST" => format!("250-\r\n type=file;size={}; {arg}\r\n250 End\r\n", script.size),
         "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
-        "RETR" | "MLSD" | "LIST" => {
-            let body = if verb == "RETR" { script.data.to_vec() } else { listing(script) };
+        "RETR" | "MLSD" | "LIST" | "MLSR" => {
+            let body = match verb {
+                "RETR" => script.data.to_vec(),
+                "MLSR" => script.tree.iter().flat_map(|l| [l.as_bytes(), b"\r\n\r\n"].concat()).collect(),
+                _ => listing(script),
+            };
             let _ = out.write_all(b"150 here it comes\r\n");
             let mut dc = data.open()?;
             let _ = dc.write_all(&body);
             drop(dc);
             "226 Transfer complete.\r\n".into()
+        }
+        "FEAT" if !script.tree.is_empty() => {
+            "211-Features:\r\n MLST type*;size*;\r\n MLSR\r\n SIZE\r\n211 End\r\n".into()
         }
         "FEAT" => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n211 End\r\n".into(),
         "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
@@ -85,7 +95,7 @@ fn a_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() 
         [&["fine", "../../escaped"], &["fine", "/tmp/lightpath-escaped-by-listing"], &["sub/../../../escaped"]];
     for listing in evils {
         let evil = listing.last().unwrap();
-        let port = fake_server(Script { listing, size: 5, data: b"hello" });
+        let port = fake_server(Script { listing, tree: &[], size: 5, data: b"hello" });
         let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
         assert_ne!(code, 0, "{evil}: {err}");
         assert!(err.contains("unsafe name"), "{evil}: {err}");
@@ -93,7 +103,7 @@ fn a_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() 
         assert!(!Path::new("/tmp/lightpath-escaped-by-listing").exists());
     }
     // The same server with an honest listing is copied: the refusal was the name's.
-    let port = fake_server(Script { listing: &["fine", "also fine"], size: 5, data: b"hello" });
+    let port = fake_server(Script { listing: &["fine", "also fine"], tree: &[], size: 5, data: b"hello" });
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(everything(&dest), vec!["also fine", "fine"]);
@@ -101,16 +111,63 @@ fn a_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() 
 }
 
 #[test]
+fn a_recursive_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() {
+    let d = scratch();
+    let dest = open_dir(&d.path().join("a/b/dest"));
+    let evils: [&'static [&'static str]; 5] = [
+        &["type=file;size=5; fine", "type=file;size=5; ../../escaped"],
+        &["type=file;size=5; /tmp/lightpath-escaped-by-mlsr"],
+        &["type=dir; sub", "type=file;size=5; sub/../../../escaped"],
+        // Inside a name the listing did not give as a directory: a symlink
+        // there would carry the write out of the destination.
+        &["type=slink;unix.slink=/tmp; ln", "type=file;size=5; ln/escaped"],
+        &["type=file;size=5; nodir/escaped"],
+    ];
+    for tree in evils {
+        let evil = tree.last().unwrap();
+        let port = fake_server(Script { listing: &["fine"], tree, size: 5, data: b"hello" });
+        let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
+        assert_ne!(code, 0, "{evil}: {err}");
+        assert!(err.contains("unsafe name"), "{evil}: {err}");
+        assert_eq!(everything(d.path()), vec!["a", "a/b", "a/b/dest"], "{evil}: nothing written anywhere");
+        assert!(!Path::new("/tmp/lightpath-escaped-by-mlsr").exists());
+    }
+}
+
+/// A server offering MLSR is listed with it: what MLSD would list (one
+/// file, `flat`) is not what is copied. A symlink there is asked about with
+/// MLST and copied as the file it leads to. `--no-mlsr` lists with MLSD.
+#[test]
+fn a_tree_is_listed_with_one_mlsr_where_the_server_offers_it() {
+    let d = scratch();
+    let tree =
+        &["type=dir; sub", "type=file;size=5; sub/deep", "type=file;size=5; top", "type=slink;unix.slink=top; ln"];
+    let port = fake_server(Script { listing: &["flat"], tree, size: 5, data: b"hello" });
+    let src = format!("ftp://127.0.0.1:{port}/d/");
+    let dest = open_dir(&d.path().join("mlsr"));
+    let (code, err) = cp(&["-v", "-r", &src, &format!("{}/", dest.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("listed the remote tree with one MLSR"), "{err}");
+    assert_eq!(everything(&dest), vec!["ln", "sub", "sub/deep", "top"]);
+    assert_eq!(std::fs::read(dest.join("sub/deep")).unwrap(), b"hello");
+    assert!(std::fs::symlink_metadata(dest.join("ln")).unwrap().is_file(), "a link to a file is copied as the file");
+    let dest = open_dir(&d.path().join("mlsd"));
+    let (code, err) = cp(&["-r", "--no-mlsr", &src, &format!("{}/", dest.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(everything(&dest), vec!["flat"]);
+}
+
+#[test]
 fn a_file_shorter_than_its_announced_size_is_not_kept() {
     let d = scratch();
     let dest = open_dir(&d.path().join("dest"));
-    let port = fake_server(Script { listing: &[], size: 1000, data: b"only 19 bytes here." });
+    let port = fake_server(Script { listing: &[], tree: &[], size: 1000, data: b"only 19 bytes here." });
     let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())]);
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("got 19 of the 1000 bytes announced"), "{err}");
     assert!(everything(&dest).is_empty(), "{:?}", everything(&dest));
     // Told the truth, the same bytes are kept.
-    let port = fake_server(Script { listing: &[], size: 19, data: b"only 19 bytes here." });
+    let port = fake_server(Script { listing: &[], tree: &[], size: 19, data: b"only 19 bytes here." });
     let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"only 19 bytes here.");

@@ -96,20 +96,45 @@ fn lightpath_client_against_gct_server() {
         );
     }
     make_tree(&local.join("tree"), 300, 9);
-    assert!(lp_cp(&["-r", "--cc", "4", &format!("{}/", local.join("tree").display()), &format!("{}/", g("tree"))]));
+    let up = [&format!("{}/", local.join("tree").display()), &format!("{}/", g("tree"))];
+    assert!(lp_cp(&["-r", "--cc", "4", up[0], up[1]]));
     assert_same_tree(&local.join("tree"), &home.join("tree"));
-    // The Globus server has no virtual file: the tree is listed by MLSD, over
-    // several control sessions at once (7 top-level directories, --cc 4).
-    let out = std::process::Command::new(LP)
-        .args(["-v", "cp", "-q", "-r", "--cc", "4", &format!("{}/", g("tree"))])
-        .arg(format!("{}/", local.join("back").display()))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("does not offer LPVF"), "the fallback says so: {err}");
-    assert!(err.contains("several control sessions sessions=4"), "parallel listing: {err}");
+    // Again onto the tree that is there: every MKD refused, MLST finds each.
+    assert!(lp_cp(&["-r", up[0], up[1]]), "the directories exist already");
+    assert_same_tree(&local.join("tree"), &home.join("tree"));
+    // The Globus server has no virtual file: the tree is listed with one
+    // MLSR, or (--no-mlsr) with MLSD over several control sessions at once
+    // (7 top-level directories, --cc 4).
+    let back = |dir: &str, more: &[&str], says: &str| {
+        let out = std::process::Command::new(LP)
+            .args(["-v", "cp", "-q", "-r", "--cc", "4"])
+            .args(more)
+            .args([&format!("{}/", g("tree")), &format!("{}/", local.join(dir).display())])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("does not offer LPVF"), "the fallback says so: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+    };
+    back("back", &[], "listed the remote tree with one MLSR");
     assert_same_tree(&local.join("tree"), &local.join("back"));
+    back("back-mlsd", &["--no-mlsr"], "several control sessions sessions=4");
+    assert_same_tree(&local.join("tree"), &local.join("back-mlsd"));
+    // Symlinks on the server: MLSR shows them as links, and MLST says where
+    // each leads. Both listings copy the one to a file as the file and
+    // leave out the one to a directory and the dangling one.
+    let t = home.join("tree");
+    std::os::unix::fs::symlink("d1/s1/f1.dat", t.join("to-file")).unwrap();
+    std::os::unix::fs::symlink("d1", t.join("to-dir")).unwrap();
+    std::os::unix::fs::symlink("nowhere", t.join("d2/dangling")).unwrap();
+    back("links", &[], "listed the remote tree with one MLSR");
+    back("links-mlsd", &["--no-mlsr"], "several control sessions sessions=4");
+    assert_same_tree(&local.join("links"), &local.join("links-mlsd"));
+    let copied = local.join("links");
+    assert!(std::fs::symlink_metadata(copied.join("to-file")).unwrap().is_file(), "the link to a file, as the file");
+    assert_same_file(&t.join("d1/s1/f1.dat"), &copied.join("to-file"));
+    assert!(!copied.join("to-dir").exists() && !copied.join("d2/dangling").exists());
 }
 
 #[test]

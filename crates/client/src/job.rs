@@ -50,6 +50,8 @@ pub struct CopyOptions {
     /// next run, and take up one kept by an earlier run; so for what a
     /// server kept of an upload ([`crate::partial`]).
     pub partial: bool,
+    /// List a remote tree with one `MLSR` where the server offers it.
+    pub mlsr: bool,
 }
 
 /// Outcome for one file.
@@ -102,6 +104,7 @@ pub async fn copy(
         fastopen: opts.fastopen,
         congestion: opts.congestion.clone(),
         keep_interrupted: opts.partial,
+        mlsr: opts.mlsr,
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {
@@ -445,11 +448,11 @@ async fn make_dirs(
         }
         Location::Remote(r) => {
             let mut s = offers(Session::open(r, sopts.clone()).await?, verify)?;
-            for d in &plan.dirs {
-                if let Location::Remote(dr) = d {
-                    s.mkdir(dr.path.strip_suffix(b"/").unwrap_or(&dr.path)).await?;
-                }
-            }
+            let remote = |d: &Location| match d {
+                Location::Remote(dr) => Some(dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec()),
+                Location::Local(_) => None,
+            };
+            s.mkdirs(&plan.dirs.iter().filter_map(remote).collect::<Vec<_>>()).await?;
             Ok(Some(s))
         }
     }

@@ -1,6 +1,8 @@
 //! Turning `cp SRC... DST` into a list of files and directories: local
-//! walks and remote MLSD walks, destination naming as `cp` and
+//! walks and remote MLSR or MLSD walks, destination naming as `cp` and
 //! `globus-url-copy` do it.
+
+mod mlsr;
 
 use crate::session::Session;
 use crate::{ClientError, Location, Remote};
@@ -302,10 +304,11 @@ fn walk_lock(sh: &Shared) -> std::sync::MutexGuard<'_, Walk> {
     sh.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// List `root` with MLSD, directory by directory. One MLSD per directory
-/// is all the protocol offers (each needs its own data connection), so
-/// once several directories wait to be listed, up to `extra` more control
-/// sessions list them at the same time.
+/// List `root` in one MLSR where the server offers it ([`mlsr`]), else
+/// with MLSD, directory by directory. One MLSD per directory is all plain
+/// FTP offers (each needs its own data connection), so once several
+/// directories wait to be listed, up to `extra` more control sessions list
+/// them at the same time.
 async fn walk_remote(
     (root, links_as_files): (&Remote, bool),
     target: &Location,
@@ -314,6 +317,13 @@ async fn walk_remote(
     plan: &mut Plan,
 ) -> Result<(), ClientError> {
     let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
+    if s.feat.mlsr && s.opts.mlsr {
+        if let Some(got) = mlsr::walk(s, (root, links_as_files), target).await? {
+            plan.dirs.extend(got.dirs);
+            plan.files.extend(got.files);
+            return Ok(());
+        }
+    }
     let walk = Walk::new(root, target, links_as_files);
     let shared: Shared = std::sync::Arc::new((std::sync::Mutex::new(walk), Default::default()));
     // Alone down a chain of single directories; then as many sessions as
@@ -499,6 +509,7 @@ mod tests {
             is_dir: false,
             size: 1,
             link: false,
+            unresolved: false,
         };
         (0..n).map(entry).collect()
     }

@@ -10,7 +10,7 @@ mod put;
 
 pub(crate) use fs::path_cmd;
 
-pub use fs::{parse_mlsd, Entry};
+pub use fs::{parse_listing, Entry};
 
 use crate::ahead::{self, AheadConns};
 use crate::control::ControlConn;
@@ -58,6 +58,9 @@ pub struct SessionOpts {
     /// upload whose connections broke, not of one aborted
     /// ([`crate::partial::upload`]).
     pub keep_interrupted: bool,
+    /// List a remote tree with one `MLSR` where the server offers it
+    /// (otherwise directory by directory with MLSD).
+    pub mlsr: bool,
 }
 
 impl SessionOpts {

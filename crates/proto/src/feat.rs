@@ -27,6 +27,8 @@ pub struct Features {
     pub mdtm: bool,
     /// `MLST` (and so `MLSD`).
     pub mlst: bool,
+    /// `MLSR`: a whole tree listed in one command (GCT's recursive MLSD).
+    pub mlsr: bool,
     /// `SPAS`/`SPOR` striping.
     pub spas: bool,
     /// Checksum algorithms from `CKSM alg:..;alg:..;` (upper case).
@@ -62,6 +64,7 @@ impl Features {
             "SIZE" => self.size = true,
             "MDTM" => self.mdtm = true,
             "MLST" => self.mlst = true,
+            "MLSR" => self.mlsr = true,
             "SPAS" => self.spas = true,
             "CKSM" => {
                 self.cksm = arg
@@ -101,11 +104,12 @@ mod tests {
                 " REST STREAM",
                 " ERET",
                 " MLST Type*;Size*;",
+                " MLSR",
             ]
             .map(String::from),
         );
         let f = Features::from_reply(&r);
-        assert!(f.parallel && f.rest_stream && f.eret && f.mlst && !f.esto);
+        assert!(f.parallel && f.rest_stream && f.eret && f.mlst && f.mlsr && !f.esto);
         assert!(f.has_cksm("adler32") && !f.has_cksm("CRC32C"));
         assert_eq!(f.lightpath, None);
     }

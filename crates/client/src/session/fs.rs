@@ -18,6 +18,9 @@ pub struct Entry {
     pub size: u64,
     /// A symlink shown as what it points to (MLSD's `UNIX.slink` fact).
     pub link: bool,
+    /// A symlink shown as itself (MLSR's `Type=slink`): whether it leads
+    /// to a file, a directory or nowhere, the listing does not say.
+    pub unresolved: bool,
 }
 
 impl Session {
@@ -64,36 +67,33 @@ impl Session {
         Ok(if r.code == 213 { r.text().trim().parse().ok() } else { None })
     }
 
-    /// `MKD path`. A refusal (550, 553, 521) is also what servers say of a
-    /// directory that exists, so it is no error when MLST finds the
-    /// directory there. A server without MLST is taken at its word: a
-    /// reply saying the name exists ([`says_exists`]) is no error, any
-    /// other refusal (550 permission denied, a missing parent) is. The
-    /// error names the directory, and fails the copy once, not each
-    /// file's STOR.
-    pub async fn mkdir(&mut self, path: &[u8]) -> Result<(), ClientError> {
-        self.ctl.flush().await?;
-        self.ctl.send(&path_cmd("MKD ", path)).await?;
-        let r = self.ctl.final_reply().await?;
-        if !r.is_error() {
-            return Ok(());
+    /// `MKD` each of `paths`, parents before children, the commands
+    /// pipelined (one round trip for a tree's directories, not one each).
+    /// A refusal is fine where the directory exists already: MLST (also
+    /// pipelined) finds one there, or, from a server without it, the reply
+    /// says so ([`says_exists`]).
+    pub async fn mkdirs(&mut self, paths: &[Vec<u8>]) -> Result<(), ClientError> {
+        let cmds: Vec<_> = paths.iter().map(|p| path_cmd("MKD ", p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let mut refused = Vec::new();
+        for (p, r) in paths.iter().zip(self.final_replies(&cmds).await) {
+            let r = r?;
+            if r.is_error() {
+                refused.push((p.clone(), r));
+            }
         }
-        let exists = match r.code {
-            550 | 553 | 521 if self.feat.mlst => self.is_dir(path).await?,
-            550 | 553 | 521 => says_exists(&r),
-            _ => false,
+        let mlst = self.feat.mlst && refused.iter().all(|(_, r)| matches!(r.code, 550 | 553 | 521));
+        let found = if mlst {
+            let which: Vec<Vec<u8>> = refused.iter().map(|(p, _)| p.clone()).collect();
+            self.stat_many(&which).await.into_iter().map(|k| k.map(|k| matches!(k, Some((true, _))))).collect()
+        } else {
+            refused.iter().map(|(_, r)| Ok(matches!(r.code, 550 | 553 | 521) && says_exists(r))).collect::<Vec<_>>()
         };
-        if exists {
-            return Ok(());
+        for ((p, r), exists) in refused.iter().zip(found) {
+            if !exists? {
+                return Err(self.ctl.unexpected(&format!("MKD {}", String::from_utf8_lossy(p)), r));
+            }
         }
-        Err(self.ctl.unexpected(&format!("MKD {}", String::from_utf8_lossy(path)), &r))
-    }
-
-    /// Whether MLST finds a directory at `path` (asked afresh, not cached).
-    async fn is_dir(&mut self, path: &[u8]) -> Result<bool, ClientError> {
-        self.ctl.send(&path_cmd("MLST ", path)).await?;
-        let r = self.ctl.final_reply().await?;
-        Ok(stat_of(&r, &Reply::new(0, "")).is_dir)
+        Ok(())
     }
 
     /// `DELE path`: remove a file on the server.
@@ -131,8 +131,20 @@ impl Session {
     pub async fn checksums(&mut self, alg: &str, paths: &[Vec<u8>]) -> Vec<Result<String, ClientError>> {
         let cmds: Vec<Result<Vec<u8>, ClientError>> =
             paths.iter().map(|p| cksm_cmd(alg, 0, None, p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let replies = self.final_replies(&cmds).await;
+        let digest = |(cmd, r): (&Result<Vec<u8>, ClientError>, Reply)| match cmd {
+            Ok(c) if r.is_error() => Err(self.ctl.unexpected(&String::from_utf8_lossy(c), &r)),
+            _ => Ok(r.text().trim().to_ascii_lowercase()),
+        };
+        cmds.iter().zip(replies).map(|(c, r)| r.and_then(|r| digest((c, r)))).collect()
+    }
+
+    /// The final reply to each of `cmds`, with up to `pipeline` commands in
+    /// flight. A command that could not be made fails alone, unsent; a lost
+    /// control connection fails it and the rest.
+    async fn final_replies(&mut self, cmds: &[Result<Vec<u8>, ClientError>]) -> Vec<Result<Reply, ClientError>> {
         if let Err(e) = self.ctl.flush().await {
-            return fill_err(Vec::new(), paths.len(), e);
+            return fill_err(Vec::new(), cmds.len(), e);
         }
         let (window, mut sent, mut out) = (self.opts.pipeline.max(1), 0, Vec::new());
         self.ctl.cork();
@@ -140,43 +152,58 @@ impl Session {
             while sent < cmds.len() && sent < i + window {
                 if let Ok(c) = &cmds[sent] {
                     if let Err(e) = self.ctl.send(c).await {
-                        return fill_err(out, paths.len(), e);
+                        return fill_err(out, cmds.len(), e);
                     }
                 }
                 sent += 1;
             }
             let r = match cmd {
-                Ok(c) => self.cksm_reply(c).await,
+                Ok(_) => self.ctl.final_reply().await,
                 Err(e) => Err(e.clone()),
             };
             if let Err(e @ ClientError::Control(..)) = &r {
                 let e = e.clone();
-                return fill_err(out, paths.len(), e);
+                return fill_err(out, cmds.len(), e);
             }
             out.push(r);
         }
-        // When no name could be sent nothing was read: nothing stays corked
-        // (a failed write shows at the next command).
+        // When no command could be sent nothing was read: nothing stays
+        // corked (a failed write shows at the next command).
         let _ = self.ctl.uncork().await;
         out
     }
 
-    /// The digest a `CKSM` already sent answers with.
-    async fn cksm_reply(&mut self, cmd: &[u8]) -> Result<String, ClientError> {
-        let r = self.ctl.final_reply().await?;
-        if r.is_error() {
-            return Err(self.ctl.unexpected(&String::from_utf8_lossy(cmd), &r));
-        }
-        Ok(r.text().trim().to_ascii_lowercase())
-    }
-
     /// Directory listing with MLSD (MODE S, fresh PASV, as GCT expects).
     pub async fn list(&mut self, path: &[u8]) -> Result<Vec<Entry>, ClientError> {
+        let data = self.listing("MLSD", path).await?;
+        Ok(parse_listing(&data, false))
+    }
+
+    /// The whole tree under `path` in one listing, where the server offers
+    /// `MLSR` (GCT): names relative to `path` (`a/b/f`), each directory
+    /// before what it holds, symlinks as themselves (`unresolved`).
+    pub async fn list_tree(&mut self, path: &[u8]) -> Result<Vec<Entry>, ClientError> {
+        let data = self.listing("MLSR", path).await?;
+        Ok(parse_listing(&data, true))
+    }
+
+    /// What `MLST` says each of `paths` is, the commands pipelined (one
+    /// round trip for a batch): a file (with its size) or a directory, as
+    /// a symlink there leads (the server follows it); `None` where the
+    /// server refused (a dangling link). A lost control connection fails
+    /// the rest.
+    pub async fn stat_many(&mut self, paths: &[Vec<u8>]) -> Vec<Result<Option<(bool, u64)>, ClientError>> {
+        let cmds: Vec<_> = paths.iter().map(|p| path_cmd("MLST ", p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let kind = |r: Reply| r.is_ok().then(|| r.lines.iter().find_map(|l| kind_of_facts(l))).flatten();
+        self.final_replies(&cmds).await.into_iter().map(|r| r.map(kind)).collect()
+    }
+
+    /// One listing (`verb path`) over a fresh PASV in MODE S, as GCT
+    /// expects, at most [`crate::plan::MAX_LISTING`] bytes.
+    async fn listing(&mut self, verb: &str, path: &[u8]) -> Result<Vec<u8>, ClientError> {
         self.set_mode(false).await?;
         let addr = self.pasv().await?;
-        let mut cmd = b"MLSD ".to_vec();
-        cmd.extend_from_slice(path);
-        self.ctl.send(&cmd).await?;
+        self.ctl.send(&path_cmd(&format!("{verb} "), path)).await?;
         let mut dc = self.dc.take().unwrap_or_default();
         dc.connect_to(vec![addr]);
         let job = tokio::task::spawn_blocking(move || {
@@ -188,20 +215,22 @@ impl Session {
         if first.is_error() {
             job.abort();
             self.dc = Some(data_channel(self.recv_window, self.opts.congestion.as_deref()));
-            return Err(self.ctl.unexpected("MLSD", &first));
+            return Err(self.ctl.unexpected(verb, &first));
         }
         let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
         self.dc = Some(dc);
         let fin = if first.is_preliminary() { self.ctl.final_reply().await? } else { first };
         if !fin.is_ok() {
-            return Err(self.ctl.unexpected("MLSD", &fin));
+            return Err(self.ctl.unexpected(verb, &fin));
         }
-        Ok(parse_mlsd(&data?))
+        Ok(data?)
     }
 }
 
-/// Parse MLSD lines (`facts; name`), skipping cdir/pdir.
-pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
+/// Parse MLSD (or MLSR) lines (`facts; name`), skipping cdir/pdir.
+/// Files and directories are kept; with `slinks`, symlinks shown as
+/// themselves too (`Type=slink`, [`Entry::unresolved`]).
+pub fn parse_listing(data: &[u8], slinks: bool) -> Vec<Entry> {
     let mut out = Vec::new();
     for line in data.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -211,15 +240,27 @@ pub fn parse_mlsd(data: &[u8]) -> Vec<Entry> {
         if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
             continue;
         }
-        let is_dir = kind == "dir";
-        if !(is_dir || kind == "file") {
+        let (is_dir, unresolved) = (kind == "dir", slinks && kind == "slink");
+        if !(is_dir || unresolved || kind == "file") {
             continue;
         }
         let size = fact(&facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let link = fact(&facts, "unix.slink").is_some();
-        out.push(Entry { name: name.to_vec(), is_dir, size, link });
+        let link = unresolved || fact(&facts, "unix.slink").is_some();
+        out.push(Entry { name: name.to_vec(), is_dir, size, link, unresolved });
     }
     out
+}
+
+/// Whether a line of MLST facts (` facts; path`) names a directory, and
+/// the size it gives; `None` for anything but a file or directory.
+fn kind_of_facts(line: &str) -> Option<(bool, u64)> {
+    let facts = line.trim_start().split_once(' ')?.0.to_ascii_lowercase();
+    let size = fact(&facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
+    match fact(&facts, "type")? {
+        "dir" => Some((true, size)),
+        "file" => Some((false, size)),
+        _ => None,
+    }
 }
 
 /// `MLST path` and `SIZE path`, the path as its bytes.
@@ -291,8 +332,37 @@ mod tests {
     fn mlsd_entries_say_which_are_links() {
         let data = b"Type=dir;UNIX.slink=.; self\r\nType=file;Size=5;UNIX.slink=; odd\r\nType=dir;Size=1; d\r\n";
         let got: Vec<(Vec<u8>, bool, bool)> =
-            super::parse_mlsd(data).into_iter().map(|e| (e.name, e.is_dir, e.link)).collect();
+            super::parse_listing(data, false).into_iter().map(|e| (e.name, e.is_dir, e.link)).collect();
         assert_eq!(got, [(b"self".to_vec(), true, true), (b"odd".to_vec(), false, true), (b"d".to_vec(), true, false)]);
+    }
+
+    /// GCT's MLSR: relative paths, blank lines between entries, symlinks
+    /// as `Type=slink` (kept only when asked for), other types left out.
+    #[test]
+    fn a_recursive_listing_keeps_slinks_unresolved() {
+        let data = b"Type=cdir;X.count=3; .\r\n\r\nType=dir;Size=4096; a\r\n\r\n\
+            Type=file;Size=3;Error=InvalidLink; a/f\r\n\r\nType=slink;UNIX.slink=../x; a/l\r\n\r\n\
+            Type=OS.unix=pipe;Size=0; a/p\r\n";
+        let got = |slinks| -> Vec<(Vec<u8>, bool, u64, bool, bool)> {
+            super::parse_listing(data, slinks)
+                .into_iter()
+                .map(|e| (e.name, e.is_dir, e.size, e.link, e.unresolved))
+                .collect()
+        };
+        let (a, f, l) =
+            ((b"a".to_vec(), true, 4096, false, false), (b"a/f".to_vec(), false, 3, false, false), b"a/l".to_vec());
+        assert_eq!(got(true), [a.clone(), f.clone(), (l, false, 0, true, true)]);
+        assert_eq!(got(false), [a, f]);
+    }
+
+    #[test]
+    fn what_mlst_says_a_path_is() {
+        let line = |l: &str| super::kind_of_facts(l);
+        assert_eq!(line(" Type=file;Size=3;UNIX.slink=/t/x; /t/a/lnk"), Some((false, 3)));
+        assert_eq!(line(" type=DIR;size=4096; /t/a"), Some((true, 4096)));
+        for none in [" Type=OS.unix=pipe;Size=0; /t/p", " Size=3; /t/f", "250 End.", ""] {
+            assert_eq!(line(none), None, "{none}");
+        }
     }
 
     #[test]
