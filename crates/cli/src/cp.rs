@@ -23,8 +23,10 @@ pub struct CpArgs {
     /// Rate the automatic stream count aims for, in bits/s (e.g. 1G, 10G).
     #[arg(long, default_value = "10G", value_parser = parse_rate, env = "LIGHTPATH_RATE_HINT")]
     pub rate_hint: u64,
-    /// Files in flight, each over its own control session.
-    #[arg(long, default_value_t = 4, env = "LIGHTPATH_CC")]
+    /// Files in flight, each over its own control session (0: automatic,
+    /// 4; 16 for more than 64 files copied file by file, as from or to a
+    /// server without lightpath's virtual file).
+    #[arg(long, default_value_t = 0, env = "LIGHTPATH_CC")]
     pub cc: usize,
     /// Copy directories recursively.
     #[arg(short, long)]
@@ -307,6 +309,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         congestion: None,
         keep_interrupted: false,
         mlsr: true,
+        sessions: 1,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;
     Ok((rt, s, r.path))

@@ -19,7 +19,8 @@ pub struct CopyOptions {
     pub streams: u32,
     /// Rate the automatic stream count aims for (bits/s).
     pub target_bps: u64,
-    /// Concurrent control sessions (files in flight).
+    /// Concurrent control sessions (files in flight; 0: automatic,
+    /// [`lightpath_plan::sessions_for`]).
     pub cc: usize,
     /// Copy directories recursively.
     pub recursive: bool,
@@ -105,6 +106,7 @@ pub async fn copy(
         congestion: opts.congestion.clone(),
         keep_interrupted: opts.partial,
         mlsr: opts.mlsr,
+        sessions: 1,
     };
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {
@@ -150,7 +152,8 @@ pub async fn copy(
     if let Some(s) = lister.as_mut() {
         s.drop_speculation().await?;
     }
-    let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut(), opts.cc.saturating_sub(1)).await?;
+    let listers = if opts.cc == 0 { lightpath_plan::MANY_FILES_CC } else { opts.cc };
+    let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut(), listers - 1).await?;
     if let Some(part) = opts.part {
         plan.files.iter().try_for_each(|f| local_part_fits(&f.src, part))?;
         plan.files.iter_mut().for_each(|f| f.size = part.1);
@@ -467,7 +470,12 @@ async fn run_workers(
     first: Pair,
     root: Option<std::path::PathBuf>,
 ) -> Result<Vec<FileResult>, ClientError> {
-    let n = opts.cc.max(1).min(plan.files.len().max(1));
+    let n = lightpath_plan::sessions_for(opts.cc, plan.files.len());
+    // The sessions share the job's rate and streams (those open already too).
+    let mut sopts = sopts;
+    sopts.sessions = n as u32;
+    let mut first = first;
+    first.0.iter_mut().chain(first.1.iter_mut()).for_each(|s| s.opts.sessions = n as u32);
     let queue: Queue = Arc::new(Mutex::new(plan.files.into()));
     let mut tasks = Vec::new();
     let mut first = Some(first);

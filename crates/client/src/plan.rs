@@ -455,8 +455,9 @@ fn listed_name_ok(dir: &Remote, name: &[u8]) -> Result<(), ClientError> {
     }
 }
 
-/// Streams for transfers at `rtt_us`: as asked, or enough for the target
-/// rate with the kernel's largest window.
+/// Streams for transfers at `rtt_us`: as asked, or enough for the
+/// session's share of the target rate with the kernel's largest window,
+/// held to its share of the job's streams ([`lightpath_plan::session_share`]).
 pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
     if opts.streams > 0 {
         return opts.streams;
@@ -464,8 +465,9 @@ pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
     let (rmem, wmem) = lightpath_sys::file::tcp_window_limits();
     let window = rmem.unwrap_or(4 << 20).min(wmem.unwrap_or(4 << 20));
     let min = lightpath_plan::min_streams_for_rtt(rtt_us);
-    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_bps, min, lightpath_plan::MAX_AUTO_STREAMS);
-    tracing::debug!(rtt_us, window, n, "stream count");
+    let n = lightpath_plan::auto_streams(rtt_us, window, opts.target_share(), min, lightpath_plan::MAX_AUTO_STREAMS);
+    let n = lightpath_plan::session_share(n, opts.sessions);
+    tracing::debug!(rtt_us, window, n, sessions = opts.sessions, "stream count");
     n
 }
 

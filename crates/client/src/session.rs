@@ -61,9 +61,17 @@ pub struct SessionOpts {
     /// List a remote tree with one `MLSR` where the server offers it
     /// (otherwise directory by directory with MLSD).
     pub mlsr: bool,
+    /// Sessions of the job that transfer at once (`cp --cc`): they share
+    /// the target rate and the job's streams.
+    pub sessions: u32,
 }
 
 impl SessionOpts {
+    /// This session's share of the rate the job aims for.
+    pub fn target_share(&self) -> u64 {
+        self.target_bps / u64::from(self.sessions.max(1))
+    }
+
     /// The control block of one transfer of the job.
     pub fn control(&self) -> Arc<Control> {
         Arc::new(Control::for_job(self.total.clone(), self.cancel.clone()))
@@ -199,7 +207,7 @@ impl Session {
         let fastopen = peer.filter(|_| opts.fastopen).map(|p| Duration::from_micros(p.rtt_us));
         let pending = peer.filter(|p| spec != Speculation::None && p.ahead_port != 0).map(|p| {
             let n = crate::plan::stream_count(&opts, p.rtt_us);
-            let window = lightpath_plan::start_recv_window(p.rtt_us, opts.target_bps, n);
+            let window = lightpath_plan::start_recv_window(p.rtt_us, opts.target_share(), n);
             ahead::start(&remote.host, p.ahead_port, n, window, opts.fastopen)
         });
         let ctl = ControlConn::connect(&remote.host, remote.port, fastopen).await;
@@ -214,7 +222,7 @@ impl Session {
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let rtt_us = ctl.rtt.as_micros() as u64;
         let recv_window =
-            lightpath_plan::start_recv_window(rtt_us, opts.target_bps, crate::plan::stream_count(&opts, rtt_us));
+            lightpath_plan::start_recv_window(rtt_us, opts.target_share(), crate::plan::stream_count(&opts, rtt_us));
         let mut s = Session {
             ctl,
             feat: Features::default(),
