@@ -173,6 +173,35 @@ fn a_file_shorter_than_its_announced_size_is_not_kept() {
     assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"only 19 bytes here.");
 }
 
+/// A MODE S download whose local file cannot be made (its directory is
+/// immutable: even root cannot create in it) still takes the server's data
+/// connection, into nothing: the server, waiting for it, answers at once,
+/// and the copy fails with the local error in 0.1 s. Without it each try
+/// waited 10 s for a reply that could not come: 47 s for the copy (and,
+/// with a second file pipelined behind, the full reply timeout, 300 s).
+#[test]
+fn a_stream_download_that_cannot_be_written_here_fails_at_once() {
+    /// `chattr +i` on a directory until dropped.
+    struct Immutable<'a>(&'a Path);
+    impl Drop for Immutable<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr").arg("-i").arg(self.0).status();
+        }
+    }
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let set = std::process::Command::new("chattr").arg("+i").arg(&dest).status().expect("chattr (e2fsprogs)");
+    assert!(set.success(), "chattr +i {}", dest.display());
+    let _undo = Immutable(&dest);
+    let port = fake_server(Script { listing: &["f"], tree: &[], size: 5, data: b"hello" });
+    let started = std::time::Instant::now();
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}: {err}", started.elapsed());
+    assert!(everything(&dest).is_empty());
+}
+
 #[test]
 fn a_local_name_with_a_line_break_is_refused_before_it_is_sent() {
     let (_d, root, local) = root_and_local();

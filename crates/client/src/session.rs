@@ -505,11 +505,19 @@ impl Session {
         let c2 = ctl.clone();
         let base = op.part.map(|p| p.0).unwrap_or(0);
         let job = tokio::task::spawn_blocking(move || {
-            let r = target.open().and_then(|w| {
+            let mut recv = |sink: &dyn lightpath_engine::Sink| {
                 let c = dc.open_stream()?;
-                let n = dc.recv_s(c, w.sink().as_ref(), base, u64::MAX >> 1, &c2)?;
-                Ok((w, n))
-            });
+                dc.recv_s(c, sink, base, u64::MAX >> 1, &c2)
+            };
+            let r = match target.open() {
+                Ok(w) => {
+                    let got = recv(w.sink().as_ref());
+                    got.map(|n| (w, n)).map_err(ClientError::from)
+                }
+                // Still received (into nothing): a server waits for our data
+                // connection, and answers only once the file has gone.
+                Err(e) => Err(recv(&lightpath_engine::NullSink).map_or_else(ClientError::from, |_| e)),
+            };
             (dc, r)
         });
         self.finish_stream_job(job, &ctl, "RETR").await.and_then(|(w, n)| {
