@@ -19,7 +19,8 @@ struct Script {
     /// The names MLSD lists in `/d`.
     listing: &'static [&'static str],
     /// The lines MLSR sends for `/d` (facts and a path below it); with
-    /// any, FEAT offers MLSR.
+    /// any, FEAT offers MLSR. MLST of `/d` or of a directory listed here
+    /// gives `Unique=` its path below `/d` (`.` for `/d`).
     tree: &'static [&'static str],
     /// What SIZE and MLST say of a file.
     size: u64,
@@ -40,7 +41,8 @@ fn answer(out: &mut TcpStream, data: &mut DataEnd, script: Script, verb: &str, a
         "USER" => "331 password\r\n".to_string(),
         "SIZE" if arg.ends_with("/d") || arg.ends_with("/d/") => "550 not a file\r\n".into(),
         "SIZE" => format!("213 {}\r\n", script.size),
-        "MLST" if arg.trim_end_matches('/').ends_with("/d") => "250-\r\n type=dir; /d\r\n250 End\r\n".into(),
+        "MLST" if arg.trim_end_matches('/').ends_with("/d") => "250-\r\n type=dir;unique=.; /d\r\n250 End\r\n".into(),
+        "MLST" if listed_dir(script, arg) => format!("250-\r\n type=dir;unique={}; {arg}\r\n250 End\r\n", below_d(arg)),
         "MLST" => format!("250-\r\n type=file;size={}; {arg}\r\n250 End\r\n", script.size),
         "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
         "RETR" | "MLSD" | "LIST" | "MLSR" => {
@@ -63,6 +65,16 @@ fn answer(out: &mut TcpStream, data: &mut DataEnd, script: Script, verb: &str, a
         "TYPE" | "MODE" | "PASS" | "OPTS" | "CWD" => "200 OK\r\n".into(),
         _ => "502 not implemented\r\n".into(),
     })
+}
+
+/// `/d/a/b` as `a/b`.
+fn below_d(path: &str) -> &str {
+    path.split_once("/d/").map_or(path, |(_, rest)| rest)
+}
+
+/// Whether the script's MLSR lists `path` as a directory.
+fn listed_dir(script: Script, path: &str) -> bool {
+    script.tree.iter().any(|l| l.starts_with("type=dir;") && l.ends_with(&format!(" {}", below_d(path))))
 }
 
 fn listing(script: Script) -> Vec<u8> {
@@ -114,14 +126,10 @@ fn a_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() 
 fn a_recursive_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_written() {
     let d = scratch();
     let dest = open_dir(&d.path().join("a/b/dest"));
-    let evils: [&'static [&'static str]; 5] = [
-        &["type=file;size=5; fine", "type=file;size=5; ../../escaped"],
-        &["type=file;size=5; /tmp/lightpath-escaped-by-mlsr"],
-        &["type=dir; sub", "type=file;size=5; sub/../../../escaped"],
-        // Inside a name the listing did not give as a directory: a symlink
-        // there would carry the write out of the destination.
-        &["type=slink;unix.slink=/tmp; ln", "type=file;size=5; ln/escaped"],
-        &["type=file;size=5; nodir/escaped"],
+    let evils: [&'static [&'static str]; 3] = [
+        &["type=cdir;unique=.; .", "type=file;size=5; fine", "type=file;size=5; ../../escaped"],
+        &["type=cdir;unique=.; .", "type=file;size=5; /tmp/lightpath-escaped-by-mlsr"],
+        &["type=cdir;unique=.; .", "type=dir;unique=sub; sub", "type=file;size=5; sub/../../../escaped"],
     ];
     for tree in evils {
         let evil = tree.last().unwrap();
@@ -134,14 +142,48 @@ fn a_recursive_listing_naming_a_path_outside_the_tree_is_refused_and_nothing_is_
     }
 }
 
+/// A recursive listing that cannot be right is no use: the tree is listed
+/// with MLSD after all (here: `fine` alone), and nothing else is written.
+/// An entry inside a name not listed as a directory (a symlink's, which
+/// would carry the write out of the destination), a name listed twice, no
+/// line for the root or two, a directory whose `Unique` is not what MLST
+/// says (GCT shows a directory whose name begins with a space so, under
+/// its parent's name, and leaves out what it holds).
+#[test]
+fn a_recursive_listing_that_cannot_be_right_is_listed_again_with_mlsd() {
+    let d = scratch();
+    let cases: [&'static [&'static str]; 6] = [
+        &["type=cdir;unique=.; .", "type=slink;unix.slink=/tmp; ln", "type=file;size=5; ln/escaped"],
+        &["type=cdir;unique=.; .", "type=file;size=5; nodir/escaped"],
+        &["type=cdir;unique=.; .", "type=file;size=5; twice", "type=file;size=5; twice"],
+        &["type=slink;unix.slink=/tmp/x; d"],
+        &["type=cdir;unique=.; .", "type=cdir;unique=k; .", "type=file;size=5; top"],
+        &["type=cdir;unique=.; .", "type=dir;unique=sub/ e; sub", "type=file;size=5; sub/x"],
+    ];
+    for (i, tree) in cases.into_iter().enumerate() {
+        let dest = open_dir(&d.path().join(format!("dest{i}")));
+        let port = fake_server(Script { listing: &["fine"], tree, size: 5, data: b"hello" });
+        let (code, err) = cp(&["-v", "-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
+        assert_eq!(code, 0, "{tree:?}: {err}");
+        assert!(err.contains("MLSR no use"), "{tree:?}: {err}");
+        assert_eq!(everything(&dest), vec!["fine"], "{tree:?}: {err}");
+    }
+    assert!(!Path::new("/tmp/escaped").exists());
+}
+
 /// A server offering MLSR is listed with it: what MLSD would list (one
 /// file, `flat`) is not what is copied. A symlink there is asked about with
 /// MLST and copied as the file it leads to. `--no-mlsr` lists with MLSD.
 #[test]
 fn a_tree_is_listed_with_one_mlsr_where_the_server_offers_it() {
     let d = scratch();
-    let tree =
-        &["type=dir; sub", "type=file;size=5; sub/deep", "type=file;size=5; top", "type=slink;unix.slink=top; ln"];
+    let tree = &[
+        "type=cdir;unique=.; .",
+        "type=dir;unique=sub; sub",
+        "type=file;size=5; sub/deep",
+        "type=file;size=5; top",
+        "type=slink;unix.slink=top; ln",
+    ];
     let port = fake_server(Script { listing: &["flat"], tree, size: 5, data: b"hello" });
     let src = format!("ftp://127.0.0.1:{port}/d/");
     let dest = open_dir(&d.path().join("mlsr"));

@@ -135,6 +135,35 @@ fn lightpath_client_against_gct_server() {
     assert!(std::fs::symlink_metadata(copied.join("to-file")).unwrap().is_file(), "the link to a file, as the file");
     assert_same_file(&t.join("d1/s1/f1.dat"), &copied.join("to-file"));
     assert!(!copied.join("to-dir").exists() && !copied.join("d2/dangling").exists());
+    // GCT's MLSR leaves out a directory whose name begins with a space, and
+    // all it holds, and lists a tree whose root is a symlink as that link:
+    // the listing is found wrong and the tree listed with MLSD after all.
+    std::fs::create_dir_all(t.join("d3/ lead/in")).unwrap();
+    write_random(&t.join("d3/ lead/in/f"), 1000, 3);
+    back("lead", &[], "MLSR no use");
+    back("lead-mlsd", &["--no-mlsr"], "several control sessions sessions=4");
+    assert_same_tree(&local.join("lead"), &local.join("lead-mlsd"));
+    assert_same_file(&t.join("d3/ lead/in/f"), &local.join("lead/d3/ lead/in/f"));
+    std::os::unix::fs::symlink(&t, home.join("lroot")).unwrap();
+    let out = std::process::Command::new(LP)
+        .args(["-v", "cp", "-q", "-r", &format!("{}/", g("lroot")), &format!("{}/", local.join("lroot").display())])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("MLSR no use"), "{err}");
+    assert_same_tree(&local.join("lead"), &local.join("lroot"));
+    // 300 directories: their MLSTs are spread over more sessions.
+    let wide = home.join("wide");
+    for i in 0..300u64 {
+        write_random(&open_dir(&wide.join(format!("d{i}"))).join("f"), 10, i);
+    }
+    let out = std::process::Command::new(LP)
+        .args(["-v", "cp", "-q", "-r", &format!("{}/", g("wide")), &format!("{}/", local.join("wide").display())])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("listed the remote tree with one MLSR dirs=300 files=300"), "{err}");
+    assert_same_tree(&wide, &local.join("wide"));
 }
 
 #[test]

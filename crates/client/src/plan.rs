@@ -318,7 +318,7 @@ async fn walk_remote(
 ) -> Result<(), ClientError> {
     let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
     if s.feat.mlsr && s.opts.mlsr {
-        if let Some(got) = mlsr::walk(s, (root, links_as_files), target).await? {
+        if let Some(got) = mlsr::walk(s, (root, links_as_files), target, extra).await? {
             plan.dirs.extend(got.dirs);
             plan.files.extend(got.files);
             return Ok(());

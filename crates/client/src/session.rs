@@ -4,13 +4,13 @@
 
 mod batch;
 mod end;
-mod fs;
+pub(crate) mod fs;
 mod get;
 mod put;
 
 pub(crate) use fs::path_cmd;
 
-pub use fs::{parse_listing, Entry};
+pub use fs::{parse_listing, Entry, Facts};
 
 use crate::ahead::{self, AheadConns};
 use crate::control::ControlConn;
