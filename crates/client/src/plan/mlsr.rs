@@ -8,11 +8,15 @@
 //! root (`a/b/f`). It shows symlinks as themselves (`Type=slink`), so the
 //! ones a copy needs to follow are asked about with `MLST`, pipelined.
 //!
-//! GCT's MLSR is not to be trusted blindly. A directory whose name begins
-//! with a space is left out with all it holds, its facts shown under its
-//! parent's name (or the root's `.`); a tree whose root is a symlink is
-//! listed as that one link. So the listing is checked: one line for the
-//! root, no name twice, every entry inside a listed directory, and the
+//! GCT's MLSR is not to be trusted blindly. It takes a directory's first
+//! entry for the directory itself when its name sorts before `.` (begins
+//! with a space, a tab, `!`, `-`...): a directory so named is left out with
+//! all it holds, its facts shown under its parent's name (or as a second
+//! `.`); a file so named takes its parent's line. A tree whose root is a
+//! symlink is listed as that one link, and a directory whose path passes
+//! PATH_MAX is left out without a word. So the listing is checked: one
+//! line for the root, no name twice, every entry inside a listed
+//! directory, no directory path within a name of PATH_MAX, and the
 //! `Unique` fact of the root and of every directory as MLST (pipelined)
 //! gives it. A listing that fails a check, a refused MLSR or one that fails
 //! part way (a directory it cannot read) is listed directory by directory
@@ -43,7 +47,7 @@ pub(super) async fn walk(
     };
     let listed = Listed::parse(&data);
     listed.entries.iter().try_for_each(|e| name_ok(root, &e.name))?;
-    if let Err(why) = listed.consistent() {
+    if let Err(why) = listed.consistent(root.path.len()) {
         return Ok(unusable(root, &why));
     }
     if let Err(why) = verify_dirs(s, root, &listed, extra).await? {
@@ -89,13 +93,19 @@ impl Listed {
         Listed { entries, roots, dirs }
     }
 
-    /// One root line, no name twice, every entry inside a listed directory.
-    fn consistent(&self) -> Result<(), String> {
+    /// One root line, no name twice, every entry inside a listed directory,
+    /// no directory whose entries' paths may pass PATH_MAX (GCT leaves such
+    /// a directory out silently; MLSD fails on it aloud). `root_len`: the
+    /// bytes of the root's path, above the names.
+    fn consistent(&self, root_len: usize) -> Result<(), String> {
         if self.roots.len() != 1 {
             return Err(format!("{} lines for the tree's own directory", self.roots.len()));
         }
         if let Some(w) = self.entries.windows(2).find(|w| w[0].name == w[1].name) {
             return Err(format!("\"{}\" listed twice", manifest::show(&w[0].name)));
+        }
+        if let Some(d) = self.dirs.keys().find(|d| root_len + 1 + d.len() + 1 + manifest::MAX_NAME >= PATH_MAX) {
+            return Err(format!("\"{}\" is too deep for its entries to be listed", manifest::show(d)));
         }
         let outside = |e: &&Entry| manifest::parent(&e.name).is_some_and(|p| !self.dirs.contains_key(p));
         match self.entries.iter().find(outside) {
@@ -104,6 +114,9 @@ impl Listed {
         }
     }
 }
+
+/// Linux's longest path, with its NUL: GCT lists nothing longer.
+const PATH_MAX: usize = 4096;
 
 /// A name in a recursive listing is a relative path with no `.`, `..` or
 /// empty part: otherwise it would place the copy outside the destination
@@ -265,7 +278,7 @@ mod tests {
             "Type=dir;Unique=2; a",
             "Type=slink; a/l",
         ]);
-        assert_eq!(l.consistent(), Ok(()));
+        assert_eq!(l.consistent(2), Ok(()));
         assert_eq!((l.roots.clone(), l.dirs.len()), (vec![Some("1".to_string())], 2));
         let target = Location::Local("/dst".into());
         let mut w = Walk::new(&root(), &target, true);
@@ -286,10 +299,12 @@ mod tests {
         assert!(name_ok(&root(), b" lead/a b/\xff").is_ok());
     }
 
-    /// What GCT sends for a directory whose name begins with a space (its
-    /// facts under the parent's name, its contents left out), for a root
-    /// that is a symlink, and other listings that cannot be right: each is
-    /// no use (the tree is listed with MLSD), none refused.
+    /// What GCT sends for a directory whose first entry's name sorts
+    /// before `.` (its facts under the parent's name, its contents left
+    /// out), for a root that is a symlink, and other listings that cannot
+    /// be right: each is no use (the tree is listed with MLSD), none
+    /// refused. A directory deep enough that its entries may pass PATH_MAX
+    /// is no use either.
     #[test]
     fn listings_that_cannot_be_right_are_no_use() {
         let cases: [&[&str]; 5] = [
@@ -301,7 +316,11 @@ mod tests {
             &[ROOT, "Type=slink;UNIX.slink=/tmp; ln", "Type=file;Size=5; ln/escaped"],
         ];
         for lines in cases {
-            assert!(listing(lines).consistent().is_err(), "{lines:?}");
+            assert!(listing(lines).consistent(2).is_err(), "{lines:?}");
         }
+        let deep = format!("Type=dir;Unique=2; {}", "d".repeat(3700));
+        assert_eq!(listing(&[ROOT, &deep]).consistent(2), Ok(()));
+        let err = listing(&[ROOT, &deep]).consistent(140).expect_err("too deep");
+        assert!(err.contains("too deep"), "{err}");
     }
 }
