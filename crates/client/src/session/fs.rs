@@ -140,8 +140,9 @@ impl Session {
     }
 
     /// The final reply to each of `cmds`, with up to `pipeline` commands in
-    /// flight (at least [`CONTROL_WINDOW`] when pipelining). A command that could not be made fails alone, unsent; a lost
-    /// control connection fails it and the rest.
+    /// flight (at least [`CONTROL_WINDOW`] when pipelining). A command that
+    /// could not be made fails alone, unsent; a lost control connection
+    /// fails it and the rest.
     async fn final_replies(&mut self, cmds: &[Result<Vec<u8>, ClientError>]) -> Vec<Result<Reply, ClientError>> {
         if let Err(e) = self.ctl.flush().await {
             return fill_err(Vec::new(), cmds.len(), e);
