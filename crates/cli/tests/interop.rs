@@ -105,11 +105,13 @@ fn lightpath_client_against_gct_server() {
     // The Globus server has no virtual file: the tree is listed with one
     // MLSR, or (--no-mlsr) with MLSD over several control sessions at once
     // (7 top-level directories, --cc 4).
-    let back = |dir: &str, more: &[&str], says: &str| {
+    // `cp -r` of the server's `src` into `local/dir`, `-v`: it succeeds,
+    // and says it falls back and `says`.
+    let fetch = |src: &str, dir: &str, more: &[&str], says: &str| {
         let out = std::process::Command::new(LP)
-            .args(["-v", "cp", "-q", "-r", "--cc", "4"])
+            .args(["-v", "cp", "-q", "-r"])
             .args(more)
-            .args([&format!("{}/", g("tree")), &format!("{}/", local.join(dir).display())])
+            .args([&format!("{}/", g(src)), &format!("{}/", local.join(dir).display())])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -117,6 +119,7 @@ fn lightpath_client_against_gct_server() {
         assert!(err.contains("does not offer LPVF"), "the fallback says so: {err}");
         assert!(err.contains(says), "{says}: {err}");
     };
+    let back = |dir: &str, more: &[&str], says: &str| fetch("tree", dir, &[&["--cc", "4"], more].concat(), says);
     back("back", &[], "listed the remote tree with one MLSR");
     assert_same_tree(&local.join("tree"), &local.join("back"));
     back("back-mlsd", &["--no-mlsr"], "several control sessions sessions=4");
@@ -145,24 +148,14 @@ fn lightpath_client_against_gct_server() {
     assert_same_tree(&local.join("lead"), &local.join("lead-mlsd"));
     assert_same_file(&t.join("d3/ lead/in/f"), &local.join("lead/d3/ lead/in/f"));
     std::os::unix::fs::symlink(&t, home.join("lroot")).unwrap();
-    let out = std::process::Command::new(LP)
-        .args(["-v", "cp", "-q", "-r", &format!("{}/", g("lroot")), &format!("{}/", local.join("lroot").display())])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("MLSR no use"), "{err}");
+    fetch("lroot", "lroot", &[], "MLSR no use");
     assert_same_tree(&local.join("lead"), &local.join("lroot"));
     // 300 directories: their MLSTs are spread over more sessions.
     let wide = home.join("wide");
     for i in 0..300u64 {
         write_random(&open_dir(&wide.join(format!("d{i}"))).join("f"), 10, i);
     }
-    let out = std::process::Command::new(LP)
-        .args(["-v", "cp", "-q", "-r", &format!("{}/", g("wide")), &format!("{}/", local.join("wide").display())])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && err.contains("listed the remote tree with one MLSR dirs=300 files=300"), "{err}");
+    fetch("wide", "wide", &[], "listed the remote tree with one MLSR dirs=300 files=300");
     assert_same_tree(&wide, &local.join("wide"));
 }
 
