@@ -466,15 +466,13 @@ type Pair = (Option<Session>, Option<Session>);
 async fn run_workers(
     plan: Plan,
     opts: CopyOptions,
-    sopts: SessionOpts,
-    first: Pair,
+    mut sopts: SessionOpts,
+    mut first: Pair,
     root: Option<std::path::PathBuf>,
 ) -> Result<Vec<FileResult>, ClientError> {
     let n = lightpath_plan::sessions_for(opts.cc, plan.files.len());
     // The sessions share the job's rate and streams (those open already too).
-    let mut sopts = sopts;
     sopts.sessions = n as u32;
-    let mut first = first;
     first.0.iter_mut().chain(first.1.iter_mut()).for_each(|s| s.opts.sessions = n as u32);
     let queue: Queue = Arc::new(Mutex::new(plan.files.into()));
     let mut tasks = Vec::new();

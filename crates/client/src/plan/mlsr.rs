@@ -24,8 +24,8 @@
 //! tree, as it does from MLSD.
 
 use super::{join, Item, Plan, Walk};
-use crate::session::fs::{fact, listing_lines};
-use crate::session::{parse_listing, Entry, Facts, Session};
+use crate::session::fs::{entry_of, fact, listing_lines};
+use crate::session::{Entry, Facts, Session};
 use crate::{ClientError, Location, Remote};
 use lightpath_proto::manifest;
 use std::collections::HashMap;
@@ -76,7 +76,7 @@ struct Listed {
 
 impl Listed {
     fn parse(data: &[u8]) -> Listed {
-        let (mut roots, mut dirs) = (Vec::new(), HashMap::new());
+        let (mut entries, mut roots, mut dirs) = (Vec::new(), Vec::new(), HashMap::new());
         for (facts, name) in listing_lines(data) {
             let unique = fact(&facts, "unique").map(String::from);
             match fact(&facts, "type") {
@@ -87,8 +87,8 @@ impl Listed {
                 }
                 _ => {}
             }
+            entries.extend(entry_of(&facts, name, true));
         }
-        let mut entries = parse_listing(data, true);
         entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         Listed { entries, roots, dirs }
     }
@@ -173,9 +173,10 @@ async fn stat_spread(s: &mut Session, paths: &[Vec<u8>], extra: usize) -> Vec<Re
     if helpers == 0 {
         return s.stat_many(paths).await;
     }
-    let mut parts = paths.chunks(paths.len().div_ceil(helpers + 1));
-    let mine = parts.next().unwrap_or_default();
-    let tasks: Vec<_> = parts
+    let parts: Vec<&[Vec<u8>]> = paths.chunks(paths.len().div_ceil(helpers + 1)).collect();
+    let (mine, theirs) = parts.split_first().map_or((&[][..], &[][..]), |(m, t)| (*m, t));
+    let tasks: Vec<_> = theirs
+        .iter()
         .map(|part| {
             let (remote, opts, part) = (s.remote.clone(), s.opts.clone(), part.to_vec());
             tokio::spawn(async move {
@@ -187,7 +188,7 @@ async fn stat_spread(s: &mut Session, paths: &[Vec<u8>], extra: usize) -> Vec<Re
         })
         .collect();
     let mut out = s.stat_many(mine).await;
-    for (t, part) in tasks.into_iter().zip(paths.chunks(paths.len().div_ceil(helpers + 1)).skip(1)) {
+    for (t, part) in tasks.into_iter().zip(theirs) {
         match t.await.ok().flatten() {
             Some(got) => out.extend(got),
             None => out.extend(s.stat_many(part).await),

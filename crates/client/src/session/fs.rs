@@ -252,21 +252,23 @@ pub(crate) fn listing_lines(data: &[u8]) -> impl Iterator<Item = (String, &[u8])
 /// Files and directories are kept; with `slinks`, symlinks shown as
 /// themselves too (`Type=slink`, [`Entry::unresolved`]).
 pub fn parse_listing(data: &[u8], slinks: bool) -> Vec<Entry> {
-    let mut out = Vec::new();
-    for (facts, name) in listing_lines(data) {
-        let kind = fact(&facts, "type").unwrap_or_default();
-        if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
-            continue;
-        }
-        let (is_dir, unresolved) = (kind == "dir", slinks && kind == "slink");
-        if !(is_dir || unresolved || kind == "file") {
-            continue;
-        }
-        let size = fact(&facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let link = unresolved || fact(&facts, "unix.slink").is_some();
-        out.push(Entry { name: name.to_vec(), is_dir, size, link, unresolved });
+    listing_lines(data).filter_map(|(facts, name)| entry_of(&facts, name, slinks)).collect()
+}
+
+/// The entry a listing line (its facts, lower case, and name) gives, as
+/// [`parse_listing`] keeps it; `None` for the lines it skips.
+pub(crate) fn entry_of(facts: &str, name: &[u8], slinks: bool) -> Option<Entry> {
+    let kind = fact(facts, "type").unwrap_or_default();
+    if kind == "cdir" || kind == "pdir" || name.is_empty() || name == b"." || name == b".." {
+        return None;
     }
-    out
+    let (is_dir, unresolved) = (kind == "dir", slinks && kind == "slink");
+    if !(is_dir || unresolved || kind == "file") {
+        return None;
+    }
+    let size = fact(facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let link = unresolved || fact(facts, "unix.slink").is_some();
+    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved })
 }
 
 /// What a line of MLST facts says of a file or directory.
