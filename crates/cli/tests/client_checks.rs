@@ -2,7 +2,8 @@
 //! a third-party copy that fails on one side ends at once with the cause;
 //! a directory the server cannot make is one error, not one per file;
 //! `--verify` with an algorithm a server lacks is refused before copying;
-//! and `--verify` checks every file of a tree copied as one virtual file.
+//! `--verify` checks every file of a tree copied as one virtual file; and
+//! a file named like an MLST fact (`type=dir`) is a file.
 
 mod common;
 use common::*;
@@ -206,4 +207,23 @@ fn verify_checks_every_file_of_a_tree_copied_as_one_virtual_file() {
     assert!(ok && log.contains("VSTO"), "{log}");
     assert_eq!(cksm_sent(&log), 2 * n, "third party: one CKSM per file on each server");
     assert_same_tree(&a.join("tree"), &b.join("tpt"));
+}
+
+/// MLST's answer names the path after its facts: a file named `type=dir`
+/// was taken for a directory ("is a directory (use -r)") when the client
+/// looked for the text anywhere in the reply. From our server and GCT's.
+#[test]
+fn a_file_named_like_an_mlst_fact_is_a_file() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("type=dir"), 70_000, 5);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_g, gp) = gct_server(&root);
+    let gct_path = format!("{}/type=dir", root.display());
+    for (n, src) in [url(port, "/type=dir"), url(gp, &gct_path)].iter().enumerate() {
+        let dst = local.join(format!("copy{n}"));
+        let (ok, log) = run(&["cp", "-q", src, &dst.display().to_string()], 60);
+        assert!(ok, "{src}: {log}");
+        assert_same_file(&root.join("type=dir"), &dst);
+    }
 }

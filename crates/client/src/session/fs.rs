@@ -280,20 +280,24 @@ pub struct Facts {
     pub size: u64,
     /// `Unique`: the file system's identity of it (GCT: device-inode).
     pub unique: Option<String>,
+    /// Mode and mtime (`UNIX.mode`, `Modify`); `None` without a mode.
+    pub meta: Option<TreeRoot>,
 }
 
 impl Facts {
     /// The facts of a line of MLST facts (` facts; path`); `None` for
-    /// anything but a file or directory.
+    /// anything but a file or directory. Only the facts are read, never
+    /// the path after them (a file may be named `type=dir`).
     fn of_line(line: &str) -> Option<Facts> {
         let facts = line.trim_start().split_once(' ')?.0.to_ascii_lowercase();
+        let is_dir = match fact(&facts, "type")? {
+            "dir" => true,
+            "file" => false,
+            _ => return None,
+        };
         let size = fact(&facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
         let unique = fact(&facts, "unique").map(String::from);
-        match fact(&facts, "type")? {
-            "dir" => Some(Facts { is_dir: true, size, unique }),
-            "file" => Some(Facts { is_dir: false, size, unique }),
-            _ => None,
-        }
+        Some(Facts { is_dir, size, unique, meta: meta_of_facts(&facts) })
     }
 }
 
@@ -323,16 +327,14 @@ pub(crate) struct RemoteStat {
 
 /// What the replies to MLST and SIZE say.
 pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> RemoteStat {
-    let is_dir = mlst.is_ok() && mlst.lines.iter().any(|l| l.to_ascii_lowercase().contains("type=dir"));
+    let facts = if mlst.is_ok() { mlst.lines.iter().find_map(|l| Facts::of_line(l)) } else { None };
     let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
-    let meta = if mlst.is_ok() { mlst.lines.iter().find_map(|l| meta_of_facts(l)) } else { None };
-    RemoteStat { is_dir, size, meta }
+    RemoteStat { is_dir: facts.as_ref().is_some_and(|f| f.is_dir), size, meta: facts.and_then(|f| f.meta) }
 }
 
-/// The mode (`UNIX.mode`, octal) and mtime (`Modify`, whole seconds) in a
-/// line of MLST facts (`fact=value;...; path`); `None` without a mode.
-fn meta_of_facts(line: &str) -> Option<TreeRoot> {
-    let facts = line.trim_start().split_once(' ')?.0;
+/// The mode (`UNIX.mode`, octal) and mtime (`Modify`, whole seconds) in
+/// MLST facts (`fact=value;...`); `None` without a mode.
+fn meta_of_facts(facts: &str) -> Option<TreeRoot> {
     let mode = fact(facts, "unix.mode").and_then(|m| u32::from_str_radix(m, 8).ok()).filter(|m| *m <= 0o7777)?;
     let modify = fact(facts, "modify").and_then(lightpath_proto::ftptime::parse);
     Some(TreeRoot { mode, mtime_ns: modify.and_then(|s| s.checked_mul(1_000_000_000)) })
@@ -401,14 +403,29 @@ mod tests {
 
     #[test]
     fn a_mode_and_mtime_are_read_from_mlst_facts() {
-        use super::{meta_of_facts, TreeRoot};
+        use super::{Facts, TreeRoot};
+        let meta = |l: &str| Facts::of_line(l).and_then(|f| f.meta);
         let line = " Type=dir;Size=4096;Modify=20261121191802;Perm=el;UNIX.mode=0700;Unique=1-2; /a b";
         let want = TreeRoot { mode: 0o700, mtime_ns: Some(1_795_288_682_000_000_000) };
-        assert_eq!(meta_of_facts(line), Some(want));
-        assert_eq!(meta_of_facts(" type=dir;unix.mode=2775; /t"), Some(TreeRoot { mode: 0o2775, mtime_ns: None }));
+        assert_eq!(meta(line), Some(want));
+        assert_eq!(meta(" type=dir;unix.mode=2775; /t"), Some(TreeRoot { mode: 0o2775, mtime_ns: None }));
         for bad in [" Type=dir;Modify=20261121191802; /t", " Type=dir;UNIX.mode=9; /t", "250 End", ""] {
-            assert_eq!(meta_of_facts(bad), None, "{bad}");
+            assert_eq!(meta(bad), None, "{bad}");
         }
+    }
+
+    /// MLST's answer is read from its facts: a file whose path holds
+    /// `type=dir` is a file, and a reply without a facts line is neither.
+    #[test]
+    fn mlst_says_a_path_is_a_directory_only_in_its_facts() {
+        let mlst = |lines: &[&str]| Reply { code: 250, lines: lines.iter().map(|l| l.to_string()).collect() };
+        let size = Reply::new(213, "3");
+        let file = mlst(&["Listing /d/type=dir;x", " Type=file;Size=3;UNIX.mode=0644; /d/type=dir;x", "End."]);
+        let st = super::stat_of(&file, &size);
+        assert!(!st.is_dir && st.size == 3 && st.meta.is_some_and(|m| m.mode == 0o644), "{st:?}");
+        let dir = mlst(&["Listing /d", " Type=dir;Size=4096; /d", "End."]);
+        assert!(super::stat_of(&dir, &size).is_dir);
+        assert!(!super::stat_of(&mlst(&["Listing /type=dir", "End."]), &size).is_dir);
     }
     use lightpath_proto::Reply;
 
