@@ -86,7 +86,7 @@ impl Session {
             let which: Vec<Vec<u8>> = refused.iter().map(|(p, _)| p.clone()).collect();
             self.stat_many(&which).await.into_iter().map(|k| k.map(|k| k.is_some_and(|f| f.is_dir))).collect()
         } else {
-            refused.iter().map(|(_, r)| Ok(matches!(r.code, 550 | 553 | 521) && says_exists(r))).collect::<Vec<_>>()
+            refused.iter().map(|(p, r)| Ok(matches!(r.code, 550 | 553 | 521) && says_exists(r, p))).collect::<Vec<_>>()
         };
         for ((p, r), exists) in refused.iter().zip(found) {
             if !exists? {
@@ -310,8 +310,14 @@ pub(super) fn stat_cmds(path: &[u8]) -> [Vec<u8>; 2] {
 /// ("already exists"), or a reply naming it, as GCT's (`553-GlobusError:
 /// v=1 c=PATH_EXISTS`, `GridFTP-Error-String: File exists`) and ours
 /// (`553 /d: File exists`) do. "No such file", "does not exist" do not.
-fn says_exists(r: &Reply) -> bool {
-    let t = r.full_text().to_ascii_lowercase();
+/// The path the reply echoes is not read: a directory named `exists` or
+/// `no such` says nothing.
+fn says_exists(r: &Reply, path: &[u8]) -> bool {
+    let mut t = r.full_text().to_ascii_lowercase();
+    let path = String::from_utf8_lossy(path).to_ascii_lowercase();
+    if !path.is_empty() {
+        t = t.replace(path.as_str(), "");
+    }
     let missing = ["not exist", "n't exist", "nonexist", "non-exist", "no such"].iter().any(|w| t.contains(w));
     r.code == 521 || (t.contains("exist") && !missing)
 }
@@ -432,12 +438,15 @@ mod tests {
     #[test]
     fn an_mkd_refusal_says_whether_the_name_exists() {
         let gct = ["GlobusError: v=1 c=PATH_EXISTS", "GridFTP-Errno: 17", "GridFTP-Error-String: File exists", "End."];
-        assert!(says_exists(&Reply { code: 553, lines: gct.map(String::from).to_vec() }));
-        assert!(says_exists(&Reply::new(553, "/d: File exists (os error 17)")));
-        assert!(says_exists(&Reply::new(521, "\"/d\" directory already present; taking no action")));
-        assert!(says_exists(&Reply::new(550, "/d: File exists")));
+        assert!(says_exists(&Reply { code: 553, lines: gct.map(String::from).to_vec() }, b"/d"));
+        assert!(says_exists(&Reply::new(553, "/d: File exists (os error 17)"), b"/d"));
+        assert!(says_exists(&Reply::new(521, "\"/d\" directory already present; taking no action"), b"/d"));
+        assert!(says_exists(&Reply::new(550, "/d: File exists"), b"/d"));
         for refusal in ["/d: Permission denied", "/a/d: No such file or directory", "parent does not exist", "x"] {
-            assert!(!says_exists(&Reply::new(550, refusal)), "{refusal}");
+            assert!(!says_exists(&Reply::new(550, refusal), b"/a/d"), "{refusal}");
         }
+        // The name echoed is not the answer, either way.
+        assert!(!says_exists(&Reply::new(550, "/up/exists: Permission denied"), b"/up/exists"));
+        assert!(says_exists(&Reply::new(553, "/up/No Such: File exists"), b"/up/No Such"));
     }
 }
