@@ -1,0 +1,244 @@
+//! A directory copied as one virtual file (`VRET`/`VSTO`, lightpath's
+//! `LPVF`) when every remote end offers it: the ends of the copy, its
+//! tries (a retry resumes after the files the receiver holds), and where
+//! the tree lands.
+
+use super::{offers, tree_upload, CopyOptions, FileResult, Progress};
+use crate::plan::describe;
+use crate::retry;
+use crate::session::{Session, SessionOpts, Speculation};
+use crate::{ClientError, Location};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// A directory copy as one virtual file (VRET/VSTO) when every remote end
+/// offers `LPVF`. `None`: not applicable, copy file by file. With
+/// `verify`, every file is checked once the tree is there.
+pub(super) async fn try_tree(
+    src: &Location,
+    dst: &Location,
+    lister: &mut Option<Session>,
+    sopts: &SessionOpts,
+    progress: &Progress,
+    verify: Option<&str>,
+    retries: u32,
+) -> Result<Option<Vec<FileResult>>, ClientError> {
+    let is_dir = match (src, lister.as_mut()) {
+        (Location::Local(p), _) => p.is_dir(),
+        (Location::Remote(r), Some(s)) => crate::plan::remote_stat(r, Some(s)).await?.0,
+        (Location::Remote(_), None) => false,
+    };
+    if !is_dir {
+        return Ok(None);
+    }
+    let target = tree_target(src, dst, sopts.keep_interrupted);
+    let mut dst_s = match &target {
+        Location::Remote(r) => {
+            // A resumed upload's check goes before its VSTO.
+            let noted = sopts.keep_interrupted && crate::partial::tree::noted(src, &target);
+            let spec = tree_upload(src, r, verify.is_none() && !noted);
+            Some(offers(Session::open_speculating(r, sopts.clone(), &[], spec).await?, verify)?)
+        }
+        Location::Local(_) => None,
+    };
+    let lacking: Vec<String> =
+        lister.iter().chain(dst_s.iter()).filter(|s| s.feat.lpvf.is_none()).map(|s| s.ctl.name.clone()).collect();
+    if !lacking.is_empty() {
+        eprintln!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
+        if let Some(d) = dst_s {
+            d.quit().await;
+        }
+        return Ok(None);
+    }
+    let files = Arc::new(AtomicU64::new(UNCOUNTED));
+    let root = crate::vfile::source_root(src, lister.as_ref());
+    let ends = TreeEnds { src, dst, target: &target, sopts, retries, verify, root };
+    let Some(r) = ends.run(lister, &mut dst_s, files.clone()).await else {
+        return Ok(None);
+    };
+    let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: None }];
+    if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
+        match crate::vfile::verify_tree(src, &target, alg, lister.as_mut(), dst_s.as_mut()).await {
+            Ok(failed) => out.extend(failed),
+            Err(e) => out[0].result = Err(e),
+        }
+    }
+    let files = Some(files.load(std::sync::atomic::Ordering::Relaxed)).filter(|&n| n != UNCOUNTED);
+    out[0].files = files.map(|n| n.saturating_sub(out.len() as u64 - 1));
+    progress.files.store(files.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    for s in [lister.take(), dst_s].into_iter().flatten() {
+        s.quit().await;
+    }
+    Ok(Some(out))
+}
+
+/// A tree's file count before (or unless) it is known: a third-party
+/// tree's comes from the servers' final replies, which an older server's
+/// lack.
+const UNCOUNTED: u64 = u64::MAX;
+
+/// The ends of a tree copied as one virtual file.
+struct TreeEnds<'a> {
+    src: &'a Location,
+    dst: &'a Location,
+    target: &'a Location,
+    sopts: &'a SessionOpts,
+    retries: u32,
+    verify: Option<&'a str>,
+    /// The mode and mtime of the tree's own directory at the source, for
+    /// its copy ([`crate::vfile::source_root`]).
+    root: Option<lightpath_proto::held::TreeRoot>,
+}
+
+impl TreeEnds<'_> {
+    /// [`run_tree`], tried again on new sessions after a transient
+    /// failure, up to `retries` times (after the pause a file's retry
+    /// would take: none after a first data-stream failure). The next try
+    /// leaves out the files the failed ones left complete, up to the first
+    /// gap ([`crate::vfile::TreeHeld`]): what a download holds itself, or
+    /// what the receiving server's failure reply says it holds (an upload,
+    /// a third-party tree; none when it went away: the tree goes whole).
+    async fn run(
+        &self,
+        s: &mut Option<Session>,
+        d: &mut Option<Session>,
+        files: Arc<AtomicU64>,
+    ) -> Option<Result<u64, ClientError>> {
+        let (mut tries, mut first) = (0, true);
+        let mut held = self.take_up().await;
+        loop {
+            // A retry starts on new sessions (those of a failed try may be gone).
+            let opened = if first { Ok(()) } else { self.reopen(s, d, &mut held).await };
+            first = false;
+            let r = match opened {
+                Ok(()) => {
+                    let ends = (s.as_mut(), d.as_mut());
+                    let tree = (self.src, self.dst, self.target, self.root);
+                    run_tree(tree, ends, files.clone(), &mut held).await?
+                }
+                Err(e) => Err(e),
+            };
+            let Err(e) = &r else {
+                held.say_kept();
+                crate::partial::tree::end(self.src, self.target, &held, false, false);
+                return Some(r);
+            };
+            if held.noted && held.check.is_some() && matches!(e, ClientError::Refused { code: 554, .. }) {
+                // The tree changed since what is held was said (an earlier
+                // run's note, a marker of a server that went away): no
+                // failure of this run's. It goes whole, at once, not counted.
+                tracing::warn!("{}: {e}; copying the whole tree now", describe(self.src));
+                held.start_over();
+                continue;
+            }
+            let cancelled = self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed);
+            if !e.is_transient() || tries >= self.retries || cancelled {
+                crate::partial::tree::end(self.src, self.target, &held, true, self.sopts.keep_interrupted);
+                return Some(r);
+            }
+            tries += 1;
+            let wait = self.wait_to_retry(tries, e, &held);
+            retry::pause(wait, &self.sopts.cancel).await;
+        }
+    }
+
+    /// With `cp -r --partial`, what an earlier run's download or upload of
+    /// this tree left ([`crate::partial::tree::take_up`]).
+    async fn take_up(&self) -> crate::vfile::TreeHeld {
+        if !self.sopts.keep_interrupted {
+            return crate::vfile::TreeHeld::default();
+        }
+        let root = match self.dst {
+            Location::Local(root) => Some(root.as_path()),
+            Location::Remote(_) => None,
+        };
+        let mut held = crate::partial::tree::take_up(self.src, self.target, root).await;
+        let mut keeper = crate::partial::tree::Keeper::new(self.src, self.target);
+        if let Some(k) = &mut keeper {
+            k.begin();
+        }
+        held.keeper = keeper.map(|k| Arc::new(std::sync::Mutex::new(k)));
+        held
+    }
+
+    /// The pause before retry `tries` after `e`, said with what is held.
+    fn wait_to_retry(&self, tries: u32, e: &ClientError, held: &crate::vfile::TreeHeld) -> std::time::Duration {
+        let wait = if retry::at_once(tries, e) { std::time::Duration::ZERO } else { retry::wait_after(tries) };
+        let (what, n, when) = (describe(self.src), self.retries, retry::when(wait));
+        let from = match held.files {
+            0 => "from the start".to_string(),
+            k => format!("leaving out the {k} files held"),
+        };
+        tracing::warn!("{what}: {e}; trying the tree again {when}, {from} (retry {tries} of {n})");
+        wait
+    }
+
+    /// New sessions for the remote ends; a tree resumed from an earlier
+    /// run's note checks again the files held, which the failed try added to.
+    async fn reopen(
+        &self,
+        s: &mut Option<Session>,
+        d: &mut Option<Session>,
+        held: &mut crate::vfile::TreeHeld,
+    ) -> Result<(), ClientError> {
+        if let (Location::Local(root), Some(after), true) = (self.dst, &held.after, held.noted) {
+            let checked = crate::partial::tree::check_held(self.target, root, after).await;
+            held.check = Some(checked.map_err(ClientError::Local)?);
+        }
+        if let (Location::Local(dir), Some(after), true) = (self.src, &held.after, held.unchecked) {
+            let checked = crate::partial::tree::check_source(dir, after).await;
+            (held.check, held.noted, held.unchecked) = (Some(checked.map_err(ClientError::Local)?), true, false);
+        }
+        if let Location::Remote(r) = self.src {
+            *s = Some(Session::open_speculating(r, self.sopts.clone(), &[], Speculation::None).await?);
+        }
+        if let Location::Remote(r) = self.target {
+            // An upload still to send its check (its first try failed
+            // before the server took the VSTO) sends no VSTO with the login.
+            let checking = held.noted && held.check.is_some();
+            let spec = tree_upload(self.src, r, self.verify.is_none() && !checking);
+            *d = Some(Session::open_speculating(r, self.sopts.clone(), &[], spec).await?);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a tree copy with `cp -r --partial` takes up a note of an
+/// earlier run: its VRET then waits for the check of the files held.
+pub(super) fn tree_noted(opts: &CopyOptions, src: &Location, dst: &Location) -> bool {
+    opts.partial && crate::partial::tree::noted(src, &tree_target(src, dst, true))
+}
+
+/// Where the tree `src` copied to `dst` lands ([`crate::vfile::tree_target`]),
+/// but with `--partial` (`partial`), into `dst` itself when an earlier
+/// run noted `dst` as the tree it left: that run made the directory, and
+/// the same command resumes it rather than copying the tree beneath it.
+fn tree_target(src: &Location, dst: &Location, partial: bool) -> Location {
+    if partial && crate::partial::tree::noted(src, dst) {
+        return dst.clone();
+    }
+    crate::vfile::tree_target(src, dst)
+}
+
+/// The tree copy itself, by the direction of the copy (`None`: local to
+/// local): `src` to `target` (in the destination `dst`), the source's own
+/// directory described by `root`.
+async fn run_tree(
+    (src, dst, target, root): (&Location, &Location, &Location, Option<lightpath_proto::held::TreeRoot>),
+    (s, d): (Option<&mut Session>, Option<&mut Session>),
+    files: Arc<AtomicU64>,
+    held: &mut crate::vfile::TreeHeld,
+) -> Option<Result<u64, ClientError>> {
+    Some(match (src, dst, target, s, d) {
+        (Location::Remote(sr), Location::Local(dir), Location::Local(p), Some(s), None) => {
+            crate::vfile::get_tree(s, &sr.path, (dir.clone(), p.clone(), root), files, held).await
+        }
+        (Location::Local(p), _, Location::Remote(dr), None, Some(d)) => {
+            crate::vfile::put_tree(d, (p.clone(), root), &dr.path, files, held).await
+        }
+        (Location::Remote(sr), _, Location::Remote(dr), Some(s), Some(d)) => {
+            crate::vfile::tpt_tree((s, d), (&sr.path, root), &dr.path, files, held).await
+        }
+        _ => return None,
+    })
+}
