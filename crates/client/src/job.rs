@@ -12,7 +12,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
+mod crew;
 mod tree;
+use crew::Crew;
 use tree::{tree_noted, try_tree};
 
 /// What the user asked for.
@@ -247,10 +249,12 @@ async fn run_workers(
     first.0.iter_mut().chain(first.1.iter_mut()).for_each(|s| s.opts.sessions = n as u32);
     let queue: Queue = Arc::new(Mutex::new(plan.files.into()));
     let mut tasks = Vec::new();
+    let crew = Arc::new(Crew::new(usize::from(first.0.is_some() || first.1.is_some())));
     let mut first = Some(first);
     for _ in 0..n {
         let (q, o, s, pre, r) = (queue.clone(), opts.clone(), sopts.clone(), first.take(), root.clone());
-        tasks.push(tokio::spawn(async move { worker(q, o, s, pre, r).await }));
+        let crew = crew.clone();
+        tasks.push(tokio::spawn(async move { worker(q, o, s, (pre, &crew), r).await }));
     }
     let mut out = Vec::new();
     for t in tasks {
@@ -269,17 +273,19 @@ fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
     FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r, files: Some(1) }
 }
 
+/// One worker: batches of files from `q` over its own sessions (the
+/// first worker's are `pre`, the planning sessions, counted in `crew`).
 async fn worker(
     q: Queue,
     opts: CopyOptions,
     sopts: SessionOpts,
-    pre: Option<Pair>,
+    (mut pre, crew): (Option<Pair>, &Crew),
     root: Option<std::path::PathBuf>,
 ) -> Vec<FileResult> {
     let mut out = Vec::new();
-    let mut pre = pre;
+    let mut counted = pre.as_ref().is_some_and(|p| p.0.is_some() || p.1.is_some());
     let mut sessions: Option<Pair> = None;
-    let mut linked = false;
+    let (mut linked, mut turned_away) = (false, 0);
     // Files that failed for a transient reason and go again first.
     let mut again: Vec<Task> = Vec::new();
     let keeping = crate::partial::Keeping { root: root.as_deref(), on: opts.partial };
@@ -289,23 +295,39 @@ async fn worker(
         if batch.is_empty() {
             break;
         }
+        let mut failed = None;
+        if sessions.is_none() {
+            match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
+                Ok(s) => sessions = Some(s),
+                Err(e) => failed = Some(e),
+            }
+        }
+        crew.holds(sessions.is_some(), &mut counted);
+        if failed.as_ref().is_some_and(|e| crew.turned_away(e, &batch)) {
+            crew::give_back(&q, batch);
+            turned_away += 1;
+            crew::wait_turned_away(&q, turned_away, &sopts.cancel).await;
+            continue;
+        }
         batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
-        let results = match sessions.as_mut() {
-            Some(pair) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
-            None => match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
-                Ok(s) => run_batch(sessions.insert(s), &batch, &opts, root.as_deref(), &mut linked).await,
-                Err(e) => batch.iter().map(|_| Err(e.clone())).collect(),
-            },
+        let results = match (sessions.as_mut(), failed) {
+            (Some(pair), _) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
+            (None, e) => {
+                let e = e.unwrap_or_else(|| ClientError::Local("no session".into()));
+                batch.iter().map(|_| Err(e.clone())).collect()
+            }
         };
         if results.iter().any(|r| matches!(r, Err(ClientError::Control(..)))) {
             sessions = None;
             linked = false;
+            crew.holds(false, &mut counted);
         }
         let wait = settle_batch(batch, results, (opts.retries, keeping), &mut out, &mut again);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
     }
+    crew.holds(false, &mut counted);
     // Files left to retry when the job was stopped.
     let stopped = ClientError::Local("interrupted".into());
     for t in &again {

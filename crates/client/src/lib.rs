@@ -143,4 +143,11 @@ impl ClientError {
             _ => false,
         }
     }
+
+    /// Whether a server turned this session away for want of room: a
+    /// `421` greeting (GCT's `connections_max`, our `--max-sessions`,
+    /// vsftpd's `max_clients`), which says nothing of the files.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, ClientError::Refused { code: 421, cmd, .. } if cmd == "greeting")
+    }
 }

@@ -289,6 +289,11 @@ fn need(tool: &str) {
 /// children running as the unprivileged `gftp` user. URL paths are absolute
 /// file-system paths on this server.
 pub fn gct_server(home: &Path) -> (Proc, u16) {
+    gct_server_with(home, &[])
+}
+
+/// [`gct_server`] with more of its options.
+pub fn gct_server_with(home: &Path, extra: &[&str]) -> (Proc, u16) {
     need("globus-gridftp-server");
     let port = free_port();
     let mut child = Command::new("globus-gridftp-server")
@@ -303,6 +308,7 @@ pub fn gct_server(home: &Path) -> (Proc, u16) {
             "-home-dir",
         ])
         .arg(home)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -1,0 +1,103 @@
+//! A server that limits sessions turns the ones past its limit away with
+//! a `421` greeting (GCT's `-connections-max`, our `--max-sessions`). A
+//! copy file by file over more sessions than that goes on with the ones
+//! it got, says so once, and copies every file; only a server that takes
+//! no session at all fails the copy, after its retries.
+
+mod common;
+use common::*;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The warning a copy gives once when a server turned sessions away.
+const GOING_ON: &str = "going on with the sessions it took";
+
+/// Run `lightpath cp -q ARGS`: its exit code and stderr. Longer than
+/// `secs` is a hang: killed, and the test fails.
+fn cp_within(args: &[&str], secs: u64) -> (Option<i32>, String) {
+    own_peer_book();
+    let mut child =
+        Command::new(LP).args(["cp", "-q"]).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("cp {args:?} hung for {secs} s: {}", reader.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child.wait().unwrap().code(), reader.join().unwrap())
+}
+
+/// A flat directory of `n` small files.
+fn flat(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        write_random(&dir.join(format!("f{i:03}")), 100 + i * 7, i as u64);
+    }
+}
+
+/// GCT with `-connections-max 3`: 16 sessions upload a tree file by
+/// file and fetch it back. Before, the sessions turned away spent their
+/// files' retries and 64 of 2000 files failed.
+#[test]
+fn a_copy_goes_on_with_the_sessions_a_gct_server_takes() {
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("home")), open_dir(&d.path().join("local")));
+    flat(&local.join("src"), 300);
+    let (_g, port) = gct_server_with(&home, &["-connections-max", "3"]);
+    let up = format!("ftp://127.0.0.1:{port}{}/", home.display());
+    let (code, log) = cp_within(&["-r", "--cc", "16", &local.join("src").display().to_string(), &up], 120);
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(log.matches(GOING_ON).count(), 1, "one warning: {log}");
+    assert_same_tree(&local.join("src"), &home.join("src"));
+    let down = format!("ftp://127.0.0.1:{port}{}/src", home.display());
+    let (code, log) = cp_within(&["-r", "--cc", "16", &down, &format!("{}/", local.join("back").display())], 120);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains(GOING_ON), "{log}");
+    assert_same_tree(&local.join("src"), &local.join("back/src"));
+}
+
+/// Our server with `--max-sessions 2`: 40 files named one by one (no
+/// virtual file) over 8 sessions all arrive.
+#[test]
+fn a_copy_goes_on_with_the_sessions_our_server_takes() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    flat(&root.join("src"), 40);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions", "2"]);
+    let mut args: Vec<String> = vec!["--cc".into(), "8".into()];
+    args.extend((0..40).map(|i| format!("ftp://127.0.0.1:{port}/src/f{i:03}")));
+    args.push(format!("{}/", local.display()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, log) = cp_within(&args, 120);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains(GOING_ON) && log.contains("greeting refused"), "{log}");
+    assert_same_tree(&root.join("src"), &local);
+}
+
+/// A server whose one session is taken by someone else: nothing to go on
+/// with, so each file's tries are spent and the copy fails, naming the
+/// refusal, in bounded time.
+#[test]
+fn a_server_that_takes_no_session_fails_the_copy() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    flat(&root.join("src"), 3);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions", "1"]);
+    let _held = Raw::login(port);
+    let srcs: Vec<String> = (0..3).map(|i| format!("ftp://127.0.0.1:{port}/src/f{i:03}")).collect();
+    let dst = format!("{}/", local.display());
+    let (code, log) = cp_within(&["--retries", "1", "--cc", "2", &srcs[0], &srcs[1], &srcs[2], &dst], 60);
+    assert_ne!(code, Some(0), "{log}");
+    assert!(log.contains("greeting refused") && !log.contains(GOING_ON), "{log}");
+    assert!(names(&local).is_empty(), "nothing copied: {:?}", names(&local));
+}
