@@ -24,8 +24,9 @@ pub struct CpArgs {
     #[arg(long, default_value = "10G", value_parser = parse_rate, env = "LIGHTPATH_RATE_HINT")]
     pub rate_hint: u64,
     /// Files in flight, each over its own control session (0: automatic,
-    /// 4; 16 for more than 64 files copied file by file, as from or to a
-    /// server without lightpath's virtual file).
+    /// 4; for more than 64 files copied file by file, as from or to a
+    /// server without lightpath's virtual file, 16, or 64 when a server
+    /// stores them: each file's data waits for its STOR's acceptance).
     #[arg(long, default_value_t = 0, env = "LIGHTPATH_CC")]
     pub cc: usize,
     /// Copy directories recursively.

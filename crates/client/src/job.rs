@@ -243,7 +243,8 @@ async fn run_workers(
     mut first: Pair,
     root: Option<std::path::PathBuf>,
 ) -> Result<Vec<FileResult>, ClientError> {
-    let n = lightpath_plan::sessions_for(opts.cc, plan.files.len());
+    let stores = plan.files.first().is_some_and(|f| matches!(f.dst, Location::Remote(_)));
+    let n = lightpath_plan::sessions_for(opts.cc, plan.files.len(), stores);
     // The sessions share the job's rate and streams (those open already too).
     sopts.sessions = n as u32;
     first.0.iter_mut().chain(first.1.iter_mut()).for_each(|s| s.opts.sessions = n as u32);
