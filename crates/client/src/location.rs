@@ -80,6 +80,7 @@ impl Location {
         if arg.starts_with("gsiftp://") {
             return Err(LocationError::Url(arg.into(), "gsiftp:// (GSI) is not supported; use ftp://".into()));
         }
+        check_raw(arg)?;
         let u = url::Url::parse(arg).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
         let host = u.host_str().ok_or_else(|| LocationError::Url(arg.into(), "no host".into()))?;
         let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
@@ -101,6 +102,22 @@ impl Location {
             Location::Remote(r) => r.path.ends_with(b"/"),
         }
     }
+}
+
+/// A URL parser (WHATWG's rules, the `url` crate's) drops every tab and
+/// line break and trims spaces and control characters at both ends, so
+/// `ftp://h/new<LF>line` would name `/newline`, another file, and
+/// `ftp://h/f<space>` the file `f`. Such a URL is refused; its bytes can
+/// be given percent-encoded (`%0A`, `%20`).
+fn check_raw(arg: &str) -> Result<(), LocationError> {
+    let bad = |c: char| c.is_ascii_control();
+    if arg.contains(bad) || arg.trim() != arg {
+        let shown = arg.escape_debug().to_string();
+        let why = "a tab, line break or other control character, or a space at an end, would be dropped from it; \
+                   percent-encode such bytes (e.g. %0A, %20)";
+        return Err(LocationError::Url(shown, why.into()));
+    }
+    Ok(())
 }
 
 fn decode(s: &str) -> String {
@@ -145,5 +162,23 @@ mod tests {
         assert!(Location::parse("ftp://h/d/").unwrap().is_dir_syntax());
         let Location::Remote(r) = Location::parse("ftp://[::1]/%ff").unwrap() else { panic!() };
         assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
+    }
+
+    /// A URL parser would drop these bytes and name another file: refused,
+    /// and the same names percent-encoded arrive whole.
+    #[test]
+    fn bytes_a_url_parser_drops_are_refused() {
+        for raw in ["ftp://h/new\nline", "ftp://h/a\tb", "ftp://h/cr\r", "ftp://h/f ", "ftp://h/\x7f"] {
+            let e = Location::parse(raw).expect_err(raw).to_string();
+            assert!(e.contains("percent-encode"), "{e}");
+        }
+        let path = |u: &str| match Location::parse(u).unwrap() {
+            Location::Remote(r) => r.path,
+            Location::Local(_) => panic!("{u}"),
+        };
+        assert_eq!(path("ftp://h/new%0Aline"), b"/new\nline");
+        assert_eq!(path("ftp://h/a%09b"), b"/a\tb");
+        assert_eq!(path("ftp://h/f%20"), b"/f ");
+        assert_eq!(path("ftp://h/a b"), b"/a b", "a space inside is kept");
     }
 }
