@@ -150,7 +150,9 @@ fn hostile_manifest_is_refused_and_nothing_escapes() {
 /// subdirectories do, in all three directions: a private 0700 tree stays
 /// private (it arrived 0755, its files readable by all). A download and a
 /// third-party copy learn them from the source's MLST (whole seconds); an
-/// upload sends its own (`OPTS VSTO`, to the nanosecond).
+/// upload sends its own (`OPTS VSTO`, to the nanosecond). As for every
+/// entry of the tree, setgid (and setuid) are dropped and the sticky bit
+/// kept: the top directory kept setgid (an audit's find).
 #[test]
 fn a_trees_own_directory_keeps_its_mode_and_mtime() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -159,7 +161,7 @@ fn a_trees_own_directory_keeps_its_mode_and_mtime() {
         (open_dir(&d.path().join("a")), open_dir(&d.path().join("b")), open_dir(&d.path().join("local")));
     let tree = open_dir(&a.join("priv"));
     make_tree(&tree, 10, 5);
-    std::fs::set_permissions(&tree, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&tree, std::fs::Permissions::from_mode(0o3700)).unwrap();
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(978_307_200_500);
     std::fs::File::open(&tree).unwrap().set_modified(t).unwrap();
     let (_s1, p1) = lp_server(&a, &["--anonymous"]);
@@ -170,15 +172,15 @@ fn a_trees_own_directory_keeps_its_mode_and_mtime() {
         (m.mode() & 0o7777, m.mtime(), m.mtime_nsec())
     };
     assert!(lp_cp(&["-r", &u(p1, "priv"), &format!("{}/", local.display())]));
-    assert_eq!(root_of(&local.join("priv")), (0o700, 978_307_200, 0), "download");
+    assert_eq!(root_of(&local.join("priv")), (0o1700, 978_307_200, 0), "download");
     // The second upload to the server sends its VSTO with the login (it
     // knows the server from the first): the OPTS VSTO goes before it.
     for up in ["up", "up2"] {
         assert!(lp_cp(&["-r", tree.to_str().unwrap(), &u(p2, up)]));
-        assert_eq!(root_of(&b.join(up)), (0o700, 978_307_200, 500_000_000), "upload to {up}");
+        assert_eq!(root_of(&b.join(up)), (0o1700, 978_307_200, 500_000_000), "upload to {up}");
     }
     assert!(lp_cp(&["-r", &u(p1, "priv"), &u(p2, "tp")]));
-    assert_eq!(root_of(&b.join("tp")), (0o700, 978_307_200, 0), "third party");
+    assert_eq!(root_of(&b.join("tp")), (0o1700, 978_307_200, 0), "third party");
     for got in [local.join("priv"), b.join("up"), b.join("up2"), b.join("tp")] {
         assert_same_tree(&tree, &got);
     }

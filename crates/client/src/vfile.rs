@@ -104,7 +104,7 @@ fn set_local_root(root: &Path, dir: &Path, m: TreeRoot) {
     let set = || -> Result<(), String> {
         let d = crate::local::tree_root(root, dir).map_err(|e| e.to_string())?;
         let f = d.open_dir_strict(b"").map_err(|e| e.to_string())?;
-        f.set_permissions(std::fs::Permissions::from_mode(m.mode & 0o7777)).map_err(|e| e.to_string())?;
+        f.set_permissions(std::fs::Permissions::from_mode(m.applied_mode())).map_err(|e| e.to_string())?;
         if let Some(ns) = m.mtime_ns {
             f.set_times(std::fs::FileTimes::new().set_modified(lightpath_engine::vfile::system_time(ns)))
                 .map_err(|e| e.to_string())?;

@@ -54,6 +54,12 @@ pub struct TreeRoot {
 }
 
 impl TreeRoot {
+    /// The mode the receiver gives the directory ([`crate::manifest::APPLY_MODE`]:
+    /// no setuid or setgid, as for every entry of the tree).
+    pub fn applied_mode(&self) -> u32 {
+        self.mode & crate::manifest::APPLY_MODE
+    }
+
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]`.
     pub fn opts(&self) -> Vec<u8> {
         let modify = self.mtime_ns.map(|t| format!("Modify={t};")).unwrap_or_default();

@@ -44,6 +44,10 @@ pub const MAX_PATH: usize = 4095;
 pub const MAX_NAME: usize = 255;
 /// Permission bits an entry may carry (`rwxrwxrwx` plus setuid, setgid, sticky).
 pub const MODE_MASK: u32 = 0o7777;
+/// Mode bits a receiver applies to what it makes (the entries and the
+/// tree's own directory): setuid and setgid are dropped, as ownership is
+/// not transferred.
+pub const APPLY_MODE: u32 = 0o1777;
 
 const TAG_ENTRY: u8 = 0x01;
 const TAG_END: u8 = 0x02;

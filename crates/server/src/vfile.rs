@@ -187,7 +187,7 @@ fn check_resume(root: &Root, t: &Transfer) -> Result<(), Reply> {
 /// root itself, whose mode is never changed) is logged: the tree is there.
 fn set_root_meta(root: &Root, tree: &VPath, meta: lightpath_proto::held::TreeRoot) {
     let rel = tree.relative();
-    let mut r = root.chmod(rel, meta.mode & 0o7777);
+    let mut r = root.chmod(rel, meta.applied_mode());
     if let (Ok(()), Some(ns)) = (&r, meta.mtime_ns) {
         let (sec, nsec) = lightpath_engine::vfile::split_ns(ns);
         r = root.set_mtime_strict(rel, sec, nsec);

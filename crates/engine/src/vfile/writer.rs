@@ -16,9 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
-/// Mode bits applied to received files and directories: setuid and setgid
-/// are dropped (ownership is not transferred).
-pub(crate) const APPLY_MODE: u32 = 0o1777;
+pub(crate) use lightpath_proto::manifest::APPLY_MODE;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
