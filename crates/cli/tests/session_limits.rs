@@ -1,8 +1,9 @@
 //! A server that limits sessions turns the ones past its limit away with
 //! a `421` greeting (GCT's `-connections-max`, our `--max-sessions`). A
 //! copy file by file over more sessions than that goes on with the ones
-//! it got, says so once, and copies every file; only a server that takes
-//! no session at all fails the copy, after its retries.
+//! it got, says so once, and copies every file. A copy's first session
+//! turned away is asked again after a retry's pause; only a server that
+//! takes no session at all fails the copy, once its retries are spent.
 
 mod common;
 use common::*;
@@ -100,4 +101,25 @@ fn a_server_that_takes_no_session_fails_the_copy() {
     assert_ne!(code, Some(0), "{log}");
     assert!(log.contains("greeting refused") && !log.contains(GOING_ON), "{log}");
     assert!(names(&local).is_empty(), "nothing copied: {:?}", names(&local));
+}
+
+/// A server full for a moment: the copy's first session, turned away, is
+/// asked again after a retry's pause (a `421` counts as transient) and
+/// the copy goes through. It failed at once before.
+#[test]
+fn a_first_session_turned_away_is_asked_again() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("f"), 70_000, 9);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions", "1"]);
+    let held = Raw::login(port);
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(held);
+    });
+    let (code, log) = cp_within(&[&format!("ftp://127.0.0.1:{port}/f"), &local.join("f").display().to_string()], 60);
+    release.join().unwrap();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("greeting refused") && log.contains("trying again"), "{log}");
+    assert_same_file(&root.join("f"), &local.join("f"));
 }

@@ -146,7 +146,7 @@ pub async fn copy(
         _ => Speculation::None,
     };
     let mut lister = match &remote_src {
-        Some(r) => Some(offers(Session::open_speculating(r, sopts.clone(), &paths, spec).await?, verify)?),
+        Some(r) => Some(offers(open_first(r, &sopts, (&paths, spec), opts.retries).await?, verify)?),
         None => None,
     };
     if tree {
@@ -165,7 +165,7 @@ pub async fn copy(
     }
     progress.planned.store(plan.bytes(), std::sync::atomic::Ordering::Relaxed);
     progress.files.store(plan.files.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    let dst_session = make_dirs(&plan, &dst, &sopts, verify).await?;
+    let dst_session = make_dirs(&plan, &dst, &sopts, verify, opts.retries).await?;
     // The planning sessions become the first worker's sessions: no second login.
     // A local destination directory confines what is written beneath it.
     let root = match &dst {
@@ -173,6 +173,31 @@ pub async fn copy(
         Location::Remote(_) => None,
     };
     run_workers(plan, opts, sopts, (lister, dst_session), root).await
+}
+
+/// A copy's first session to `r` ([`Session::open_speculating`]). A
+/// server that turns it away for want of room (a `421` greeting, which
+/// `--retries` counts as transient) is asked again after a retry's pauses,
+/// up to `retries` times; past the first sessions the copy goes on with
+/// those a server took ([`crew`]).
+pub(super) async fn open_first(
+    r: &Remote,
+    sopts: &SessionOpts,
+    (paths, spec): (&[Vec<u8>], Speculation<'_>),
+    retries: u32,
+) -> Result<Session, ClientError> {
+    let mut n = 0;
+    loop {
+        match Session::open_speculating(r, sopts.clone(), paths, spec).await {
+            Err(e) if e.is_busy() && n < retries && !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) => {
+                n += 1;
+                let wait = retry::wait_after(n);
+                tracing::warn!("{e}; trying again {} (retry {n} of {retries})", retry::when(wait));
+                retry::pause(wait, &sopts.cancel).await;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// `s`, unless `--verify alg` cannot be honoured by it: a server whose
@@ -209,6 +234,7 @@ async fn make_dirs(
     dst: &Location,
     sopts: &SessionOpts,
     verify: Option<&str>,
+    retries: u32,
 ) -> Result<Option<Session>, ClientError> {
     if plan.dirs.is_empty() && (verify.is_none() || matches!(dst, Location::Local(_))) {
         return Ok(None);
@@ -223,7 +249,7 @@ async fn make_dirs(
             Ok(None)
         }
         Location::Remote(r) => {
-            let mut s = offers(Session::open(r, sopts.clone()).await?, verify)?;
+            let mut s = offers(open_first(r, sopts, (&[], Speculation::None), retries).await?, verify)?;
             let remote = |d: &Location| match d {
                 Location::Remote(dr) => Some(dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec()),
                 Location::Local(_) => None,

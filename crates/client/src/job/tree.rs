@@ -3,7 +3,7 @@
 //! tries (a retry resumes after the files the receiver holds), and where
 //! the tree lands.
 
-use super::{offers, tree_upload, CopyOptions, FileResult, Progress};
+use super::{offers, open_first, tree_upload, CopyOptions, FileResult, Progress};
 use crate::plan::describe;
 use crate::retry;
 use crate::session::{Session, SessionOpts, Speculation};
@@ -37,7 +37,7 @@ pub(super) async fn try_tree(
             // A resumed upload's check goes before its VSTO.
             let noted = sopts.keep_interrupted && crate::partial::tree::noted(src, &target);
             let spec = tree_upload(src, r, verify.is_none() && !noted);
-            Some(offers(Session::open_speculating(r, sopts.clone(), &[], spec).await?, verify)?)
+            Some(offers(open_first(r, sopts, (&[], spec), retries).await?, verify)?)
         }
         Location::Local(_) => None,
     };
