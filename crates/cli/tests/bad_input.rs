@@ -58,6 +58,28 @@ fn malformed_lines_get_errors_and_session_survives() {
     assert_eq!(c.cmd("NOOP").0, 200, "session still alive");
 }
 
+/// A logged-in client that sends bytes without a line end is not sending
+/// commands: past a megabyte it gets 421 and the connection closes (it
+/// was read and discarded for ever, 9 GB in 20 s in an audit).
+#[test]
+fn a_line_without_end_closes_the_session() {
+    use std::io::{BufRead, Write};
+    let d = scratch();
+    let (_s, port) = server(&open_dir(&d.path().join("root")));
+    let mut c = Raw::login(port);
+    let chunk = vec![b'C'; 64 * 1024];
+    let mut sent = 0;
+    // The server may close while this writes: a reset ends the sending.
+    while sent < 4 << 20 && c.w.write_all(&chunk).is_ok() {
+        sent += chunk.len();
+    }
+    assert_eq!(c.reply().0, 500, "over-long line");
+    let (code, text) = c.reply();
+    assert_eq!(code, 421, "{text}");
+    let mut rest = String::new();
+    assert_eq!(c.r.read_line(&mut rest).unwrap_or(0), 0, "closed, not {rest:?}");
+}
+
 #[test]
 fn paths_never_leave_the_root() {
     let d = scratch();

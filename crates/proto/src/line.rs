@@ -1,7 +1,9 @@
 //! Control-channel line framing (RFC 959: Telnet lines ending in CRLF).
 //! Bytes go in as they arrive; complete lines come out. Over-long lines are
 //! reported once and discarded up to their end, so a hostile peer cannot make
-//! us buffer without bound.
+//! us buffer without bound; one still without an end past [`MAX_DISCARD`]
+//! is reported again ([`Line::Endless`]), so that the peer can be let go
+//! rather than read for ever.
 //!
 //! A server's buffer ([`LineBuffer::telnet`]) also removes Telnet commands
 //! (RFC 854) from the stream, as RFC 959 asks of a server-PI: clients
@@ -13,6 +15,11 @@ use std::collections::VecDeque;
 /// Longest line accepted (paths can be long; 4096 + command + slack).
 pub const MAX_LINE: usize = 8192;
 
+/// Bytes of one over-long line discarded before it is [`Line::Endless`]:
+/// no command needs more than [`MAX_LINE`], and a peer that has sent a
+/// megabyte without a line end is not sending commands.
+pub const MAX_DISCARD: usize = 1 << 20;
+
 /// One framed item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Line {
@@ -20,6 +27,9 @@ pub enum Line {
     Text(Vec<u8>),
     /// A line that exceeded [`MAX_LINE`] (its bytes were dropped).
     TooLong,
+    /// The same line, still without an end past [`MAX_DISCARD`] bytes
+    /// (reported once; its bytes are still dropped).
+    Endless,
 }
 
 /// Telnet's "interpret as command" byte.
@@ -44,6 +54,8 @@ enum Telnet {
 pub struct LineBuffer {
     buf: Vec<u8>,
     discarding: bool,
+    /// Bytes of the line being discarded, dropped so far.
+    discarded: usize,
     telnet: Telnet,
     out: VecDeque<Line>,
 }
@@ -112,9 +124,15 @@ impl LineBuffer {
 
     fn push_partial(&mut self, part: &[u8]) {
         if self.discarding {
+            let before = self.discarded;
+            self.discarded = before.saturating_add(part.len());
+            if before <= MAX_DISCARD && self.discarded > MAX_DISCARD {
+                self.out.push_back(Line::Endless);
+            }
             return;
         }
         if self.buf.len() + part.len() > MAX_LINE {
+            self.discarded = self.buf.len() + part.len();
             self.buf.clear();
             self.discarding = true;
             self.out.push_back(Line::TooLong);
@@ -156,6 +174,26 @@ mod tests {
         lb.handle_bytes(b"yyy\r\nNOOP\r\n");
         assert_eq!(lb.poll_line(), Some(Line::TooLong));
         assert_eq!(lb.poll_line(), Some(Line::Text(b"NOOP".to_vec())));
+        assert_eq!(lb.poll_line(), None);
+    }
+
+    /// A line still without an end past a megabyte is reported once more,
+    /// as endless; its bytes are still dropped, and a line end ends it.
+    #[test]
+    fn a_line_without_end_is_reported_once() {
+        let mut lb = LineBuffer::new();
+        let chunk = vec![b'C'; 64 * 1024];
+        for _ in 0..(MAX_DISCARD / chunk.len() + 4) {
+            lb.handle_bytes(&chunk);
+        }
+        assert_eq!(lb.pending(), 0, "nothing held");
+        assert_eq!(std::iter::from_fn(|| lb.poll_line()).collect::<Vec<_>>(), [Line::TooLong, Line::Endless]);
+        lb.handle_bytes(&chunk);
+        lb.handle_bytes(b"\r\nNOOP\r\n");
+        assert_eq!(lb.poll_line(), Some(Line::Text(b"NOOP".to_vec())));
+        lb.handle_bytes(&vec![b'x'; MAX_LINE + 1]);
+        lb.handle_bytes(b"\n");
+        assert_eq!(lb.poll_line(), Some(Line::TooLong), "a second long line: counted from its start");
         assert_eq!(lb.poll_line(), None);
     }
 

@@ -319,6 +319,10 @@ impl ServerPi {
                 self.rnfr = None;
                 return self.reply(500, "Command line too long.");
             }
+            Line::Endless => {
+                self.reply(421, "Command line without end, closing control connection.");
+                return self.out.push_back(Output::Close);
+            }
             Line::Text(b) => b,
         };
         let cmd = Command::parse(&bytes);
