@@ -168,7 +168,8 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
-    if matches!(dst, Location::Local(_)) || srcs.iter().any(|s| matches!(s, Location::Local(_))) {
+    let third_party = !matches!(dst, Location::Local(_)) && srcs.iter().all(|s| matches!(s, Location::Remote(_)));
+    if !third_party {
         lightpath_engine::iothreads::start_in_background();
     }
     let progress = Arc::new(Progress::default());
@@ -184,7 +185,15 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     // not answer) are left behind; the process is about to end.
     rt.shutdown_timeout(Duration::from_millis(100));
     let Some(results) = results? else {
-        let unfinished = if a.partial { "unfinished files kept for --partial" } else { "unfinished files removed" };
+        // --partial keeps what a download or an upload left; a third-party
+        // copy (no local end) is resumed within its run only.
+        let unfinished = match (a.partial, third_party) {
+            (true, false) => "unfinished files kept for --partial",
+            (true, true) => {
+                "unfinished files will not be resumed (--partial resumes downloads and uploads, not third-party copies)"
+            }
+            (false, _) => "unfinished files removed",
+        };
         eprintln!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept");
         return Ok(Outcome::Interrupted);
     };
