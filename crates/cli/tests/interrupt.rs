@@ -82,13 +82,15 @@ fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
     out
 }
 
-/// `root/tree`: a small file, sent first, and a 4 GiB sparse one in a
-/// directory of mode 0751.
+/// `root/tree`: two small files, sent first, one beside a 4 GiB sparse
+/// one in a directory of mode 0751; and an empty directory.
 fn small_and_big_tree(root: &Path) -> std::path::PathBuf {
     let tree = open_dir(&root.join("tree"));
     std::fs::write(tree.join("small"), b"a small file, sent first").unwrap();
     let sub = open_dir(&tree.join("sub"));
+    std::fs::write(sub.join("a"), b"a small file, sent before big").unwrap();
     sparse(&sub.join("big"));
+    open_dir(&tree.join("void"));
     std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o751)).unwrap();
     tree
 }
@@ -100,11 +102,12 @@ fn tree_download_under_way(port: u16, local: &Path) -> Child {
     cp
 }
 
-/// Only the finished file of the tree is under `local`.
+/// Only finished files of the tree are under `local/tree`, whole.
 fn only_the_small_file(local: &Path, tree: &Path) {
     for (p, _) in files_under(local) {
-        assert_eq!(p.file_name().unwrap(), "small", "unfinished file left: {}", p.display());
-        assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(tree.join("small")).unwrap());
+        assert_ne!(p.file_name().unwrap(), "big", "unfinished file left: {}", p.display());
+        let src = tree.join(p.strip_prefix(local.join("tree")).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), std::fs::read(src).unwrap());
     }
 }
 
@@ -117,9 +120,11 @@ fn ctrl_c_during_a_tree_download_keeps_only_finished_files() {
     assert_eq!(code, Some(130), "{err}");
     only_the_small_file(&local, &tree);
     // Directories are made 0700 while the tree is written; an interrupted
-    // tree still gets the sender's modes.
+    // tree still gets the sender's modes, and the directories it made
+    // that are empty are gone (the next try makes them again).
     let mode = std::fs::metadata(local.join("tree/sub")).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o751, "the directory's mode: {mode:o}");
+    assert!(!local.join("tree/void").exists(), "an empty directory it made stays");
 }
 
 #[test]

@@ -55,6 +55,19 @@ fn path_escapes_refused() {
     assert!(matches!(e, VfileError::Manifest(ManifestError::BadPath { .. })), "{e}");
 }
 
+/// A refused tree leaves no empty directories it made (a chain of 65 was
+/// left by a path too long); one that was there before stays.
+#[test]
+fn a_refused_tree_removes_the_empty_directories_it_made() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    fs::create_dir(s.p("dst/pre")).unwrap();
+    let entries = [dir(b"pre"), dir(b"pre/x"), dir(b"a"), dir(b"a/b"), dir(b"a/b/c"), file(b"../evil", 1, 0)];
+    let e = unpack_hostile(&s, &entries, 1, &[(0, b"e")]);
+    assert!(matches!(e, VfileError::Manifest(ManifestError::BadPath { .. })), "{e}");
+    assert_eq!(only(&s), [b"pre".to_vec()], "only what was there before");
+}
+
 #[test]
 fn duplicates_refused() {
     let _dog = Watchdog::new();

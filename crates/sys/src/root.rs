@@ -365,6 +365,13 @@ impl Root {
         mkdir_in(&dir, name, mode)
     }
 
+    /// Remove an empty directory, without following symlinks in any
+    /// component.
+    pub fn rmdir_strict(&self, rel: &[u8]) -> io::Result<()> {
+        let (dir, name) = self.parent_strict(rel)?;
+        Ok(rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR)?)
+    }
+
     /// Open a directory without following symlinks in any component.
     pub fn open_dir_strict(&self, rel: &[u8]) -> io::Result<File> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;

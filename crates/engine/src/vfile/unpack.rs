@@ -146,8 +146,8 @@ struct State {
     /// Data ahead of its entries: virtual offset -> bytes.
     parked: BTreeMap<u64, (Arc<Chunk>, Range<usize>)>,
     parked_bytes: Parked,
-    /// Directories in manifest order: path, mode, mtime.
-    dirs: Vec<(Vec<u8>, u32, i64)>,
+    /// Directories of the tree, as their entries came (parents first).
+    dirs: Vec<DirMade>,
     /// Symlinks and hard links, made at the end.
     links: Vec<Entry>,
     stats: UnpackStats,
@@ -320,11 +320,12 @@ impl Unpacker {
             Kind::Dir => {
                 let (parent, name) = split(&e.path);
                 let ctx = &self.pool.ctx;
-                ctx.dir(parent)
+                let made = ctx
+                    .dir(parent)
                     .and_then(|d| d.mkdir(name, 0o700))
                     .map_err(|x| VfileError::io("creating directory", &e.path, x))?;
                 st.stats.dirs += 1;
-                st.dirs.push((e.path, e.mode, e.mtime_ns));
+                st.dirs.push(DirMade { path: e.path, mode: e.mode, mtime_ns: e.mtime_ns, made });
             }
             Kind::File { size, offset } => {
                 let slot = Arc::new(FileSlot::new(e.path, offset, size, e.mode, e.mtime_ns));
@@ -447,15 +448,21 @@ impl Unpacker {
         Ok(st.stats)
     }
 
-    /// A tree that did not complete: its directories get their modes
-    /// (they were made 0700 so that nobody could plant entries while the
-    /// tree was written), best effort. Its complete files stay, in
-    /// directories that look as the sender's do; mtimes are not set, as
-    /// the contents are not the sender's.
-    fn release_dirs(&self, dirs: &[(Vec<u8>, u32, i64)]) {
-        for (path, mode, _) in dirs.iter().rev() {
-            if let Ok(d) = self.root().open_dir_strict(path) {
-                let _ = d.set_permissions(Permissions::from_mode(mode & APPLY_MODE));
+    /// A tree that did not complete: the directories this unpack made
+    /// that are still empty are removed, deepest first (a tree whose
+    /// sender failed on a path too long left a chain of 65 empty ones; a
+    /// later try makes them again); the others get their modes (they were
+    /// made 0700 so that nobody could plant entries while the tree was
+    /// written), best effort. Its complete files stay, in directories
+    /// that look as the sender's do; mtimes are not set, as the contents
+    /// are not the sender's.
+    fn release_dirs(&self, dirs: &[DirMade]) {
+        for d in dirs.iter().rev() {
+            if d.made && self.root().rmdir_strict(&d.path).is_ok() {
+                continue;
+            }
+            if let Ok(f) = self.root().open_dir_strict(&d.path) {
+                let _ = f.set_permissions(Permissions::from_mode(d.mode & APPLY_MODE));
             }
         }
     }
@@ -498,15 +505,25 @@ impl Unpacker {
         Ok(())
     }
 
-    fn set_dir_meta(&self, dirs: &[(Vec<u8>, u32, i64)]) -> Result<(), VfileError> {
-        for (path, mode, mtime) in dirs.iter().rev() {
+    fn set_dir_meta(&self, dirs: &[DirMade]) -> Result<(), VfileError> {
+        for DirMade { path, mode, mtime_ns, .. } in dirs.iter().rev() {
             let io = |e| VfileError::io("setting the metadata of", path, e);
             let d = self.root().open_dir_strict(path).map_err(io)?;
             d.set_permissions(Permissions::from_mode(mode & APPLY_MODE)).map_err(io)?;
-            d.set_times(FileTimes::new().set_modified(system_time(*mtime))).map_err(io)?;
+            d.set_times(FileTimes::new().set_modified(system_time(*mtime_ns))).map_err(io)?;
         }
         Ok(())
     }
+}
+
+/// A directory entry of the tree: its mode and mtime (set at the end),
+/// and whether this unpack made it (else it was there already).
+#[derive(Debug)]
+struct DirMade {
+    path: Vec<u8>,
+    mode: u32,
+    mtime_ns: i64,
+    made: bool,
 }
 
 impl Drop for Unpacker {
