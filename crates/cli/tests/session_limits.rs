@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,27 @@ fn flat(dir: &Path, n: usize) {
     }
 }
 
+/// Our server over `root/src` with `n` files, taking at most
+/// `max_sessions` sessions, and an empty local directory.
+struct Limited {
+    _dir: tempfile::TempDir,
+    _server: Proc,
+    port: u16,
+    root: PathBuf,
+    local: PathBuf,
+    /// The URLs of the files.
+    urls: Vec<String>,
+}
+
+fn limited_server(n: usize, max_sessions: &str) -> Limited {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    flat(&root.join("src"), n);
+    let (server, port) = lp_server(&root, &["--anonymous", "--max-sessions", max_sessions]);
+    let urls = (0..n).map(|i| format!("ftp://127.0.0.1:{port}/src/f{i:03}")).collect();
+    Limited { _dir: d, _server: server, port, root, local, urls }
+}
+
 /// GCT with `-connections-max 3`: 16 sessions upload a tree file by
 /// file and fetch it back. Before, the sessions turned away spent their
 /// files' retries and 64 of 2000 files failed.
@@ -71,18 +92,15 @@ fn a_copy_goes_on_with_the_sessions_a_gct_server_takes() {
 /// virtual file) over 8 sessions all arrive.
 #[test]
 fn a_copy_goes_on_with_the_sessions_our_server_takes() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
-    flat(&root.join("src"), 40);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions", "2"]);
+    let t = limited_server(40, "2");
     let mut args: Vec<String> = vec!["--cc".into(), "8".into()];
-    args.extend((0..40).map(|i| format!("ftp://127.0.0.1:{port}/src/f{i:03}")));
-    args.push(format!("{}/", local.display()));
+    args.extend(t.urls.iter().cloned());
+    args.push(format!("{}/", t.local.display()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, log) = cp_within(&args, 120);
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains(GOING_ON) && log.contains("greeting refused"), "{log}");
-    assert_same_tree(&root.join("src"), &local);
+    assert_same_tree(&t.root.join("src"), &t.local);
 }
 
 /// A server whose one session is taken by someone else: nothing to go on
@@ -90,17 +108,13 @@ fn a_copy_goes_on_with_the_sessions_our_server_takes() {
 /// refusal, in bounded time.
 #[test]
 fn a_server_that_takes_no_session_fails_the_copy() {
-    let d = scratch();
-    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
-    flat(&root.join("src"), 3);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions", "1"]);
-    let _held = Raw::login(port);
-    let srcs: Vec<String> = (0..3).map(|i| format!("ftp://127.0.0.1:{port}/src/f{i:03}")).collect();
-    let dst = format!("{}/", local.display());
+    let t = limited_server(3, "1");
+    let _held = Raw::login(t.port);
+    let (srcs, dst) = (&t.urls, format!("{}/", t.local.display()));
     let (code, log) = cp_within(&["--retries", "1", "--cc", "2", &srcs[0], &srcs[1], &srcs[2], &dst], 60);
     assert_ne!(code, Some(0), "{log}");
     assert!(log.contains("greeting refused") && !log.contains(GOING_ON), "{log}");
-    assert!(names(&local).is_empty(), "nothing copied: {:?}", names(&local));
+    assert!(names(&t.local).is_empty(), "nothing copied: {:?}", names(&t.local));
 }
 
 /// A server full for a moment: the copy's first session, turned away, is
