@@ -322,6 +322,7 @@ async fn worker(
         if batch.is_empty() {
             break;
         }
+        batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
         let mut failed = None;
         if sessions.is_none() {
             match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
@@ -336,7 +337,6 @@ async fn worker(
             crew::wait_turned_away(&q, turned_away, &sopts.cancel).await;
             continue;
         }
-        batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
         let results = match (sessions.as_mut(), failed) {
             (Some(pair), _) => run_batch(pair, &batch, &opts, root.as_deref(), &mut linked).await,
             (None, e) => {

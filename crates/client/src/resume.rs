@@ -73,6 +73,12 @@ impl Resume {
         self.slot().as_ref().map(|k| k.have.clone())
     }
 
+    /// Whether nothing is kept: no file taken up or received into, no
+    /// upload noted.
+    pub fn is_empty(&self) -> bool {
+        self.slot().is_none() && self.sent().is_none()
+    }
+
     /// Bytes kept from earlier tries (a download's here, or an upload's
     /// on the server).
     pub fn kept_bytes(&self) -> u64 {

@@ -35,12 +35,15 @@ impl Crew {
         *counted = now;
     }
 
-    /// Whether `e`, met opening the sessions for fresh files, is a
-    /// server's refusal of more sessions while other workers hold some:
-    /// then the files go back to them. Said once per copy.
+    /// Whether `e`, met opening the sessions for fresh files (never
+    /// tried, nothing kept from an earlier run: handed back, they lose
+    /// nothing), is a server's refusal of more sessions while other
+    /// workers hold some: then the files go back to them. Said once per
+    /// copy.
     pub(super) fn turned_away(&self, e: &ClientError, batch: &[Task]) -> bool {
         let live = self.live.load(Ordering::Relaxed);
-        if !e.is_busy() || live == 0 || batch.iter().any(|t| t.tries > 0) {
+        let fresh = batch.iter().all(|t| t.tries == 0 && t.resume.is_empty());
+        if !e.is_busy() || live == 0 || !fresh {
             return false;
         }
         if !self.said.swap(true, Ordering::Relaxed) {
