@@ -105,11 +105,16 @@ impl TempFile {
     }
 
     /// Give the file its final name (atomically replacing an old one).
+    /// A write error that shows only at `close` (NFS, FUSE and CIFS report
+    /// delayed write errors there, and ENOSPC or EDQUOT) fails the commit:
+    /// the file gets no name, and its temporary one is removed.
     pub fn commit(mut self) -> io::Result<()> {
         if self.is_unnamed() {
             self.link_temp_name()?;
         }
-        self.file.take();
+        if let Some(f) = self.file.take() {
+            close_checked(f)?;
+        }
         let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
         if r.is_ok() {
             self.tmp.clear();
@@ -198,6 +203,21 @@ impl TempFile {
     }
 }
 
+/// Close `f`, returning the error `close` gives (`File`'s drop ignores
+/// it). The descriptor is released either way, so it is never closed
+/// twice.
+fn close_checked(f: File) -> io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` was just taken out of its `File`, which owned it and
+    // so closes it nowhere else; it is not used after this call.
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.tmp.is_empty() {
@@ -220,6 +240,24 @@ mod temp_tests {
         let mut v: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         v.sort();
         v
+    }
+
+    /// A file whose `close` fails (an NFS server's delayed write error;
+    /// here a descriptor already gone, EBADF) is not given its name, and
+    /// its temporary name is removed: the error was ignored before.
+    #[test]
+    fn a_failed_close_gives_no_name() {
+        use std::os::fd::FromRawFd;
+        let (d, dir) = scratch();
+        let mut t = TempFile::create_named(dir, OsStr::new("f"), 0o640).unwrap();
+        std::io::Write::write_all(&mut t.file(), b"data").unwrap();
+        drop(t.file.take());
+        // SAFETY: a descriptor number this test process never opened; the
+        // File only reaches `close_checked`, which gets EBADF.
+        t.file = Some(unsafe { File::from_raw_fd(1 << 20) });
+        let e = t.commit().expect_err("a failed close commits nothing");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+        assert!(names(&d).is_empty(), "{:?}", names(&d));
     }
 
     /// An unnamed file shows in its directory only once committed, under
