@@ -34,6 +34,8 @@ struct Script {
     refuse_dele: bool,
     /// Paths DELE removed.
     deleted: Mutex<Vec<String>>,
+    /// The path of the last RNFR.
+    rename_from: Mutex<Option<String>>,
 }
 
 impl Script {
@@ -44,6 +46,16 @@ impl Script {
 
     fn file(&self, path: &str) -> Option<Vec<u8>> {
         self.files.lock().unwrap().get(path).cloned()
+    }
+
+    /// Whether a transfer of `path` fails: it is named in `failing`, or
+    /// is the temporary name an upload of such a file goes under
+    /// (`dir/.NAME.lp-<hex>.part`, renamed once complete).
+    fn fails(&self, path: &str) -> bool {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let own = name.strip_prefix('.').and_then(|n| n.strip_suffix(".part")).and_then(|n| n.rsplit_once(".lp-"));
+        let shown = own.map_or(path.to_string(), |(n, _)| format!("{dir}/{n}"));
+        self.failing.contains(&shown.as_str())
     }
 }
 
@@ -96,6 +108,19 @@ fn command(script: &Script, verb: &str, arg: &str) -> String {
         ("SIZE" | "MLST", _) => "550 no such file\r\n".into(),
         ("FEAT", _) => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n PARALLEL\r\n211 End\r\n".into(),
         ("CKSM", _) => format!("213 {}\r\n", script.cksm.unwrap_or(HELLO_MD5)),
+        ("RNFR", Some(_)) => {
+            *script.rename_from.lock().unwrap() = Some(arg.to_string());
+            "350 ready for RNTO\r\n".into()
+        }
+        ("RNTO", _) => match script.rename_from.lock().unwrap().take() {
+            Some(from) => {
+                let mut files = script.files.lock().unwrap();
+                let body = files.remove(&from).unwrap_or_default();
+                files.insert(arg.to_string(), body);
+                "250 renamed\r\n".into()
+            }
+            None => "503 RNFR first\r\n".into(),
+        },
         ("DELE", _) if script.refuse_dele => "550 DELE: permission denied\r\n".into(),
         ("DELE", _) => {
             let p = arg.to_string();
@@ -121,10 +146,10 @@ fn transfer(out: &mut TcpStream, data: &mut Data, script: &Script, verb: &str, p
     let Some((mut dc, reused)) = data.conn() else { return "425 no data connection\r\n".into() };
     let _ = out.write_all(if reused { b"125 reusing\r\n" } else { b"150 opening\r\n" });
     let got = match verb {
-        "RETR" => send_e(&mut dc, &body.unwrap_or_default(), script.failing.contains(&path)),
+        "RETR" => send_e(&mut dc, &body.unwrap_or_default(), script.fails(path)),
         _ => recv_e(&mut dc),
     };
-    if script.failing.contains(&path) || got.is_none() {
+    if script.fails(path) || got.is_none() {
         *data = Data::default();
         return "451 Command failed. : callback failed.\r\n".into();
     }
@@ -224,31 +249,49 @@ fn an_upload_failing_once_begun_does_not_sink_the_files_pipelined_behind_it() {
     for (p, data) in files.iter().filter(|(p, _)| p != "/d/f2") {
         assert_eq!(script.file(p).as_ref(), Some(data), "{p}: {err}");
     }
-    assert!(err.contains("STOR /d/f2 refused: Command failed. : callback failed"), "{err}");
+    // Stored under a temporary name (`.f2.lp-<hex>.part`), renamed once whole.
+    assert!(err.contains("-> ftp://") && err.contains("/d/f2: "), "the file named: {err}");
+    assert!(err.contains("/d/.f2.lp-") && err.contains("refused: Command failed. : callback failed"), "{err}");
+    assert!(script.file("/d/f2").is_none(), "{err}");
 }
 
 /// Against the real GCT server: an upload into `/dev/full` (a symlink in
 /// the destination) fails once begun, and GCT then refuses every STOR
-/// until a new PASV. The files behind it must still arrive.
+/// until a new PASV. The files behind it must still arrive. That happens
+/// to partial copies (`--len`), which write into the files themselves;
+/// whole files go under a temporary name, renamed once complete, which
+/// replaces the symlink rather than writing through it.
 #[test]
 fn uploads_behind_a_failed_one_reach_a_gct_server() {
     let home = scratch();
     let (src, dst) = (open_dir(&home.path().join("src")), open_dir(&home.path().join("dst")));
     std::os::unix::fs::symlink("/dev/full", dst.join("f2")).unwrap();
-    let mut args = Vec::new();
+    let mut files = Vec::new();
     for i in 1..=5 {
         write_random(&src.join(format!("f{i}")), 100_000 * i, i as u64);
-        args.push(src.join(format!("f{i}")).display().to_string());
+        files.push(src.join(format!("f{i}")).display().to_string());
     }
     let (_g, port) = gct_server(home.path());
-    args.push(format!("ftp://127.0.0.1:{port}{}/", dst.display()));
-    let (code, err, took) = timed_cp(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let to = format!("ftp://127.0.0.1:{port}{}/", dst.display());
+    let args = |extra: &[&str]| -> Vec<String> {
+        extra.iter().map(|a| a.to_string()).chain(files.iter().cloned()).chain([to.clone()]).collect()
+    };
+    let partial = args(&["--len", "100000"]);
+    let (code, err, took) = timed_cp(&partial.iter().map(String::as_str).collect::<Vec<_>>());
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("f2"), "{err}");
     assert!(took < Duration::from_secs(30), "took {took:?}: {err}");
     for i in [1, 3, 4, 5] {
+        let want = std::fs::read(src.join(format!("f{i}"))).unwrap();
+        assert_eq!(std::fs::read(dst.join(format!("f{i}"))).unwrap(), want[..100_000], "f{i}: {err}");
+    }
+    let whole = args(&[]);
+    let (code, err, _) = timed_cp(&whole.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    for i in 1..=5 {
         assert_same_file(&src.join(format!("f{i}")), &dst.join(format!("f{i}")));
     }
+    assert!(std::fs::symlink_metadata(dst.join("f2")).unwrap().is_file(), "the symlink replaced");
 }
 
 /// Task: `--verify md5` of a download whose server's CKSM disagrees: the
@@ -286,13 +329,18 @@ fn an_upload_failing_verify_is_deleted_on_the_server() {
             timed_cp(&["--verify", "md5", src.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/d/f")]);
         assert_ne!(code, 0, "{err}");
         assert!(err.contains("checksum mismatch"), "{err}");
+        // The copy went under a temporary name, checked there: a bad one
+        // never stood under the file's own name.
+        assert!(script.file("/d/f").is_none(), "{err}");
+        let kept: Vec<String> = script.files.lock().unwrap().keys().cloned().collect();
         if refuse_dele {
             assert!(err.contains("DELE") && err.contains("permission denied"), "{err}");
-            assert!(script.file("/d/f").is_some());
+            assert!(kept.len() == 1 && kept[0].starts_with("/d/.f.lp-"), "{kept:?}");
         } else {
             assert!(err.contains("removed"), "{err}");
-            assert_eq!(*script.deleted.lock().unwrap(), ["/d/f"]);
-            assert!(script.file("/d/f").is_none());
+            let deleted = script.deleted.lock().unwrap().clone();
+            assert!(deleted.len() == 1 && deleted[0].starts_with("/d/.f.lp-"), "removed once: {deleted:?}");
+            assert!(kept.is_empty(), "{kept:?}");
         }
     }
 }

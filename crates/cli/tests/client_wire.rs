@@ -286,7 +286,7 @@ struct NoMlst {
 /// A plain FTP server (MODE S, no MLST) taking uploads.
 fn no_mlst_server(script: Arc<NoMlst>) -> u16 {
     scripted::serve(move |conn| {
-        let mut data = DataEnd::default();
+        let (mut data, mut from) = (DataEnd::default(), None::<String>);
         scripted::commands(conn, "no MLST", |out, verb, arg| {
             Some(match verb {
                 "FEAT" => "211-Features:\r\n SIZE\r\n211 End\r\n".into(),
@@ -300,6 +300,19 @@ fn no_mlst_server(script: Arc<NoMlst>) -> u16 {
                     let _ = data.open()?.read_to_end(&mut Vec::new());
                     script.stored.lock().unwrap().push(arg.to_string());
                     "226 Transfer complete.\r\n".into()
+                }
+                // Files go under a temporary name, renamed once stored.
+                "RNFR" => {
+                    from = Some(arg.to_string());
+                    "350 ready for RNTO\r\n".into()
+                }
+                "RNTO" => {
+                    let mut stored = script.stored.lock().unwrap();
+                    match stored.iter_mut().find(|p| Some(p.as_str()) == from.as_deref()) {
+                        Some(p) => *p = arg.to_string(),
+                        None => return Some("550 no such file\r\n".into()),
+                    }
+                    "250 renamed\r\n".into()
                 }
                 "USER" => "331 password\r\n".into(),
                 "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),

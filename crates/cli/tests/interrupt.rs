@@ -68,6 +68,33 @@ fn ctrl_c_during_an_upload_leaves_nothing_on_the_server() {
     wait_for("the server kept a partial upload", || names(&root).is_empty());
 }
 
+/// GCT's server writes a STOR under the name it is given, so an upload
+/// to it goes under a hidden temporary name, renamed once complete: Ctrl-C
+/// leaves nothing (the temporary file is removed, on a new session: GCT
+/// closes the aborted one), and SIGKILL leaves no file under the final
+/// name, only the hidden one. Both left a short `big` before.
+#[test]
+fn an_upload_to_gct_never_leaves_a_short_file_under_its_name() {
+    let d = scratch();
+    let home = open_dir(&d.path().join("home"));
+    let (_g, port) = gct_server(&home);
+    let src = scratch();
+    sparse(&src.path().join("big"));
+    let url = format!("ftp://127.0.0.1:{port}{}/big", home.display());
+    let stored = || files_under(&home).iter().map(|f| f.1).sum::<u64>();
+    let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
+    wait_for("the upload never reached the server", || stored() > 64 << 20);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    wait_for("the temporary file stayed", || names(&home).is_empty());
+    let mut cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
+    wait_for("the second upload never reached the server", || stored() > 64 << 20);
+    cp.kill().unwrap();
+    cp.wait().unwrap();
+    let left = names(&home);
+    assert!(left.len() == 1 && left[0].starts_with(".big.lp-") && left[0].ends_with(".part"), "{left:?}");
+}
+
 /// Regular files under `dir`, recursively: (path, size).
 fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
     let mut out = Vec::new();

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 mod crew;
+mod publish;
 mod tree;
 use crew::Crew;
 use tree::{tree_noted, try_tree};
@@ -415,6 +416,18 @@ async fn run_batch(
     let items: Vec<Item> = batch.iter().map(|t| t.item.clone()).collect();
     match (pair.0.as_mut(), pair.1.as_mut()) {
         (Some(s), None) => get_batch(s, batch, opts, root).await,
+        (None, Some(d)) if publish::wanted(d, opts.part) => {
+            let temps = publish::temp_tasks(batch);
+            let mut r = put_batch(d, &temps, opts).await;
+            publish::publish(d, &temps, batch, &mut r).await;
+            r
+        }
+        (Some(s), Some(d)) if publish::wanted(d, opts.part) => {
+            let temps = publish::temp_tasks(batch);
+            let mut r = tpt_batch(s, d, &temps, opts, linked).await;
+            publish::publish(d, &temps, batch, &mut r).await;
+            r
+        }
         (None, Some(d)) => put_batch(d, batch, opts).await,
         (Some(s), Some(d)) => tpt_batch(s, d, batch, opts, linked).await,
         (None, None) => items.iter().map(|_| Err(ClientError::Usage("local to local: use cp".into()))).collect(),

@@ -108,6 +108,44 @@ impl Session {
         Ok(())
     }
 
+    /// `RNFR from` and `RNTO to` for each pair, pipelined
+    /// ([`Session::final_replies`]): one result a pair.
+    pub async fn rename_many(&mut self, moves: &[(Vec<u8>, Vec<u8>)]) -> Vec<Result<(), ClientError>> {
+        let cmds: Vec<_> = moves
+            .iter()
+            .flat_map(|(from, to)| [path_cmd("RNFR ", from), path_cmd("RNTO ", to)])
+            .map(|c| self.ctl.check(&c).map(|()| c))
+            .collect();
+        let replies = self.final_replies(&cmds).await;
+        let shown = |verb: &str, p: &[u8]| format!("{verb} {}", String::from_utf8_lossy(p));
+        let mut out = Vec::with_capacity(moves.len());
+        for (r, (from, to)) in replies.chunks(2).zip(moves) {
+            let (rnfr, rnto) = (r[0].as_ref().map_err(Clone::clone), r[1].as_ref().map_err(Clone::clone));
+            out.push(match (rnfr, rnto) {
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+                (Ok(a), _) if a.code != 350 => Err(self.ctl.unexpected(&shown("RNFR", from), a)),
+                (Ok(_), Ok(b)) if !b.is_ok() => Err(self.ctl.unexpected(&shown("RNTO", to), b)),
+                _ => Ok(()),
+            });
+        }
+        out
+    }
+
+    /// `DELE` of each path, pipelined: one result a path.
+    pub async fn delete_many(&mut self, paths: &[Vec<u8>]) -> Vec<Result<(), ClientError>> {
+        let cmds: Vec<_> = paths.iter().map(|p| path_cmd("DELE ", p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let replies = self.final_replies(&cmds).await;
+        let shown = |p: &[u8]| format!("DELE {}", String::from_utf8_lossy(p));
+        replies
+            .into_iter()
+            .zip(paths)
+            .map(|(r, p)| match r {
+                Ok(r) if r.is_error() => Err(self.ctl.unexpected(&shown(p), &r)),
+                r => r.map(drop),
+            })
+            .collect()
+    }
+
     /// `CKSM alg 0 -1 path`, the path as its bytes (names need not be UTF-8).
     pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
         self.checksum_of(alg, 0, None, path).await

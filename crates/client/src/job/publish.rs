@@ -1,0 +1,106 @@
+//! Files stored on a server without lightpath's extensions (GCT's, any
+//! FTP server) go under a hidden temporary name in their directory and
+//! are renamed (`RNFR`, `RNTO`) once complete: such a server writes a STOR
+//! straight under the name it is given, so an upload broken off, a client
+//! killed or a copy interrupted left a short file posing as the whole one.
+//! A lightpath server keeps an upload unnamed until it is whole, so its
+//! files are stored under their own names.
+//!
+//! A batch's renames, and the removal (`DELE`) of what its failed files
+//! left, are pipelined together once the batch is done: a round trip per
+//! batch, not per file. What a try left is removed before the next try,
+//! so a third-party copy retried within the run starts its file over
+//! rather than resuming it (its resume would name the temporary file).
+
+use crate::plan::Item;
+use crate::retry::Task;
+use crate::session::Session;
+use crate::{ClientError, Location, Remote};
+
+/// Linux's longest name (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// Whether files stored on `d` go under temporary names: whole files to
+/// a server that is not lightpath.
+pub(super) fn wanted(d: &Session, part: Option<(u64, u64)>) -> bool {
+    !d.is_lightpath() && part.is_none()
+}
+
+/// The tasks of `batch` with each destination under its temporary name.
+pub(super) fn temp_tasks(batch: &[Task]) -> Vec<Task> {
+    batch
+        .iter()
+        .map(|t| {
+            let dst = match &t.item.dst {
+                Location::Remote(r) => Location::Remote(Remote { path: temp_path(&r.path), ..r.clone() }),
+                l => l.clone(),
+            };
+            let item = Item { dst, ..t.item.clone() };
+            Task { item, tries: t.tries, resume: t.resume.clone(), at_once: t.at_once }
+        })
+        .collect()
+}
+
+/// `dir/.NAME.lp-<8 hex>.part` beside `path` (`dir/.lp-<16 hex>.part`
+/// when that would pass `NAME_MAX`): hidden, and not the name of any
+/// file of the copy.
+pub(super) fn temp_path(path: &[u8]) -> Vec<u8> {
+    let cut = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    let (dir, name) = path.split_at(cut);
+    let mut out = dir.to_vec();
+    let tag: u64 = rand::random();
+    if name.len() + ".lp-12345678.part".len() < NAME_MAX {
+        out.push(b'.');
+        out.extend_from_slice(name);
+        out.extend_from_slice(format!(".lp-{:08x}.part", tag as u32).as_bytes());
+    } else {
+        out.extend_from_slice(format!(".lp-{tag:016x}.part").as_bytes());
+    }
+    out
+}
+
+/// Give each file of `batch` stored whole under its temporary name (in
+/// `temps`) its own name; remove what the others left (and forget what a
+/// retry would resume from: it was there). A refused rename fails its
+/// file, naming the temporary file, which is then removed too.
+pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], results: &mut [Result<u64, ClientError>]) {
+    let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
+    let moves: Vec<(Vec<u8>, Vec<u8>)> = done.iter().map(|&i| (path(&temps[i]), path(&batch[i]))).collect();
+    let renamed = d.rename_many(&moves).await;
+    for ((&i, (temp, _)), r) in done.iter().zip(&moves).zip(renamed) {
+        if let Err(e) = r {
+            results[i] =
+                Err(ClientError::Local(format!("stored as {}, not renamed: {e}", String::from_utf8_lossy(temp))));
+        }
+    }
+    // A copy that failed `--verify` was removed already (or its DELE's
+    // refusal reported): `job::discard_copy`.
+    let left_behind =
+        |r: &Result<u64, ClientError>| matches!(r, Err(e) if !matches!(e, ClientError::VerifyFailed { .. }));
+    let failed: Vec<usize> = (0..results.len()).filter(|&i| left_behind(&results[i])).collect();
+    if failed.is_empty() {
+        return;
+    }
+    let left: Vec<Vec<u8>> = failed.iter().map(|&i| path(&temps[i])).collect();
+    let mut removed = d.delete_many(&left).await;
+    if removed.iter().any(|r| matches!(r, Err(ClientError::Control(..)))) {
+        // GCT closes a session whose upload was aborted (Ctrl-C): a new
+        // one removes what it left.
+        d.lost();
+        if d.reopen_if_out_of_step().await.is_ok() {
+            removed = d.delete_many(&left).await;
+        }
+    }
+    for ((&i, p), r) in failed.iter().zip(&left).zip(removed) {
+        // Nothing there (a STOR refused outright) is fine.
+        tracing::debug!("removing {}: {r:?}", String::from_utf8_lossy(p));
+        batch[i].resume.clear();
+    }
+}
+
+fn path(t: &Task) -> Vec<u8> {
+    match &t.item.dst {
+        Location::Remote(r) => r.path.clone(),
+        Location::Local(p) => p.as_os_str().as_encoded_bytes().to_vec(),
+    }
+}
