@@ -331,7 +331,13 @@ fn receive(
         let direct = upload_io(dc, cfg, &mut path, t);
         let conn = dc.open_stream().map_err(data_reply)?;
         let sink = target.sink(direct);
-        dc.recv_s(conn, sink.as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(file_reply(&t.path))?
+        let n =
+            dc.recv_s(conn, sink.as_ref(), base, MAX_FILE - base.min(MAX_FILE), ctl).map_err(file_reply(&t.path))?;
+        if t.allo.is_none() && client_went_away(ctl) {
+            tracing::info!(path = %t.path.display(), n, "stream upload ended with its client's control connection: not kept");
+            return Err(Reply::new(426, "Connection closed: the client went away as the data ended; file not kept."));
+        }
+        n
     } else {
         let reused = match dc.prepare_recv() {
             Ok(r) => r,
@@ -363,6 +369,27 @@ fn receive(
     }
     finish(target, &t.path, cfg.fsync)?;
     Ok(moved)
+}
+
+/// How long a stream-mode upload without `ALLO` waits, once its data
+/// connection closed, to see whether the control connection closes too
+/// (it comes within a millisecond or two on loopback; the margin is for
+/// a loaded machine). Each such upload's 226 waits this long: GCT's
+/// client sends `ALLO`, and lightpath's uploads to us in MODE E.
+const STREAM_END_GRACE: Duration = Duration::from_millis(50);
+
+/// In MODE S the close of the data connection is the end of the file:
+/// without `ALLO` the size is not known, and a client killed mid-upload
+/// (its kernel closes both connections at once) looked like one that
+/// finished. A client that did finish keeps its control connection open
+/// for the 226; one whose control connection ends within
+/// [`STREAM_END_GRACE`] of the data went away, and its file is not kept.
+fn client_went_away(ctl: &Control) -> bool {
+    let end = Instant::now() + STREAM_END_GRACE;
+    while !ctl.is_lost() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    ctl.is_lost()
 }
 
 /// Where an upload's bytes start in the file.
