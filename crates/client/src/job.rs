@@ -324,13 +324,7 @@ async fn worker(
             break;
         }
         batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
-        let mut failed = None;
-        if sessions.is_none() {
-            match open_sessions(&batch[0], &sopts, pre.take().unwrap_or_default(), &opts).await {
-                Ok(s) => sessions = Some(s),
-                Err(e) => failed = Some(e),
-            }
-        }
+        let failed = open_if_needed(&mut sessions, &batch[0], (&sopts, &opts), &mut pre).await;
         crew.holds(sessions.is_some(), &mut counted);
         if failed.as_ref().is_some_and(|e| crew.turned_away(e, &batch)) {
             crew::give_back(&q, batch);
@@ -356,7 +350,39 @@ async fn worker(
         }
     }
     crew.holds(false, &mut counted);
-    // Files left to retry when the job was stopped.
+    wind_down(again, sessions, keeping, &mut out).await;
+    out
+}
+
+/// Open a worker's sessions for `task` if it has none (the first
+/// worker's are `pre`, taken over); the error if they could not be.
+async fn open_if_needed(
+    sessions: &mut Option<Pair>,
+    task: &Task,
+    (sopts, opts): (&SessionOpts, &CopyOptions),
+    pre: &mut Option<Pair>,
+) -> Option<ClientError> {
+    if sessions.is_some() {
+        return None;
+    }
+    match open_sessions(task, sopts, pre.take().unwrap_or_default(), opts).await {
+        Ok(s) => {
+            *sessions = Some(s);
+            None
+        }
+        Err(e) => Some(e),
+    }
+}
+
+/// A worker's end: the files left to go again when the job was stopped
+/// fail as interrupted (keeping what they hold for `--partial`), and its
+/// sessions quit.
+async fn wind_down(
+    again: Vec<Task>,
+    sessions: Option<Pair>,
+    keeping: crate::partial::Keeping<'_>,
+    out: &mut Vec<FileResult>,
+) {
     let stopped = ClientError::Local("interrupted".into());
     for t in &again {
         crate::partial::end(t, true, keeping);
@@ -367,7 +393,6 @@ async fn worker(
             s.quit().await;
         }
     }
-    out
 }
 
 /// Sort a batch's results: a file that goes again ([`retry::again`]) joins
