@@ -95,6 +95,33 @@ fn an_upload_to_gct_never_leaves_a_short_file_under_its_name() {
     assert!(left.len() == 1 && left[0].starts_with(".big.lp-") && left[0].ends_with(".part"), "{left:?}");
 }
 
+/// A file written to while it is downloaded (it grew) fails the copy,
+/// naming it, and nothing is left under its name: the copy was of the
+/// file as it began, and passed for a whole one (an audit's find).
+#[test]
+fn a_file_that_grows_while_downloaded_fails_the_copy() {
+    let (_d, root, local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    sparse(&root.join("big"));
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let mut cp = start_cp(&["--retries", "0", &url, local.join("big").to_str().unwrap()]);
+    wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
+    std::fs::OpenOptions::new().append(true).open(root.join("big")).unwrap().write_all(b"more").unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = cp.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "the copy did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    cp.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("/big: the file changed while being sent"), "{err}");
+    assert!(names(&local).is_empty(), "left behind: {:?}; {err}", names(&local));
+}
+
 /// Regular files under `dir`, recursively: (path, size).
 fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
     let mut out = Vec::new();
