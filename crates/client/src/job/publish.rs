@@ -99,8 +99,5 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
 }
 
 fn path(t: &Task) -> Vec<u8> {
-    match &t.item.dst {
-        Location::Remote(r) => r.path.clone(),
-        Location::Local(p) => p.as_os_str().as_encoded_bytes().to_vec(),
-    }
+    super::remote(&t.item.dst).path.clone()
 }

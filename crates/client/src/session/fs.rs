@@ -73,7 +73,7 @@ impl Session {
     /// pipelined) finds one there, or, from a server without it, the reply
     /// says so ([`says_exists`]).
     pub async fn mkdirs(&mut self, paths: &[Vec<u8>]) -> Result<(), ClientError> {
-        let cmds: Vec<_> = paths.iter().map(|p| path_cmd("MKD ", p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let cmds = self.path_cmds("MKD ", paths);
         let mut refused = Vec::new();
         for (p, r) in paths.iter().zip(self.final_replies(&cmds).await) {
             let r = r?;
@@ -98,14 +98,13 @@ impl Session {
 
     /// `DELE path`: remove a file on the server.
     pub async fn delete(&mut self, path: &[u8]) -> Result<(), ClientError> {
-        self.ctl.flush().await?;
-        let cmd = path_cmd("DELE ", path);
-        self.ctl.send(&cmd).await?;
-        let r = self.ctl.final_reply().await?;
-        if r.is_error() {
-            return Err(self.ctl.unexpected(&String::from_utf8_lossy(&cmd), &r));
-        }
-        Ok(())
+        self.delete_many(&[path.to_vec()]).await.pop().unwrap_or(Ok(()))
+    }
+
+    /// `verb path` for each of `paths`, each checked before it is sent
+    /// (a name that cannot travel fails alone: [`Session::final_replies`]).
+    fn path_cmds(&self, verb: &str, paths: &[Vec<u8>]) -> Vec<Result<Vec<u8>, ClientError>> {
+        paths.iter().map(|p| path_cmd(verb, p)).map(|c| self.ctl.check(&c).map(|()| c)).collect()
     }
 
     /// `RNFR from` and `RNTO to` for each pair, pipelined
@@ -133,7 +132,7 @@ impl Session {
 
     /// `DELE` of each path, pipelined: one result a path.
     pub async fn delete_many(&mut self, paths: &[Vec<u8>]) -> Vec<Result<(), ClientError>> {
-        let cmds: Vec<_> = paths.iter().map(|p| path_cmd("DELE ", p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let cmds = self.path_cmds("DELE ", paths);
         let replies = self.final_replies(&cmds).await;
         let shown = |p: &[u8]| format!("DELE {}", String::from_utf8_lossy(p));
         replies
@@ -235,7 +234,7 @@ impl Session {
     /// dangling link) or named something else. A lost control connection
     /// fails the rest.
     pub async fn stat_many(&mut self, paths: &[Vec<u8>]) -> Vec<Result<Option<Facts>, ClientError>> {
-        let cmds: Vec<_> = paths.iter().map(|p| path_cmd("MLST ", p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let cmds = self.path_cmds("MLST ", paths);
         let kind = |r: Reply| r.is_ok().then(|| r.lines.iter().find_map(|l| Facts::of_line(l))).flatten();
         self.final_replies(&cmds).await.into_iter().map(|r| r.map(kind)).collect()
     }
