@@ -163,8 +163,13 @@ async fn kept_differs(
 
 /// Sleep for `d`, or until `cancel` is set (checked every 100 ms).
 pub(crate) async fn pause(d: Duration, cancel: &AtomicBool) {
+    pause_unless(d, cancel, || false).await;
+}
+
+/// [`pause`], ended early too once `done` holds (checked as often).
+pub(crate) async fn pause_unless(d: Duration, cancel: &AtomicBool, done: impl Fn() -> bool) {
     let end = tokio::time::Instant::now() + d;
-    while tokio::time::Instant::now() < end && !cancel.load(Ordering::Relaxed) {
+    while tokio::time::Instant::now() < end && !cancel.load(Ordering::Relaxed) && !done() {
         let left = end - tokio::time::Instant::now();
         tokio::time::sleep(left.min(Duration::from_millis(100))).await;
     }

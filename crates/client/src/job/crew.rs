@@ -10,7 +10,6 @@ use super::Queue;
 use crate::retry::{self, Task};
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 /// Workers holding sessions, and whether a refusal was reported.
 #[derive(Debug, Default)]
@@ -67,10 +66,7 @@ pub(super) fn give_back(q: &Queue, batch: Vec<Task>) {
 /// `n`th time, as long as a retry's `n`th pause ([`retry::wait_after`]),
 /// but no longer than files are queued (the copy may be ending).
 pub(super) async fn wait_turned_away(q: &Queue, n: u32, cancel: &AtomicBool) {
-    let end = tokio::time::Instant::now() + retry::wait_after(n);
-    while tokio::time::Instant::now() < end && !cancel.load(Ordering::Relaxed) && !queue_empty(q) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    retry::pause_unless(retry::wait_after(n), cancel, || queue_empty(q)).await;
 }
 
 fn queue_empty(q: &Queue) -> bool {
