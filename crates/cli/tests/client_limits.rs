@@ -8,10 +8,9 @@
 mod common;
 use common::scripted::{self, DataEnd};
 use common::*;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How the scripted server misbehaves.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -104,30 +103,6 @@ fn listing(dir: &str, trick: Trick) -> Vec<u8> {
         out.extend_from_slice(format!("type=dir; {}\r\n", deep_name()).as_bytes());
     }
     out
-}
-
-/// Run `lightpath cp -q args` with `env`, killed after `secs`: its exit
-/// code (`None`: killed), stderr, and how long it ran.
-fn cp_within(args: &[&str], env: &[(&str, &str)], secs: u64) -> (Option<i32>, String, Duration) {
-    own_peer_book();
-    let mut cmd = Command::new(LP);
-    cmd.args(["cp", "-q"]).args(args).envs(env.iter().copied());
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let t = Instant::now();
-    let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.code();
-        }
-        if t.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-    (code, err, t.elapsed())
 }
 
 /// A download of `/f` from a fresh server playing `trick`, into `dest`.

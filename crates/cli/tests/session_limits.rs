@@ -7,35 +7,18 @@
 
 mod common;
 use common::*;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The warning a copy gives once when a server turned sessions away.
 const GOING_ON: &str = "going on with the sessions it took";
 
-/// Run `lightpath cp -q ARGS`: its exit code and stderr. Longer than
-/// `secs` is a hang: killed, and the test fails.
-fn cp_within(args: &[&str], secs: u64) -> (Option<i32>, String) {
-    own_peer_book();
-    let mut child =
-        Command::new(LP).args(["cp", "-q"]).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            panic!("cp {args:?} hung for {secs} s: {}", reader.join().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child.wait().unwrap().code(), reader.join().unwrap())
+/// Run `lightpath cp -q ARGS` ([`cp_within`]): its exit code and stderr.
+/// Longer than `secs` is a hang, and the test fails.
+fn cp_timed(args: &[&str], secs: u64) -> (Option<i32>, String) {
+    let (code, err, _) = cp_within(args, &[], secs);
+    assert!(code.is_some(), "cp {args:?} hung for {secs} s (or was killed): {err}");
+    (code, err)
 }
 
 /// A flat directory of `n` small files.
@@ -77,12 +60,12 @@ fn a_copy_goes_on_with_the_sessions_a_gct_server_takes() {
     flat(&local.join("src"), 300);
     let (_g, port) = gct_server_with(&home, &["-connections-max", "3"]);
     let up = format!("ftp://127.0.0.1:{port}{}/", home.display());
-    let (code, log) = cp_within(&["-r", "--cc", "16", &local.join("src").display().to_string(), &up], 120);
+    let (code, log) = cp_timed(&["-r", "--cc", "16", &local.join("src").display().to_string(), &up], 120);
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(log.matches(GOING_ON).count(), 1, "one warning: {log}");
     assert_same_tree(&local.join("src"), &home.join("src"));
     let down = format!("ftp://127.0.0.1:{port}{}/src", home.display());
-    let (code, log) = cp_within(&["-r", "--cc", "16", &down, &format!("{}/", local.join("back").display())], 120);
+    let (code, log) = cp_timed(&["-r", "--cc", "16", &down, &format!("{}/", local.join("back").display())], 120);
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains(GOING_ON), "{log}");
     assert_same_tree(&local.join("src"), &local.join("back/src"));
@@ -97,7 +80,7 @@ fn a_copy_goes_on_with_the_sessions_our_server_takes() {
     args.extend(t.urls.iter().cloned());
     args.push(format!("{}/", t.local.display()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, log) = cp_within(&args, 120);
+    let (code, log) = cp_timed(&args, 120);
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains(GOING_ON) && log.contains("greeting refused"), "{log}");
     assert_same_tree(&t.root.join("src"), &t.local);
@@ -111,7 +94,7 @@ fn a_server_that_takes_no_session_fails_the_copy() {
     let t = limited_server(3, "1");
     let _held = Raw::login(t.port);
     let (srcs, dst) = (&t.urls, format!("{}/", t.local.display()));
-    let (code, log) = cp_within(&["--retries", "1", "--cc", "2", &srcs[0], &srcs[1], &srcs[2], &dst], 60);
+    let (code, log) = cp_timed(&["--retries", "1", "--cc", "2", &srcs[0], &srcs[1], &srcs[2], &dst], 60);
     assert_ne!(code, Some(0), "{log}");
     assert!(log.contains("greeting refused") && !log.contains(GOING_ON), "{log}");
     assert!(names(&t.local).is_empty(), "nothing copied: {:?}", names(&t.local));
@@ -131,7 +114,7 @@ fn a_first_session_turned_away_is_asked_again() {
         std::thread::sleep(Duration::from_millis(1500));
         drop(held);
     });
-    let (code, log) = cp_within(&[&format!("ftp://127.0.0.1:{port}/f"), &local.join("f").display().to_string()], 60);
+    let (code, log) = cp_timed(&[&format!("ftp://127.0.0.1:{port}/f"), &local.join("f").display().to_string()], 60);
     release.join().unwrap();
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("greeting refused") && log.contains("trying again"), "{log}");

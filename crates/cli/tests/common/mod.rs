@@ -337,6 +337,35 @@ pub fn cp(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Run `lightpath cp -q ARGS` with `env`: its exit code (`None`: killed
+/// after `secs`, a hang, or ended by a signal), its stderr (read as it
+/// comes, so a chatty run never blocks on the pipe) and how long it ran.
+pub fn cp_within(args: &[&str], env: &[(&str, &str)], secs: u64) -> (Option<i32>, String, Duration) {
+    own_peer_book();
+    let mut cmd = Command::new(LP);
+    cmd.args(["cp", "-q"]).args(args).envs(env.iter().copied());
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (code, reader.join().unwrap_or_default(), t.elapsed())
+}
+
 /// Run `lightpath cp -q ...`; returns success.
 pub fn lp_cp(args: &[&str]) -> bool {
     own_peer_book();
