@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,14 +39,23 @@ fn sparse(p: &Path) {
     std::fs::File::create(p).unwrap().set_len(4 << 30).unwrap();
 }
 
-#[test]
-fn ctrl_c_during_a_download_removes_the_partial_file() {
-    let (_d, root, local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+/// A download of a sparse `big` from our server, with `cp`'s `extra`
+/// arguments, once 64 MiB of it were written: the scratch space, the
+/// served root, the local directory, the server and the running `cp`.
+fn big_download_under_way(extra: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf, Proc, Child) {
+    let (d, root, local) = root_and_local();
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
     sparse(&root.join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
-    let cp = start_cp(&[&url, local.join("big").to_str().unwrap()]);
+    let dst = local.join("big").display().to_string();
+    let cp = start_cp(&[extra, &[url.as_str(), dst.as_str()]].concat());
     wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
+    (d, root, local, srv, cp)
+}
+
+#[test]
+fn ctrl_c_during_a_download_removes_the_partial_file() {
+    let (_d, _root, local, _srv, cp) = big_download_under_way(&[]);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("interrupted"), "{err}");
@@ -100,12 +109,7 @@ fn an_upload_to_gct_never_leaves_a_short_file_under_its_name() {
 /// file as it began, and passed for a whole one (an audit's find).
 #[test]
 fn a_file_that_grows_while_downloaded_fails_the_copy() {
-    let (_d, root, local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
-    sparse(&root.join("big"));
-    let url = format!("ftp://127.0.0.1:{port}/big");
-    let mut cp = start_cp(&["--retries", "0", &url, local.join("big").to_str().unwrap()]);
-    wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
+    let (_d, root, local, _srv, mut cp) = big_download_under_way(&["--retries", "0"]);
     std::fs::OpenOptions::new().append(true).open(root.join("big")).unwrap().write_all(b"more").unwrap();
     let t = Instant::now();
     let status = loop {
