@@ -184,7 +184,10 @@ fn source_shrinking_during_an_upload_fails_it() {
     // The server's reply names the file it was writing; the cause seen
     // here (the client read it) names the local file and what happened.
     assert!(cause(&err).contains("/shrinks: "), "the cause names the file: {err}");
-    assert!(cause(&err).contains(&format!("(here: {src}: reading source: file shrank")), "{err}");
+    // Our own end failed first: its cause leads, the server's reply follows.
+    let (here, then) = cause(&err).split_once(" (then ").unwrap_or_else(|| panic!("both ends' causes: {err}"));
+    assert!(here.contains(&format!("{src}: reading source: file shrank")), "{err}");
+    assert!(then.contains("refused"), "the server's reply follows: {err}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(names(&root).is_empty(), "no file under the final name or left over: {:?}", names(&root));
 }
@@ -320,5 +323,35 @@ fn disk_filling_up_during_a_tree_upload_fails_it_cleanly() {
     assert!(!got.iter().any(|f| f == failed), "the file that did not fit ({failed}) is not published: {got:?}");
     for f in &got {
         assert_same_file(&tree.join(f), &disk.0.join("dst").join(f));
+    }
+}
+
+/// A tree download (a virtual file unpacked as it arrives, with no
+/// reservation) fills the local disk part way: the cause leads with our
+/// end's failure, naming the file that did not fit and why; every file
+/// left is complete and none is temporary.
+#[test]
+fn disk_filling_up_during_a_tree_download_fails_it_cleanly() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let tree = open_dir(&root.join("tree"));
+    for i in 0..12 {
+        write_random(&tree.join(format!("f{i:02}")), 1 << 20, 40 + i);
+    }
+    let disk = SmallDisk::new(&d.path().join("local"), 8);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), &disk.0.join("tree").display().to_string()]);
+    assert_ne!(code, 0, "a tree larger than the local disk cannot be copied");
+    // When the server had sent everything its reply was fine, and ours is
+    // the only cause; else its refusal follows ours.
+    let here = cause(&err).split(" (then ").next().unwrap_or_default();
+    assert!(here.contains("No space left"), "our end's cause comes first: {err}");
+    let failed = (0..12).map(|i| format!("f{i:02}")).find(|f| here.contains(&format!("{f}:")));
+    let failed = failed.unwrap_or_else(|| panic!("the cause names the file that did not fit: {err}"));
+    let got = if disk.0.join("tree").exists() { files_under(&disk.0.join("tree")) } else { Vec::new() };
+    assert!(!got.contains(&failed), "the file that did not fit ({failed}) has no name: {got:?}");
+    assert!(!got.iter().any(|f| f.contains(".part") || f.contains(".lp-")), "no temporary left: {got:?}");
+    for f in &got {
+        assert_same_file(&tree.join(f), &disk.0.join("tree").join(f));
     }
 }

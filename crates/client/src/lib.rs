@@ -72,6 +72,17 @@ pub enum ClientError {
         /// disk or the protocol's rules).
         transient: bool,
     },
+    /// Our end of the data channel failed by itself (a local disk, a source
+    /// file, a peer that broke the rules), and the server's refusal (or a
+    /// control connection without a reply) followed from it: the local
+    /// cause comes first, since it is why the transfer failed.
+    #[error("{local} (then {then})")]
+    HereFailed {
+        /// What our end saw.
+        local: String,
+        /// What the server said, or why it said nothing.
+        then: Box<ClientError>,
+    },
     /// Data moved but the checksums differ.
     #[error("{alg} checksum mismatch: {local} != {remote}")]
     Checksum {

@@ -218,18 +218,26 @@ fn joined<T>(
 /// A server's refusal, or a control connection that failed (a reply that
 /// never came), with our own end's failure beside it: a full local disk
 /// shows on the server as a broken data connection, and a stalled or
-/// reset data connection is why a reply never came. Not when our end only
-/// stopped because we cancelled it.
+/// reset data connection is why a reply never came. A refusal that came
+/// as our end failed by itself (a disk, a source file, the peer's rules)
+/// follows that failure, which comes first ([`ClientError::HereFailed`]);
+/// a lost control connection stays [`ClientError::Control`], which ends
+/// the session's batch. Not when our end only stopped because we
+/// cancelled it.
 pub(crate) fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientError>) -> ClientError {
     let Err(local) = data else { return e };
     let l = local.to_string();
-    if l.ends_with("transfer aborted") {
+    if l.ends_with("transfer aborted") || !matches!(e, ClientError::Refused { .. } | ClientError::Control(..)) {
         return e;
     }
     match &mut e {
+        ClientError::Refused { here, .. } if !local.is_transient() => {
+            *here = DataEnd::Failed;
+            return ClientError::HereFailed { local: l, then: Box::new(e) };
+        }
         ClientError::Refused { reply, here, .. } => {
             reply.push_str(&format!(" (here: {l})"));
-            *here = if local.is_transient() { DataEnd::Broke } else { DataEnd::Failed };
+            *here = DataEnd::Broke;
         }
         ClientError::Control(_, why) => why.push_str(&format!(" (here: {l})")),
         _ => {}
