@@ -11,6 +11,7 @@
 //! the server refused is sent once more, with the rest of the batch, after
 //! a new PORT or PASV ([`Session::prepare_get`], `prepare_put`).
 
+use super::Session;
 use crate::ClientError;
 
 /// One file's result, by its place in the batch.
@@ -77,6 +78,37 @@ impl Batch {
     pub fn finish(self) -> Vec<Result<u64, ClientError>> {
         let lost = || Err(ClientError::Local("transfer not attempted".into()));
         self.out.into_iter().map(|r| r.unwrap_or_else(lost)).collect()
+    }
+}
+
+impl Session {
+    /// The results of `todo`'s files, moved in rounds by `round` (which
+    /// returns the files to send again) until each has one. Another round
+    /// follows a lost data channel and starts on a new one: connections
+    /// made meanwhile for commands the server then refused (it had
+    /// forgotten its PASV) would have been taken for a live channel, and
+    /// the round sent without a new PASV, refused again.
+    pub(super) async fn in_rounds<T>(
+        &mut self,
+        mut todo: Vec<T>,
+        mut round: impl AsyncFnMut(&mut Session, Vec<T>, &mut Batch) -> Result<Vec<T>, ClientError>,
+    ) -> Batch {
+        let mut batch = Batch::new(todo.len());
+        while !todo.is_empty() {
+            match round(self, todo, &mut batch).await {
+                Ok(again) => {
+                    if !again.is_empty() {
+                        self.dc().drop_cache();
+                    }
+                    todo = again;
+                }
+                Err(e) => {
+                    batch.fail_rest(&e);
+                    break;
+                }
+            }
+        }
+        batch
     }
 }
 

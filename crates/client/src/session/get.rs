@@ -47,27 +47,8 @@ impl Session {
             }
             return out;
         }
-        let mut batch = Batch::new(ops.len());
-        let mut todo: Todo = ops.into_iter().enumerate().map(|(i, (op, t))| (i, op, t)).collect();
-        while !todo.is_empty() {
-            match self.get_round(todo, &mut batch).await {
-                Ok(again) => {
-                    // Another round follows a lost data channel: it starts
-                    // on a new one. Connections made meanwhile for commands
-                    // the server then refused (it had forgotten its
-                    // PASV) would have been taken for a live channel, and
-                    // the round sent without a new PASV, refused again.
-                    if !again.is_empty() {
-                        self.dc().drop_cache();
-                    }
-                    todo = again;
-                }
-                Err(e) => {
-                    batch.fail_rest(&e);
-                    break;
-                }
-            }
-        }
+        let todo: Todo = ops.into_iter().enumerate().map(|(i, (op, t))| (i, op, t)).collect();
+        let batch = self.in_rounds(todo, async |s: &mut Session, t, b: &mut Batch| s.get_round(t, b).await).await;
         batch.finish()
     }
 
