@@ -224,6 +224,33 @@ fn stream_mode_upload_cut_short_is_not_published() {
     assert_eq!(c2.cmd("NOOP").0, 200);
 }
 
+/// ESTO and APPE write into a file in place: their ALLO is a hint, as GCT
+/// takes it (`globus-url-copy -len` past the end of its source announces
+/// the length it asked for and sends what there is). They were answered
+/// 451 with the bytes written all the same.
+#[test]
+fn allo_is_a_hint_for_esto_and_appe() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(root.join("app"), b"head-").unwrap();
+    let (_s, port) = server(&root);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    for (cmd, allo) in [("ESTO A 0 esto", 2_000_000), ("APPE app", 5), ("APPE app", 100)] {
+        let addr = c.pasv();
+        assert_eq!(c.cmd(&format!("ALLO {allo}")).0, 200);
+        c.send(cmd.as_bytes());
+        let mut dc = TcpStream::connect(addr).unwrap();
+        assert_eq!(c.reply().0, 150);
+        dc.write_all(b"hello world").unwrap();
+        drop(dc);
+        let (code, text) = c.final_reply();
+        assert_eq!(code, 226, "{cmd} after ALLO {allo}: {text}");
+    }
+    assert_eq!(std::fs::read(root.join("esto")).unwrap(), b"hello world");
+    assert_eq!(std::fs::read(root.join("app")).unwrap(), b"head-hello worldhello world");
+}
+
 /// Without ALLO, a stream-mode upload ends when its data connection
 /// closes: one whose client went away with it (both connections closed
 /// at once, as a killed client's kernel does) is not kept; one whose

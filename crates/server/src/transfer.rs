@@ -385,7 +385,12 @@ fn receive(
         }
         moved
     };
-    if let Some(n) = t.allo.filter(|_| t.restart.is_none() && t.settings.mode == Mode::Stream) {
+    // A whole file stored (STOR) must be the size it announced; ESTO and
+    // APPE write into a file in place, and GCT takes their ALLO as a hint
+    // (`globus-url-copy -len` past the end of its source announces the
+    // length it asked for, then sends what there is).
+    let whole = t.kind == TransferKind::Stor && t.restart.is_none();
+    if let Some(n) = t.allo.filter(|_| whole && t.settings.mode == Mode::Stream) {
         if moved != n {
             return Err(Reply::new(451, format!("Transfer incomplete: got {moved} of {n} bytes announced by ALLO.")));
         }
