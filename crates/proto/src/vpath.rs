@@ -8,12 +8,20 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PathError {
-    /// Control bytes in a name.
-    #[error("path contains control characters")]
+    /// A byte no name may hold: NUL, or a line break (CR, LF), which
+    /// would also break the control channel's replies that echo it. Other
+    /// control characters (a TAB...) are valid in names, and GCT serves
+    /// them.
+    #[error("path contains a NUL, CR or LF byte")]
     ControlBytes,
     /// Longer than the file system would accept.
     #[error("path too long")]
     TooLong,
+}
+
+/// Whether no path may hold byte `b` ([`PathError::ControlBytes`]).
+pub fn is_forbidden(b: u8) -> bool {
+    matches!(b, 0 | b'\r' | b'\n')
 }
 
 /// Longest virtual path accepted.
@@ -38,7 +46,7 @@ impl VPath {
 
     /// Resolve `arg` (absolute, or relative to `self`).
     pub fn join(&self, arg: &[u8]) -> Result<VPath, PathError> {
-        if arg.iter().any(|&b| b < 0x20 || b == 0x7f) {
+        if arg.iter().any(|&b| is_forbidden(b)) {
             return Err(PathError::ControlBytes);
         }
         // Bound the work on the argument; the limit that matters is on the

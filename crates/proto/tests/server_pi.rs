@@ -404,7 +404,8 @@ fn rnfr_rnto_ordering() {
     assert_eq!(codes(&s.send(b"RNTO b\r\n")), [503]);
     s.auto = true;
     // A bad RNFR path leaves nothing to rename.
-    assert_eq!(codes(&s.send(b"RNFR a\tb\r\nRNTO c\r\n")), [553, 503]);
+    let long = format!("RNFR {}\r\nRNTO c\r\n", "a".repeat(5000));
+    assert_eq!(codes(&s.send(long.as_bytes())), [553, 503]);
     // A second RNFR replaces the first.
     s.send(b"RNFR x\r\nRNFR y\r\n");
     assert_eq!(actions(&s.send(b"RNTO z\r\n")), [&Action::Fs(FsOp::Rename { from: vp("/y"), to: vp("/z") })]);
@@ -570,10 +571,13 @@ fn cwd_pwd_and_relative_paths() {
     // A quote in the directory name is doubled in the 257 reply.
     s.send(b"CWD /a\"b\r\n");
     assert_eq!(replies(&s.send(b"PWD\r\n"))[0].text(), "\"/a\"\"b\" is current directory.");
-    // Control bytes in a path are refused with 553.
-    let out = s.send(b"RETR a\x01b\r\n");
+    // A path too long is refused with 553; control bytes other than line
+    // breaks (and NUL, which no command may hold) are valid in names.
+    let out = s.send(format!("RETR {}\r\n", "a/".repeat(2100)).as_bytes());
     assert_eq!(codes(&out), [553]);
     assert!(actions(&out).is_empty());
+    let out = s.send(b"SIZE a\x01\tb\r\n");
+    assert_eq!(actions(&out), [&Action::Fs(FsOp::Size(vp("/a\"b/a\x01\tb")))]);
 }
 
 /// Regression: with a working directory longer than MAX_PATH/2, LIST/MLSD/
