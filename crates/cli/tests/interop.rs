@@ -50,6 +50,25 @@ fn guc_against_lightpath_server_files() {
     assert_same_file(&root.join("f"), &root.join("v2"));
 }
 
+/// Over IPv6 guc's `-stripe` asks for SPAS, whose stripe then goes as
+/// `|2|addr|port|` (as GCT gives it); it was refused with 522.
+#[test]
+fn guc_against_lightpath_server_over_ipv6() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), F, 3);
+    let port = free_port();
+    let _srv = lp_server_at(&root, &format!("[::1]:{port}"), port, &["--anonymous"]);
+    for (mode, extra) in [("s", &[][..]), ("p4", &["-p", "4"][..]), ("stripe", &["-stripe"][..])] {
+        let dl = local.join(format!("dl-{mode}"));
+        let (a, b) = (format!("ftp://[::1]:{port}/f"), file_url(&dl));
+        assert!(guc(&[&["-ipv6"][..], extra, &[a.as_str(), b.as_str()][..]].concat()), "download {mode}");
+        assert_same_file(&root.join("f"), &dl);
+        let (a, b) = (file_url(&root.join("f")), format!("ftp://[::1]:{port}/up-{mode}"));
+        assert!(guc(&[&["-ipv6"][..], extra, &[a.as_str(), b.as_str()][..]].concat()), "upload {mode}");
+        assert_same_file(&root.join("f"), &root.join(format!("up-{mode}")));
+    }
+}
+
 #[test]
 fn guc_against_lightpath_server_tree() {
     let (_d, root, local) = root_and_local();

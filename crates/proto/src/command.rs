@@ -346,7 +346,9 @@ fn parse_rest(t: &str) -> Result<Restart, CommandError> {
 }
 
 fn parse_spor(t: &str) -> Result<Vec<SocketAddr>, CommandError> {
-    let addrs: Vec<SocketAddr> = t.split_whitespace().map(parse_port).collect::<Result<_, _>>()?;
+    // `h1,...,p2` or, over IPv6, `|2|addr|port|` (the form of GCT's SPAS).
+    let one = |hp: &str| if hp.starts_with('|') { parse_eprt(hp) } else { parse_port(hp) };
+    let addrs: Vec<SocketAddr> = t.split_whitespace().map(one).collect::<Result<_, _>>()?;
     if addrs.is_empty() || addrs.len() > 64 {
         return Err(CommandError::Syntax("SPOR needs 1 to 64 host-ports".into()));
     }

@@ -480,6 +480,8 @@ fn passive_and_active_actions() {
     assert_eq!(actions(&s.send(b"EPRT |2|::1|5000|\r\n")), [&Action::Active(vec![v6])]);
     let b: SocketAddr = "127.0.0.1:1026".parse().unwrap();
     assert_eq!(actions(&s.send(b"SPOR 127,0,0,1,4,1 127,0,0,1,4,2\r\n")), [&Action::Active(vec![a, b])]);
+    // Over IPv6 a stripe goes as in EPRT, the form of GCT's SPAS reply.
+    assert_eq!(actions(&s.send(b"SPOR |2|::1|5000| 127,0,0,1,4,1\r\n")), [&Action::Active(vec![v6, a])]);
     // Bounce protection: privileged ports are refused without an action.
     let out = s.send(b"PORT 10,0,0,1,0,21\r\n");
     assert_eq!(codes(&out), [501]);

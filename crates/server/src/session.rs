@@ -363,9 +363,13 @@ impl Session {
         let hp = lightpath_proto::hostport::format_port(addr);
         let reply = match (kind, hp) {
             (PassiveKind::Pasv, Some(hp)) => Reply::new(227, format!("Entering Passive Mode ({hp})")),
-            (PassiveKind::Spas, Some(hp)) => Reply::multi(229, "Entering Striped Passive Mode.", vec![hp]),
+            // Over IPv6 the stripe goes as `|2|addr|port|`, as GCT gives it.
+            (PassiveKind::Spas, hp) => {
+                let line = hp.unwrap_or_else(|| lightpath_proto::hostport::format_eprt(addr));
+                Reply::multi(229, "Entering Striped Passive Mode.", vec![line])
+            }
             (PassiveKind::Epsv, _) => Reply::new(229, format!("Entering Extended Passive Mode (|||{port}|)")),
-            (_, None) => Reply::new(522, "IPv6 control connection: use EPSV"),
+            (PassiveKind::Pasv, None) => Reply::new(522, "IPv6 control connection: use EPSV"),
         };
         // SBUF / SITE BUFSIZE before PASV: the listener takes the size, so
         // that the window scale the handshake offers fits it (set after the

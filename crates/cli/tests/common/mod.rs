@@ -216,9 +216,14 @@ pub fn lp_server(root: &Path, extra: &[&str]) -> (Proc, u16) {
 
 /// `lightpath serve` on `port` (e.g. one that a killed server had).
 pub fn lp_server_on(root: &Path, port: u16, extra: &[&str]) -> Proc {
+    lp_server_at(root, &format!("127.0.0.1:{port}"), port, extra)
+}
+
+/// `lightpath serve --listen listen` (on `port`), e.g. `[::1]:PORT`.
+pub fn lp_server_at(root: &Path, listen: &str, port: u16, extra: &[&str]) -> Proc {
     own_peer_book();
     let mut child = Command::new(LP)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .args(["serve", "--listen", listen, "--root"])
         .arg(root)
         .args(extra)
         .stdout(Stdio::null())
