@@ -149,6 +149,15 @@ fn esto_and_rest_retr_still_work() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("past the end of the file (300000 bytes)"), "{err}");
     assert!(!root.join("h").exists(), "nothing written on the server");
+    // The same for a download and a third-party copy of a server's file:
+    // the first failed at its end, the second stored the bytes there were.
+    let far = url(port, "/f");
+    let (code, err) = cp(&["--off", "299000", "--len", "5000", &far, local.join("dl").to_str().unwrap()]);
+    assert!(code != 0 && err.contains("past the end of the file (300000 bytes)"), "{err}");
+    assert!(!local.join("dl").exists(), "nothing written here");
+    let (code, err) = cp(&["--off", "299000", "--len", "5000", &far, &url(port, "/tp")]);
+    assert!(code != 0 && err.contains("past the end of the file (300000 bytes)"), "{err}");
+    assert!(!root.join("tp").exists(), "nothing written on the server");
     // REST + RETR in MODE S.
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);

@@ -161,7 +161,7 @@ pub async fn copy(
     let listers = if opts.cc == 0 { lightpath_plan::MANY_FILES_CC } else { opts.cc };
     let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut(), listers - 1).await?;
     if let Some(part) = opts.part {
-        plan.files.iter().try_for_each(|f| local_part_fits(&f.src, part))?;
+        plan.files.iter().try_for_each(|f| part_fits(f, part))?;
         plan.files.iter_mut().for_each(|f| f.size = part.1);
     }
     progress.planned.store(plan.bytes(), std::sync::atomic::Ordering::Relaxed);
@@ -556,19 +556,25 @@ async fn get_batch(
     results
 }
 
-/// `--off`/`--len` of a local source file (an upload) must lie within it:
-/// sent as it is, a window past the end became a short file on the server
-/// and a copy reported whole. (A download's window is checked by what
-/// arrives: `LocalTarget::window`.) `/dev/zero` has no end.
-fn local_part_fits(src: &Location, (off, len): (u64, u64)) -> Result<(), ClientError> {
-    let Location::Local(p) = src else { return Ok(()) };
-    let Ok(m) = std::fs::metadata(p) else { return Ok(()) }; // the copy says why it cannot read it
+/// Whether the range `--off`/`--len` asks for lies within `f`'s source:
+/// a local file, or a remote one whose size the server gave (0 counts as
+/// unknown). A range past the end is refused before anything moves, the
+/// same way in every direction (a download found out only at its end, and
+/// a third-party copy stored the bytes there were). `/dev/zero` has no end.
+fn part_fits(f: &crate::plan::Item, (off, len): (u64, u64)) -> Result<(), ClientError> {
+    let has = match &f.src {
+        Location::Local(p) => match std::fs::metadata(p) {
+            Ok(m) if m.is_file() => m.len(),
+            _ => return Ok(()), // the copy says why it cannot read it
+        },
+        Location::Remote(_) if f.size > 0 => f.size,
+        Location::Remote(_) => return Ok(()),
+    };
     let end = off.saturating_add(len);
-    if m.is_file() && m.len() < end {
-        let has = m.len();
+    if has < end {
         return Err(ClientError::Usage(format!(
             "{}: --off {off} --len {len} ends at byte {end}, past the end of the file ({has} bytes)",
-            p.display()
+            describe(&f.src)
         )));
     }
     Ok(())
