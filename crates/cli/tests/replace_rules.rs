@@ -209,3 +209,29 @@ fn downloads_replace_only_local_files_the_client_could_write() {
     let names: Vec<_> = std::fs::read_dir(&local).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 4, "no temporary files left: {names:?}");
 }
+
+/// Files are read and written by offset over parallel streams: a pipe or
+/// a device named as a source or destination is refused before anything
+/// moves. An upload from a pipe stored an empty file, and a download onto
+/// `/dev/stdout` (run as root) replaced that symlink with a regular file,
+/// both reported as copied.
+#[test]
+fn a_pipe_as_source_or_destination_is_refused() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 100_000, 9);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let fifo = local.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let fifo_s = fifo.to_str().unwrap();
+    for (src, dst) in [(fifo_s.to_string(), url(port, "/up")), (url(port, "/f"), fifo_s.to_string())] {
+        let (code, err) = cp(&[&src, &dst]);
+        assert_eq!(code, 2, "{src} -> {dst}: {err}");
+        assert!(err.contains(&format!("{fifo_s}: not a regular file")), "{err}");
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the pipe is left as it was");
+    assert!(!root.join("up").exists(), "nothing stored");
+    // `/dev/null` stays a destination that keeps nothing.
+    let (code, err) = cp(&[&url(port, "/f"), "/dev/null"]);
+    assert_eq!(code, 0, "{err}");
+}

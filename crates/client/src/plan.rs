@@ -88,7 +88,10 @@ pub async fn make_plan(
     let mut lister = lister;
     for src in srcs {
         let (is_dir, size) = match src {
-            Location::Local(p) => (p.is_dir(), std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)),
+            Location::Local(p) => {
+                not_a_stream(p, "/dev/zero")?;
+                (p.is_dir(), std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            }
             Location::Remote(r) => remote_stat(r, lister.as_deref_mut()).await?,
         };
         let target =
@@ -107,7 +110,28 @@ pub async fn make_plan(
             Location::Remote(r) => walk_remote((r, true), &target, lister.as_deref_mut(), extra, &mut plan).await?,
         }
     }
+    for f in &plan.files {
+        if let Location::Local(p) = &f.dst {
+            not_a_stream(p, "/dev/null")?;
+        }
+    }
     Ok(plan)
+}
+
+/// A local file named on the command line must be a regular file (or a
+/// directory, or `special`, which the copy knows): files are read and
+/// written by offset, in parallel. A pipe or a device (`/dev/stdin`,
+/// `/dev/stdout`) gave an empty upload, and a download replaced
+/// `/dev/stdout` with a file, both reported as copied.
+fn not_a_stream(p: &std::path::Path, special: &str) -> Result<(), ClientError> {
+    let Ok(m) = std::fs::metadata(p) else { return Ok(()) }; // absent: the copy says why, or makes it
+    if m.is_file() || m.is_dir() || p == std::path::Path::new(special) {
+        return Ok(());
+    }
+    Err(ClientError::Usage(format!(
+        "{}: not a regular file (a pipe, a device or a socket): lightpath reads and writes files by offset, over parallel streams; copy through a regular file",
+        p.display()
+    )))
 }
 
 /// For messages.
