@@ -69,30 +69,26 @@ impl Location {
         Ok(Location::Local(PathBuf::from(arg)))
     }
 
-    /// Parse a command-line argument.
+    /// Parse a command-line argument: `ftp://` (any case) is a server's,
+    /// `file://` (with no host or `localhost`) and anything without a
+    /// scheme a local path; other schemes are refused, not taken for a
+    /// local path.
     pub fn parse(arg: &str) -> Result<Location, LocationError> {
-        if let Some(p) = arg.strip_prefix("file://") {
-            return Ok(Location::Local(PathBuf::from(p)));
-        }
-        if !(arg.starts_with("ftp://") || arg.starts_with("gsiftp://")) {
+        let Some((scheme, rest)) = split_scheme(arg) else {
             return Ok(Location::Local(PathBuf::from(arg)));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "ftp" => parse_ftp(&format!("ftp://{rest}")),
+            "file" => match rest.strip_prefix("localhost").unwrap_or(rest) {
+                p if p.starts_with('/') => Ok(Location::Local(PathBuf::from(p))),
+                _ => Err(LocationError::Url(arg.into(), "a file:// URL names a local path: file:///path".into())),
+            },
+            "gsiftp" => Err(LocationError::Url(arg.into(), "gsiftp:// (GSI) is not supported; use ftp://".into())),
+            _ => Err(LocationError::Url(
+                arg.into(),
+                format!("{scheme}:// is not supported (ftp:// and file:// are; ./{arg} names a local path)"),
+            )),
         }
-        if arg.starts_with("gsiftp://") {
-            return Err(LocationError::Url(arg.into(), "gsiftp:// (GSI) is not supported; use ftp://".into()));
-        }
-        check_raw(arg)?;
-        let u = url::Url::parse(arg).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
-        let host = u.host_str().ok_or_else(|| LocationError::Url(arg.into(), "no host".into()))?;
-        let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
-        let pass = u.password().map(decode).unwrap_or_else(|| "lightpath@".to_string());
-        let path = percent_decode(u.path());
-        Ok(Location::Remote(Remote {
-            host: host.trim_matches(['[', ']']).to_string(),
-            port: u.port().unwrap_or(2811),
-            user,
-            pass,
-            path,
-        }))
     }
 
     /// Whether the argument names a directory by its trailing slash.
@@ -102,6 +98,41 @@ impl Location {
             Location::Remote(r) => r.path.ends_with(b"/"),
         }
     }
+}
+
+/// `scheme` and what follows `scheme://`, if `arg` starts so (RFC 3986's
+/// scheme: a letter, then letters, digits, `+`, `-`, `.`).
+fn split_scheme(arg: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = arg.split_once("://")?;
+    let mut c = scheme.chars();
+    let ok = c.next().is_some_and(|f| f.is_ascii_alphabetic())
+        && c.all(|x| x.is_ascii_alphanumeric() || matches!(x, '+' | '-' | '.'));
+    ok.then_some((scheme, rest))
+}
+
+/// An `ftp://` URL. A `?` or `#` in it is part of the path, as GCT's
+/// client takes `?` (a URL parser cut them off, as a query and a
+/// fragment: `ftp://h/run#1` fetched `/run`).
+fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
+    check_raw(arg)?;
+    let u = url::Url::parse(arg).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
+    let host = u.host_str().ok_or_else(|| LocationError::Url(arg.into(), "no host".into()))?;
+    let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
+    let pass = u.password().map(decode).unwrap_or_else(|| "lightpath@".to_string());
+    let mut raw = u.path().to_string();
+    if let Some(q) = u.query() {
+        raw = format!("{raw}?{q}");
+    }
+    if let Some(f) = u.fragment() {
+        raw = format!("{raw}#{f}");
+    }
+    Ok(Location::Remote(Remote {
+        host: host.trim_matches(['[', ']']).to_string(),
+        port: u.port().unwrap_or(2811),
+        user,
+        pass,
+        path: percent_decode(&raw),
+    }))
 }
 
 /// A URL parser (WHATWG's rules, the `url` crate's) drops every tab and
@@ -180,5 +211,25 @@ mod tests {
         assert_eq!(path("ftp://h/a%09b"), b"/a\tb");
         assert_eq!(path("ftp://h/f%20"), b"/f ");
         assert_eq!(path("ftp://h/a b"), b"/a b", "a space inside is kept");
+    }
+
+    /// `?` and `#` are part of the path; a scheme is read in any case;
+    /// one not supported is refused, not taken for a local path.
+    #[test]
+    fn schemes_and_the_rest_of_the_path() {
+        let path = |u: &str| match Location::parse(u).unwrap() {
+            Location::Remote(r) => r.path,
+            Location::Local(_) => panic!("{u}"),
+        };
+        assert_eq!(path("ftp://h/data/run#1"), b"/data/run#1");
+        assert_eq!(path("ftp://h/a?b"), b"/a?b");
+        assert_eq!(path("ftp://h/a?b c#d?e"), b"/a?b c#d?e");
+        assert_eq!(path("ftp://h/a%3Fb%23c"), b"/a?b#c");
+        assert_eq!(path("FTP://h/x"), b"/x");
+        assert_eq!(Location::parse("file://localhost/tmp/x").unwrap(), Location::Local("/tmp/x".into()));
+        for bad in ["sftp://h/x", "lightpath://h/x", "file://otherhost/x", "http://h/x"] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Location::parse("./sftp://h").unwrap(), Location::Local("./sftp://h".into()));
     }
 }
