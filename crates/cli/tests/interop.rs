@@ -67,6 +67,29 @@ fn guc_against_lightpath_server_over_ipv6() {
         assert!(guc(&[&["-ipv6"][..], extra, &[a.as_str(), b.as_str()][..]].concat()), "upload {mode}");
         assert_same_file(&root.join("f"), &root.join(format!("up-{mode}")));
     }
+    // lightpath's own client over IPv6 lists and copies with EPSV (it sent
+    // PASV, which has no form for an IPv6 address: 522).
+    let ls = std::process::Command::new(LP).args(["ls", &format!("ftp://[::1]:{port}/")]).output().unwrap();
+    assert!(ls.status.success() && String::from_utf8_lossy(&ls.stdout).contains("up-s"), "{ls:?}");
+    let f = root.join("f").display().to_string();
+    let (code, err) = cp(&["--no-connect-ahead", &f, &format!("ftp://[::1]:{port}/lp-up")]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_file(&root.join("f"), &root.join("lp-up"));
+}
+
+/// An IPv4 client of a dual-stack listener (`[::]`) is at a mapped IPv6
+/// address: PASV gives the address as IPv4 (it answered 522).
+#[test]
+fn a_dual_stack_server_answers_pasv_to_an_ipv4_client() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), F, 4);
+    let port = free_port();
+    let _srv = lp_server_at(&root, &format!("[::]:{port}"), port, &["--anonymous"]);
+    let ls = std::process::Command::new(LP).args(["ls", &format!("ftp://127.0.0.1:{port}/")]).output().unwrap();
+    assert!(ls.status.success() && String::from_utf8_lossy(&ls.stdout).contains('f'), "{ls:?}");
+    let dl = local.join("dl");
+    assert!(guc(&[&url(port, "/f"), &file_url(&dl)]), "guc MODE S download over PASV");
+    assert_same_file(&root.join("f"), &dl);
 }
 
 #[test]

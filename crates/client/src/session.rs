@@ -410,11 +410,18 @@ impl Session {
         self.dc.get_or_insert_with(|| data_channel(window, cc))
     }
 
-    /// PASV: the server listens; returns its address.
+    /// PASV: the server listens; returns its address. Over IPv6, EPSV
+    /// (PASV has no form for an IPv6 address; RFC 2428).
     pub async fn pasv(&mut self) -> Result<SocketAddr, ClientError> {
+        let peer = self.ctl.peer_addr().ok().map(|p| p.ip().to_canonical());
+        if let Some(ip @ std::net::IpAddr::V6(_)) = peer {
+            let r = self.ctl.ok("EPSV").await?;
+            return hostport::parse_epsv_reply(r.text(), ip)
+                .map_err(|e| self.ctl.unexpected(&format!("EPSV ({e})"), &r));
+        }
         let r = self.ctl.ok("PASV").await?;
         let a = hostport::parse_pasv_reply(r.text()).map_err(|e| self.ctl.unexpected(&format!("PASV ({e})"), &r))?;
-        Ok(data_address(a, self.ctl.peer_addr().ok().map(|p| p.ip())))
+        Ok(data_address(a, peer))
     }
 
     /// Make sure the server has a way to reach our listener (GET in MODE E).

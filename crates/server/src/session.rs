@@ -353,7 +353,9 @@ impl Session {
     }
 
     async fn passive(&mut self, kind: PassiveKind) -> std::io::Result<()> {
-        let ip = self.ctx.cfg.public_ip.unwrap_or(self.local.ip());
+        // An IPv4 client of a dual-stack listener (`[::]`) is at a mapped
+        // address (`::ffff:a.b.c.d`): PASV gives it as IPv4.
+        let ip = self.ctx.cfg.public_ip.unwrap_or(self.local.ip().to_canonical());
         let l = match TcpListener::bind(SocketAddr::new(self.local.ip(), 0)) {
             Ok(l) => l,
             Err(e) => return self.send(&Reply::new(425, format!("Cannot listen for data: {e}"))).await,
