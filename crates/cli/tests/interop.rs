@@ -113,6 +113,37 @@ fn guc_against_lightpath_server_tree() {
     assert_same_tree(&root.join("tree"), &root.join("up"));
 }
 
+/// GCT drops the bytes of a name outside printable ASCII from its
+/// commands (`pé` and `p\x1b` name `p`): a tree with such names and their
+/// stripped twins arrived as `p` holding `pé`'s bytes, exit 0. Such files
+/// now fail, saying why, in both directions; their twins arrive intact.
+#[test]
+fn names_gct_would_change_are_refused_not_sent() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("local")));
+    let tree = open_dir(&local.join("t"));
+    let odd: [&[u8]; 3] = [b"p\xc3\xa9", b"p\xc3\xa8", b"p\x1b"];
+    for (i, n) in odd.iter().chain([&b"p"[..], b"a\tb"].iter()).enumerate() {
+        std::fs::write(tree.join(std::ffi::OsStr::from_bytes(n)), vec![b'a' + i as u8; i + 1]).unwrap();
+    }
+    let (_srv, port) = gct_server(&home);
+    let g = |p: &str| url(port, &format!("{}/{p}", home.display()));
+    let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &format!("{}/", g("up"))]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.matches("drops the bytes of a name outside printable ASCII").count(), 3, "{err}");
+    assert_eq!(names(&home.join("up")), ["a\tb", "p"], "the others are not sent");
+    assert_eq!(std::fs::read(home.join("up/p")).unwrap(), b"dddd", "p holds its own bytes");
+    for n in odd {
+        std::fs::write(home.join("up").join(std::ffi::OsStr::from_bytes(n)), b"x").unwrap();
+    }
+    let (code, err) = cp(&["-r", &format!("{}/", g("up")), local.join("dl").to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.matches("drops the bytes of a name outside printable ASCII").count(), 3, "{err}");
+    assert_eq!(names(&local.join("dl")), ["a\tb", "p"]);
+    assert_eq!(std::fs::read(local.join("dl/p")).unwrap(), b"dddd");
+}
+
 #[test]
 fn lightpath_client_against_gct_server() {
     let d = scratch();

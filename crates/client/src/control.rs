@@ -94,6 +94,12 @@ pub struct ControlConn {
     /// server is, are not sent such a name ([`ControlConn::send`]);
     /// `None` until then (the login flight).
     iac_names: Option<bool>,
+    /// Whether the server drops bytes outside printable ASCII (but TAB)
+    /// from the names in its commands: globus-gridftp-server (13.24,
+    /// checked: `SIZE p\xc3\xa9` and `SIZE q\x1b` answered for `p` and
+    /// `q`, and percent-encoding is not read), which says `UTF8` in FEAT
+    /// all the same. Such a name is not sent ([`ControlConn::check`]).
+    ascii_names: bool,
     /// What a tree's receiving server last said in its perf markers that
     /// it holds ([`Reply::take_held`]), since the last
     /// [`ControlConn::take_marked_held`], and who is told as each comes.
@@ -142,6 +148,7 @@ impl ControlConn {
             last_sent: "(none yet: the greeting)".into(),
             last_reply: None,
             iac_names: None,
+            ascii_names: false,
             marked_held: None,
             on_held: None,
         };
@@ -346,13 +353,21 @@ impl ControlConn {
     }
 
     /// Whether `cmd` can be sent to this server: no line break or NUL in
-    /// it ([`check_line`]), and no 0xFF byte unless the server is lightpath
-    /// (or not known yet: the login flight). A batch checks each file's
+    /// it ([`check_line`]), no 0xFF byte unless the server is lightpath
+    /// (or not known yet: the login flight), and only printable ASCII (and
+    /// TAB) to globus-gridftp-server (`ascii_names`). A batch checks each file's
     /// command with this first, so that one such name fails alone.
     pub fn check(&self, cmd: &[u8]) -> Result<(), ClientError> {
         check_line(cmd)?;
         if self.iac_names == Some(false) && cmd.contains(&0xFF) {
             return Err(iac_refused(cmd));
+        }
+        if self.ascii_names && cmd.iter().any(|&b| !(b == b'\t' || (0x20..0x7f).contains(&b))) {
+            let shown = redact(cmd).escape_debug().to_string();
+            return Err(ClientError::Usage(format!(
+                "cannot send {shown}: globus-gridftp-server drops the bytes of a name outside printable ASCII \
+                 (accented letters, control characters) and would act on another file"
+            )));
         }
         Ok(())
     }
@@ -472,6 +487,7 @@ impl ControlConn {
         }
         let feat = Features::from_reply(&feat);
         self.iac_names = Some(feat.lightpath.is_some());
+        self.ascii_names = feat.dsi && feat.lightpath.is_none();
         Ok((feat, replies))
     }
 

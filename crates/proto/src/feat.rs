@@ -39,6 +39,9 @@ pub struct Features {
     pub lpvf: Option<u8>,
     /// `DCON <port>`: where data connections opened ahead go.
     pub dcon: Option<u16>,
+    /// `DSI <name>`: Globus GridFTP's Data Storage Interface, which only
+    /// globus-gridftp-server lists.
+    pub dsi: bool,
 }
 
 impl Features {
@@ -66,6 +69,7 @@ impl Features {
             "MLST" => self.mlst = true,
             "MLSR" => self.mlsr = true,
             "SPAS" => self.spas = true,
+            "DSI" => self.dsi = true,
             "CKSM" => {
                 self.cksm = arg
                     .split(';')
