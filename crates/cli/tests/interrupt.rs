@@ -104,6 +104,26 @@ fn an_upload_to_gct_never_leaves_a_short_file_under_its_name() {
     assert!(left.len() == 1 && left[0].starts_with(".big.lp-") && left[0].ends_with(".part"), "{left:?}");
 }
 
+/// Ctrl-C of many files going to GCT (each its own STOR, several
+/// sessions): the transfers it stops are reported as interrupted, not
+/// retried (an audit saw hundreds of "trying again in 1s" after it).
+#[test]
+fn ctrl_c_of_many_uploads_to_gct_tries_nothing_again() {
+    let d = scratch();
+    let home = open_dir(&d.path().join("home"));
+    let (_g, port) = gct_server(&home);
+    let src = scratch();
+    let n = make_tree(&src.path().join("t"), 3000, 5);
+    let url = format!("ftp://127.0.0.1:{port}{}/t/", home.display());
+    let cp = start_cp(&["-r", "--cc", "8", &format!("{}/", src.path().join("t").display()), &url]);
+    let stored = || files_under(&home).len();
+    wait_for("the upload never reached the server", || stored() > 50);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(stored() < n, "the copy had ended before the signal");
+    assert!(!err.contains("trying again"), "{err}");
+}
+
 /// A file written to while it is downloaded (it grew) fails the copy,
 /// naming it, and nothing is left under its name: the copy was of the
 /// file as it began, and passed for a whole one (an audit's find).

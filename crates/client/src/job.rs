@@ -344,7 +344,8 @@ async fn worker(
             linked = false;
             crew.holds(false, &mut counted);
         }
-        let wait = settle_batch(batch, results, (opts.retries, keeping), &mut out, &mut again);
+        let retries = if sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) { None } else { Some(opts.retries) };
+        let wait = settle_batch(batch, results, (retries, keeping), &mut out, &mut again);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
@@ -399,21 +400,25 @@ async fn wind_down(
 /// `again`, any other gives its result to `out`. Returns the longest pause
 /// the files going again ask for (`None`: none goes again). A file done
 /// for good drops what it kept, or keeps it for a later run ([`crate::partial::end`]).
+/// Once the copy is stopped (Ctrl-C: `retries` is `None`), a failed file
+/// joins `again` as it is, to be reported with the files not yet tried:
+/// each said it was "trying again".
 fn settle_batch(
     batch: Vec<Task>,
     results: Vec<Result<u64, ClientError>>,
-    (retries, keeping): (u32, crate::partial::Keeping<'_>),
+    (retries, keeping): (Option<u32>, crate::partial::Keeping<'_>),
     out: &mut Vec<FileResult>,
     again: &mut Vec<Task>,
 ) -> Option<std::time::Duration> {
     let mut wait = None;
     for (mut task, r) in batch.into_iter().zip(results) {
-        match r {
-            Err(e) if retry::again(&mut task, &e, retries) => {
+        match (r, retries) {
+            (Err(_), None) => again.push(task),
+            (Err(e), Some(retries)) if retry::again(&mut task, &e, retries) => {
                 wait = wait.max(Some(task.wait()));
                 again.push(task);
             }
-            r => {
+            (r, _) => {
                 crate::partial::end(&task, r.is_err(), keeping);
                 out.push(result(&task.item, r));
             }
