@@ -16,9 +16,10 @@ pub struct CpArgs {
     /// Sources (ftp://host[:port]/path or local paths), then the destination.
     #[arg(required = true, num_args = 2..)]
     pub paths: Vec<std::ffi::OsString>,
-    /// Parallel MODE E streams per transfer (default: chosen from the measured
-    /// round-trip time and the kernel's TCP window limits to reach --rate-hint).
-    #[arg(short = 'p', long = "parallel", env = "LIGHTPATH_PARALLEL")]
+    /// Parallel MODE E streams per transfer, 1 to 128 (default: chosen from
+    /// the measured round-trip time and the kernel's TCP window limits to
+    /// reach --rate-hint).
+    #[arg(short = 'p', long = "parallel", env = "LIGHTPATH_PARALLEL", value_parser = clap::value_parser!(u32).range(1..=MAX_PARALLEL))]
     pub parallel: Option<u32>,
     /// Rate the automatic stream count aims for, in bits/s (e.g. 1G, 10G).
     #[arg(long, default_value = "10G", value_parser = parse_rate, env = "LIGHTPATH_RATE_HINT")]
@@ -285,6 +286,14 @@ pub fn summary(ok: &str, failed: usize, bytes: u64, t: Duration) {
         bytes as f64 * 8.0 / secs / 1e9
     );
 }
+
+/// Most streams `-p` takes. A listener's queue holds 128 connections
+/// that are not yet accepted, and a GridFTP server opens every stream of
+/// a download before it answers 150 (after which the client accepts):
+/// past that, streams waited 30 s and the copy failed, "connection timed
+/// out"; far past it, the server refused the `OPTS`, and the copy
+/// retried that (a UX audit).
+const MAX_PARALLEL: i64 = 128;
 
 /// Options of `lightpath ls`.
 #[derive(Debug, Args)]

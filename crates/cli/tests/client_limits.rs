@@ -173,3 +173,22 @@ fn a_tree_nested_without_end_is_refused() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(std::fs::read(dest.join("f")).unwrap(), b"hello");
 }
+
+/// `-p` takes 1 to 128 streams: past a listener's queue of 128 a download
+/// waited 30 s a stream and failed "connection timed out" (129 worked,
+/// 130 did not), and far past it the copy retried a refused OPTS.
+#[test]
+fn parallel_streams_past_128_are_refused_at_once() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    write_random(&root.join("f"), 1 << 20, 1);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let src = format!("ftp://127.0.0.1:{port}/f");
+    let dst = d.path().join("got");
+    let (code, err) = cp(&["-p", "129", &src, dst.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("129 is not in 1..=128"), "{err}");
+    let (code, err) = cp(&["-p", "128", &src, dst.to_str().unwrap()]);
+    assert_eq!(code, 0, "128 streams work: {err}");
+    assert_same_file(&root.join("f"), &dst);
+}
