@@ -471,7 +471,11 @@ fn a_failed_tree_says_which_files_it_left_complete() {
     let out = cp.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&format!("{n} files of the tree (")) && err.contains("cp -r --partial notes them"), "{err}");
+    assert!(
+        err.contains(&format!("{n} files of the tree ("))
+            && err.contains("not noted: a run with --partial notes what it leaves"),
+        "{err}"
+    );
     assert_eq!(regular_files(&dst), n, "{err}");
 }
 

@@ -277,7 +277,11 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
     };
     if !keep {
         let (f, b, t) = (held.files, held.bytes, &note.target);
-        eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept; cp -r --partial notes them, so that its next run sends only the rest)");
+        let again = match target {
+            Location::Local(_) => "copies the whole tree again, into a directory beneath it, as cp -r does",
+            Location::Remote(_) => "sends the whole tree again",
+        };
+        eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept, not noted: a run with --partial notes what it leaves, and the same command then sends only the rest; without, the same command {again})");
         return;
     }
     (note.after, note.files, note.bytes) = (after, held.files, held.bytes);
