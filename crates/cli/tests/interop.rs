@@ -144,6 +144,27 @@ fn names_gct_would_change_are_refused_not_sent() {
     assert_eq!(std::fs::read(local.join("dl/p")).unwrap(), b"dddd");
 }
 
+/// A tree copied file by file (to a server without the virtual file)
+/// copies a symlink to a file in the tree as that file, but not one to a
+/// file outside it: a link to `../../etc/passwd` sent that file.
+#[test]
+fn a_symlink_out_of_the_tree_is_not_followed_file_by_file() {
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("local")));
+    let tree = open_dir(&local.join("t"));
+    std::fs::write(local.join("secret"), b"outside").unwrap();
+    std::fs::write(tree.join("f"), b"inside").unwrap();
+    std::os::unix::fs::symlink("f", tree.join("in")).unwrap();
+    std::os::unix::fs::symlink("../secret", tree.join("out")).unwrap();
+    let (_srv, port) = gct_server(&home);
+    let up = format!("ftp://127.0.0.1:{port}{}/up/", home.display());
+    let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &up]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("out: a symlink to a file outside the tree"), "{err}");
+    assert_eq!(names(&home.join("up")), ["f", "in"]);
+    assert_eq!(std::fs::read(home.join("up/in")).unwrap(), b"inside");
+}
+
 #[test]
 fn lightpath_client_against_gct_server() {
     let d = scratch();

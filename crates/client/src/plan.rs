@@ -171,6 +171,7 @@ pub(crate) async fn tree_files(
 }
 
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
+    let top = std::fs::canonicalize(root).map_err(|e| ClientError::Local(format!("{}: {e}", root.display())))?;
     let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
     while let Some((dir, t)) = queue.pop_front() {
         let mut entries: Vec<_> = std::fs::read_dir(&dir)
@@ -180,7 +181,7 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let (path, dst) = (e.path(), join(&t, e.file_name().as_bytes()));
-            match local_kind(&path) {
+            match local_kind(&path, &top) {
                 Some(LocalKind::Dir) => {
                     plan.dirs.push(dst.clone());
                     queue.push_back((path, dst));
@@ -198,11 +199,13 @@ enum LocalKind {
     File(u64),
 }
 
-/// What a tree walked file by file copies of `path`: directories (not
-/// through a symlink, which could loop or lead out of the tree) and
-/// regular files (a symlink to one is copied as the file). Everything
-/// else is skipped with a warning.
-fn local_kind(path: &std::path::Path) -> Option<LocalKind> {
+/// What a tree (at `top`, resolved) walked file by file copies of
+/// `path`: directories (not through a symlink, which could loop or lead
+/// out of the tree) and regular files (a symlink to one in the tree is
+/// copied as the file; to one outside it, not: a link to
+/// `../../etc/passwd` sent that file). Everything else is skipped with a
+/// warning.
+fn local_kind(path: &std::path::Path, top: &std::path::Path) -> Option<LocalKind> {
     let skip = |why: String| {
         tracing::warn!("skipping {}: {why}", path.display());
         None
@@ -210,6 +213,9 @@ fn local_kind(path: &std::path::Path) -> Option<LocalKind> {
     let md = match std::fs::symlink_metadata(path) {
         Ok(md) if md.file_type().is_symlink() => match std::fs::metadata(path) {
             Ok(t) if t.is_dir() => return skip("a symlink to a directory".into()),
+            Ok(_) if !std::fs::canonicalize(path).is_ok_and(|real| real.starts_with(top)) => {
+                return skip("a symlink to a file outside the tree".into())
+            }
             Ok(t) => t,
             Err(e) => return skip(format!("a symlink that cannot be followed ({e})")),
         },
