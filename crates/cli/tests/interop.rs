@@ -165,6 +165,31 @@ fn a_symlink_out_of_the_tree_is_not_followed_file_by_file() {
     assert_eq!(std::fs::read(home.join("up/in")).unwrap(), b"inside");
 }
 
+/// Files uploaded to GCT keep their mode and mtime (SITE CHMOD, MFMT
+/// before the rename): GCT made each 0644 and of the time it was stored,
+/// so a private file became readable to all.
+#[test]
+fn uploads_to_gct_keep_mode_and_mtime() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("local")));
+    let tree = open_dir(&local.join("t"));
+    for (name, mode) in [("private", 0o600), ("script", 0o750)] {
+        std::fs::write(tree.join(name), name).unwrap();
+        std::fs::set_permissions(tree.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(981_173_106);
+        std::fs::File::options().write(true).open(tree.join(name)).unwrap().set_modified(old).unwrap();
+    }
+    let (_srv, port) = gct_server(&home);
+    let up = format!("ftp://127.0.0.1:{port}{}/up/", home.display());
+    let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &up]);
+    assert_eq!(code, 0, "{err}");
+    for (name, mode) in [("private", 0o600), ("script", 0o750)] {
+        let m = std::fs::metadata(home.join("up").join(name)).unwrap();
+        assert_eq!((m.mode() & 0o777, m.mtime()), (mode, 981_173_106), "{name}");
+    }
+}
+
 #[test]
 fn lightpath_client_against_gct_server() {
     let d = scratch();

@@ -39,6 +39,8 @@ pub struct Features {
     pub lpvf: Option<u8>,
     /// `DCON <port>`: where data connections opened ahead go.
     pub dcon: Option<u16>,
+    /// `MFMT`: a file's modification time can be set.
+    pub mfmt: bool,
     /// `DSI <name>`: Globus GridFTP's Data Storage Interface, which only
     /// globus-gridftp-server lists.
     pub dsi: bool,
@@ -70,6 +72,7 @@ impl Features {
             "MLSR" => self.mlsr = true,
             "SPAS" => self.spas = true,
             "DSI" => self.dsi = true,
+            "MFMT" => self.mfmt = true,
             "CKSM" => {
                 self.cksm = arg
                     .split(';')

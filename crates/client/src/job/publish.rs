@@ -66,6 +66,7 @@ pub(super) fn temp_path(path: &[u8]) -> Vec<u8> {
 pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], results: &mut [Result<u64, ClientError>]) {
     let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
     let moves: Vec<(Vec<u8>, Vec<u8>)> = done.iter().map(|&i| (path(&temps[i]), path(&batch[i]))).collect();
+    keep_meta(d, done.iter().map(|&i| (&temps[i], &batch[i]))).await;
     let renamed = d.rename_many(&moves).await;
     for ((&i, (temp, _)), r) in done.iter().zip(&moves).zip(renamed) {
         if let Err(e) = r {
@@ -95,6 +96,28 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
         // Nothing there (a STOR refused outright) is fine.
         tracing::debug!("removing {}: {r:?}", String::from_utf8_lossy(p));
         batch[i].resume.clear();
+    }
+}
+
+/// Uploaded files (`(temporary, source)` pairs) get their source's mode
+/// and mtime before their names: such a server makes each file 0644 and
+/// of the time it was stored, so a private (0600) file became readable
+/// to all there (names audit). A server that refuses is warned of once.
+async fn keep_meta<'a>(d: &mut Session, files: impl Iterator<Item = (&'a Task, &'a Task)>) {
+    use std::os::unix::fs::MetadataExt;
+    let metas: Vec<(Vec<u8>, u32, i64)> = files
+        .filter_map(|(temp, t)| match &t.item.src {
+            Location::Local(p) => std::fs::metadata(p).ok().map(|m| (path(temp), m.mode(), m.mtime())),
+            Location::Remote(_) => None,
+        })
+        .collect();
+    if metas.is_empty() {
+        return;
+    }
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let refused = d.set_meta_many(&metas).await;
+    if refused > 0 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!("{}: {refused} of the SITE CHMOD / MFMT that keep uploaded files' modes and mtimes refused: those files have the server's", d.ctl.name);
     }
 }
 

@@ -130,6 +130,23 @@ impl Session {
         out
     }
 
+    /// `SITE CHMOD` and, where FEAT offers it, `MFMT` for each path (its
+    /// mode, and mtime in seconds), pipelined. Returns how many the
+    /// server refused.
+    pub async fn set_meta_many(&mut self, metas: &[(Vec<u8>, u32, i64)]) -> usize {
+        let mfmt = self.feat.mfmt;
+        let mut cmds = Vec::with_capacity(metas.len() * 2);
+        for (p, mode, mtime) in metas {
+            cmds.push(path_cmd(&format!("SITE CHMOD {:o} ", mode & 0o777), p));
+            if mfmt {
+                cmds.push(path_cmd(&format!("MFMT {} ", lightpath_proto::ftptime::format(*mtime)), p));
+            }
+        }
+        let cmds: Vec<_> = cmds.into_iter().map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let replies = self.final_replies(&cmds).await;
+        replies.iter().filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count()
+    }
+
     /// `DELE` of each path, pipelined: one result a path.
     pub async fn delete_many(&mut self, paths: &[Vec<u8>]) -> Vec<Result<(), ClientError>> {
         let cmds = self.path_cmds("DELE ", paths);
