@@ -14,7 +14,7 @@ mkdir -p "$W/lp" "$W/g" "$W/out"; chown gftp "$W/g"
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$W"' EXIT
 head -c "$SIZE" /dev/urandom > "$W/lp/file"; cp "$W/lp/file" "$W/g/file"; chmod 644 "$W/g/file"
 P1=$((20000 + RANDOM % 10000)); P2=$((P1 + 1))
-"$LP" serve --listen 127.0.0.1:$P1 --root "$W/lp" --anonymous --memory-paths 2>/dev/null &
+"$LP" serve --listen 127.0.0.1:$P1 --root "$W/lp" --anonymous-write --memory-paths 2>/dev/null &
 globus-gridftp-server -aa -anonymous-user gftp -p $P2 -control-interface 127.0.0.1 -home-dir "$W/g" >/dev/null 2>&1 &
 sleep 1
 run() { # name cmd...

@@ -17,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
         banner: "fuzz".into(),
         anonymous: cfg & 1 != 0,
         read_only,
+        anonymous_writes: cfg & 0x80 != 0,
         version: "0.0.0".into(),
         cksum_algs: vec!["MD5".into(), "ADLER32".into()],
         dcon_port: Some(2912),
@@ -26,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(greeting, 1);
 
     let mut lb = LineBuffer::telnet();
-    let chunk = usize::from(cfg >> 2) + 1;
+    let chunk = usize::from((cfg >> 2) & 0x1f) + 1;
     for piece in data.chunks(chunk) {
         lb.handle_bytes(piece);
         assert!(lb.pending() <= MAX_LINE);

@@ -58,6 +58,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         listen: "127.0.0.1:0".parse()?,
         root: root.clone(),
         anonymous: true,
+        anonymous_writes: false,
         read_only: true,
         users: None,
         memory_paths: false,

@@ -17,9 +17,14 @@ pub struct ServeArgs {
     /// Directory served as `/`; no path leaves it.
     #[arg(long, env = "LIGHTPATH_ROOT")]
     pub root: PathBuf,
-    /// Allow `anonymous` logins.
+    /// Allow `anonymous` logins, which may only read (see --anonymous-write).
     #[arg(long, env = "LIGHTPATH_ANONYMOUS")]
     pub anonymous: bool,
+    /// Allow `anonymous` logins that may also write, delete and rename
+    /// anywhere under --root (implies --anonymous): for closed networks and
+    /// tests only.
+    #[arg(long, env = "LIGHTPATH_ANONYMOUS_WRITE")]
+    pub anonymous_write: bool,
     /// Refuse every write.
     #[arg(long, env = "LIGHTPATH_READ_ONLY")]
     pub read_only: bool,
@@ -97,11 +102,27 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// Who may log in and do what, for the line that says the server is up.
+    fn access(&self) -> String {
+        let anonymous = match (self.anonymous_write, self.anonymous) {
+            (true, _) => Some("anonymous may read, write, delete and rename"),
+            (false, true) => Some("anonymous may read"),
+            (false, false) => None,
+        };
+        let users = self.users.as_ref().map(|u| format!("users of {}", u.display()));
+        let mut who: Vec<String> = anonymous.map(String::from).into_iter().chain(users).collect();
+        if self.read_only {
+            who.push("read-only".into());
+        }
+        who.join("; ")
+    }
+
     fn config(&self) -> ServerConfig {
         ServerConfig {
             listen: self.listen,
             root: self.root.clone(),
-            anonymous: self.anonymous,
+            anonymous: self.anonymous || self.anonymous_write,
+            anonymous_writes: self.anonymous_write,
             read_only: self.read_only,
             users: self.users.clone(),
             memory_paths: self.memory_paths,
@@ -228,7 +249,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         if let Some(p) = server.ahead_port() {
             tracing::info!("data connections opened ahead: port {p}");
         }
-        eprintln!("lightpath: serving {root} on {addr}");
+        eprintln!("lightpath: serving {root} on {addr} ({})", args.access());
         tokio::select! {
             r = server.run() => r.context("accepting connections"),
             _ = tokio::signal::ctrl_c() => Ok(()),

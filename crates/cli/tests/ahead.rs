@@ -30,7 +30,7 @@ fn the_second_visit_opens_data_connections_ahead() {
     write_random(&root.join("file"), 5_000_011, 3);
     make_tree(&open_dir(&root.join("tree")), 40, 5);
     let book = d.path().join("peers");
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let url = format!("ftp://127.0.0.1:{port}/file");
 
     let (ok, log) = cp_vv(&book, &["-p", "3", &url, &local.join("first").display().to_string()]);
@@ -58,7 +58,7 @@ fn the_second_visit_opens_data_connections_ahead() {
 fn a_stale_book_costs_nothing() {
     let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 2_000_003, 4);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     // Nothing listens on the port the book gives.
     let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let book = d.path().join("peers");
@@ -96,7 +96,7 @@ fn refused_dcon_falls_back(server_port: u16, url: &str, dst: &Path, book: &Path)
 fn a_server_without_dcon_refuses_it_and_port_stands() {
     let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 3_000_001, 6);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--ahead-port", "off"]);
     let url = format!("ftp://127.0.0.1:{port}/file");
     let log = refused_dcon_falls_back(port, &url, &local.join("f"), &d.path().join("peers"));
     assert!(log.contains("< 502 DCON is not enabled"), "{log}");
@@ -117,7 +117,7 @@ fn the_globus_server_refuses_dcon_and_port_stands() {
 fn dcon_without_its_connections_is_refused_in_time() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut raw = Raw::login(port);
     let t = Instant::now();
     let (code, text) = raw.cmd("DCON 0123456789abcdef0123456789abcdef 2");
@@ -135,7 +135,7 @@ fn uploads_open_data_connections_ahead_too() {
     write_random(&local.join("file"), 4_000_037, 9);
     make_tree(&open_dir(&local.join("tree")), 30, 10);
     let book = d.path().join("peers");
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let src = local.join("file").display().to_string();
 
     let (ok, log) = cp_vv(&book, &["-p", "2", &src, &format!("ftp://127.0.0.1:{port}/first")]);
@@ -163,7 +163,7 @@ fn uploads_open_data_connections_ahead_too() {
 fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
     let (d, root, local) = root_and_local();
     write_random(&local.join("file"), 2_500_001, 12);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--ahead-port", "off"]);
     let book = d.path().join("peers");
     let _sink = misdirect(&book, port);
     let src = local.join("file").display().to_string();
@@ -181,7 +181,7 @@ fn an_upload_falls_back_to_pasv_when_dcon_is_refused() {
 fn a_tree_upload_falls_back_to_pasv_when_dcon_is_refused() {
     let (d, root, local) = root_and_local();
     make_tree(&open_dir(&local.join("tree")), 25, 7);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--ahead-port", "off"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--ahead-port", "off"]);
     let book = d.path().join("peers");
     let _sink = misdirect(&book, port);
     let tree = local.join("tree").display().to_string();
@@ -210,7 +210,7 @@ fn a_known_servers_upload_sends_its_stor_with_the_login() {
     write_random(&local.join("file"), 3_000_029, 17);
     std::fs::create_dir(root.join("dir")).unwrap();
     let book = d.path().join("peers");
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let src = local.join("file").display().to_string();
     let (ok, log) = cp_vv(&book, &[&src, &format!("ftp://127.0.0.1:{port}/first")]);
     assert!(ok && !log.contains(OFFERED), "first visit: {log}");
@@ -243,7 +243,7 @@ fn a_known_servers_upload_sends_its_stor_with_the_login() {
 fn connections_that_never_arrive_are_not_opened_again() {
     let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 1_000_003, 12);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let book = d.path().join("peers");
     let _sink = misdirect(&book, port);
     let url = format!("ftp://127.0.0.1:{port}/file");
@@ -266,7 +266,7 @@ fn a_full_park_is_told_at_once_and_the_server_stays_in_the_book() {
     let (d, root, local) = root_and_local();
     write_random(&root.join("file"), 3_000_017, 12);
     let book = d.path().join("peers");
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let url = format!("ftp://127.0.0.1:{port}/file");
     let (ok, log) = cp_vv(&book, &[&url, &local.join("first").display().to_string()]);
     assert!(ok, "{log}");
@@ -297,9 +297,9 @@ fn a_full_park_is_told_at_once_and_the_server_stays_in_the_book() {
 #[test]
 fn a_port_taken_by_a_neighbours_ahead_port_is_explained() {
     let d = scratch();
-    let (_s, port) = lp_server(d.path(), &["--anonymous"]);
+    let (_s, port) = lp_server(d.path(), &["--anonymous-write"]);
     let out = Command::new(LP)
-        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{}", port + 1)])
+        .args(["serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{}", port + 1)])
         .arg("--root")
         .arg(d.path())
         .output()

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::path::Path;
 
 fn server(root: &Path) -> (Proc, u16) {
-    lp_server(root, &["--anonymous", "--memory-paths"])
+    lp_server(root, &["--anonymous-write", "--memory-paths"])
 }
 
 fn only_entries(dir: &Path) -> Vec<String> {
@@ -343,7 +343,7 @@ fn read_only_and_users_file() {
 fn a_client_that_never_reads_meets_back_pressure() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_nonblocking(true).unwrap();
     let chunk = "NOOP\r\n".repeat(10_000);

@@ -58,7 +58,7 @@ fn a_third_party_copy_failing_on_one_side_ends_at_once_with_the_cause() {
     write_random(&lroot.join("ok"), 300_000, 2);
     root_only(&lroot.join("ro"));
     let (_g, gp) = gct_server(&home);
-    let (_l, lp) = lp_server(&lroot, &["--anonymous", "--run-as", "gftp"]);
+    let (_l, lp) = lp_server(&lroot, &["--anonymous-write", "--run-as", "gftp"]);
     let g = |p: &str| url(gp, &format!("{}/{p}", home.display()));
     for _ in 0..5 {
         let (ok, err) = run(&["cp", "-q", &g("f"), &url(lp, "/ro/f")], 30);
@@ -169,7 +169,7 @@ fn verify_with_an_algorithm_the_server_lacks_is_refused_before_copying() {
     assert!(!sent.iter().any(|c| moved.iter().any(|m| c.starts_with(m))), "nothing was copied: {sent:?}");
     assert!(!local.join("back").exists());
     // An algorithm this client cannot compute is refused up front too.
-    let (_s, lp) = lp_server(&root, &["--anonymous"]);
+    let (_s, lp) = lp_server(&root, &["--anonymous-write"]);
     let (ok, err) = run(&["cp", "-q", "--verify", "BLAKE3", &f, &url(lp, "/f")], 30);
     assert!(!ok && err.contains("BLAKE3") && err.contains("SHA256"), "{err}");
     assert!(!root.join("f").exists());
@@ -191,8 +191,8 @@ fn verify_checks_every_file_of_a_tree_copied_as_one_virtual_file() {
     // went 40 levels down (41 CKSMs of the same file) until ELOOP.
     std::os::unix::fs::symlink(".", a.join("tree/d0/self")).unwrap();
     std::os::unix::fs::symlink("s0/f0.dat", a.join("tree/d0/file-link")).unwrap();
-    let (_a, pa) = lp_server(&a, &["--anonymous"]);
-    let (_b, pb) = lp_server(&b, &["--anonymous"]);
+    let (_a, pa) = lp_server(&a, &["--anonymous-write"]);
+    let (_b, pb) = lp_server(&b, &["--anonymous-write"]);
     let dl = format!("{}/", local.join("dl").display());
     let cp = |alg: &str, src: &str, dst: &str| run(&["-vv", "cp", "-q", "-r", "--verify", alg, src, dst], 60);
     let (ok, log) = cp("MD5", &url(pa, "/tree/"), &dl);
@@ -217,7 +217,7 @@ fn a_file_named_like_an_mlst_fact_is_a_file() {
     let d = scratch();
     let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
     write_random(&root.join("type=dir"), 70_000, 5);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let (_g, gp) = gct_server(&root);
     let gct_path = format!("{}/type=dir", root.display());
     for (n, src) in [url(port, "/type=dir"), url(gp, &gct_path)].iter().enumerate() {

@@ -179,7 +179,7 @@ fn a_tree_copied_as_a_virtual_file_does_not_follow_a_symlinked_root() {
     let (dst, outside) = trap(d.path());
     open_dir(&root.join("sub"));
     std::fs::write(root.join("sub/x"), b"evil").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/sub"), &format!("{}/", dst.display())]);
     assert_ne!(code, 0, "{err}");
     assert!(everything(&outside).is_empty(), "written outside: {:?}", everything(&outside));
@@ -252,7 +252,7 @@ fn a_partial_copy_from_a_lightpath_server_lands_at_its_offset() {
     write_random(&root.join("f"), 300_000, 7);
     let dst = local.join("f");
     std::fs::write(&dst, vec![b'S'; 1000]).unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let url = format!("ftp://127.0.0.1:{port}/f");
     assert!(lp_cp(&["--off", "100000", "--len", "150000", &url, dst.to_str().unwrap()]));
     let (got, src) = (std::fs::read(&dst).unwrap(), std::fs::read(root.join("f")).unwrap());

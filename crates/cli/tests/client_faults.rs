@@ -19,7 +19,7 @@ fn missing_file_in_a_pipelined_batch() {
         write_random(&root.join(n), 700_001, n.as_bytes()[0] as u64);
         write_random(&local.join(n), 300_003, n.as_bytes()[0] as u64 + 10);
     }
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let u = |p: &str| format!("ftp://127.0.0.1:{port}/{p}");
     // Download: RETR of the missing file is refused before any data.
     let got = open_dir(&d.path().join("got"));

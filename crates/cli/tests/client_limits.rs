@@ -182,7 +182,7 @@ fn parallel_streams_past_128_are_refused_at_once() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     write_random(&root.join("f"), 1 << 20, 1);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let src = format!("ftp://127.0.0.1:{port}/f");
     let dst = d.path().join("got");
     let (code, err) = cp(&["-p", "129", &src, dst.to_str().unwrap()]);

@@ -47,7 +47,7 @@ fn names(dir: &Path) -> Vec<Vec<u8>> {
 #[test]
 fn names_with_iac_bytes_travel_up_and_down_intact() {
     let (_d, root, local) = root_and_local();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let src = local.join("src");
     std::fs::write(&src, b"hello\n").unwrap();
     for name in IAC_NAMES {
@@ -120,7 +120,7 @@ fn names_with_iac_bytes_are_refused_to_the_globus_server() {
     // Third party, from lightpath to GCT: refused before either side is set up.
     let lroot = open_dir(&local.join("lroot"));
     std::fs::write(lroot.join(OsStr::from_bytes(b"a\xff\xfbz")), b"hello\n").unwrap();
-    let (_l, lport) = lp_server(&lroot, &["--anonymous"]);
+    let (_l, lport) = lp_server(&lroot, &["--anonymous-write"]);
     let before = names(&home);
     let from = format!("ftp://127.0.0.1:{lport}/{}", pct(b"a\xff\xfbz"));
     let (code, err) = cp(&[&from, &format!("ftp://127.0.0.1:{port}{}/", home.display())]);
@@ -139,7 +139,7 @@ fn a_download_asks_for_bigger_blocks_and_the_globus_server_ignores_it() {
     let (_d, home, local) = root_and_local();
     write_random(&home.join("one"), 3 << 20, 7);
     let (_g, gport) = gct_server(&home);
-    let (_l, lport) = lp_server(&home, &["--anonymous"]);
+    let (_l, lport) = lp_server(&home, &["--anonymous-write"]);
     let urls = [
         ("gct", format!("ftp://127.0.0.1:{gport}{}/one", home.display())),
         ("lp", format!("ftp://127.0.0.1:{lport}/one")),
@@ -187,7 +187,7 @@ fn a_download_asks_for_bigger_blocks_and_the_globus_server_ignores_it() {
 #[test]
 fn the_checksum_of_a_non_utf8_name_is_that_files() {
     let (_d, root, _local) = root_and_local();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     for name in [&b"caf\xe9"[..], b"a\xff\xfbz"] {
         std::fs::write(root.join(OsStr::from_bytes(name)), b"hello\n").unwrap();
         let url = format!("ftp://127.0.0.1:{port}/{}", pct(name));

@@ -19,7 +19,7 @@ fn a_large_flushed_download_over_loopback_is_written_directly() {
     let (_d, root, local) = root_and_local();
     // The smallest file `auto` writes directly, plus an odd tail.
     write_random(&root.join("big"), (64 << 20) + 513, 3);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let url = format!("ftp://127.0.0.1:{port}/big");
     let dst = local.join("big").display().to_string();
     let (ok, log) = verbose_cp(&["--fsync", &url, &dst]);
@@ -33,7 +33,7 @@ fn direct_writes_arrive_exact_and_say_so() {
     let (_d, root, local) = root_and_local();
     // 9 MiB plus an odd tail: aligned bulk direct, head/tail buffered.
     write_random(&root.join("file"), 9 * (1 << 20) + 4097, 7);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let url = format!("ftp://127.0.0.1:{port}/file");
 
     let (ok, log) = cp_v("always", &url, &local.join("direct"));

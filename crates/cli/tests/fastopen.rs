@@ -40,7 +40,7 @@ impl Drop for Netns {
 fn serve(ns: &Netns, root: &Path, port: u16) -> Proc {
     let mut child = ns
         .cmd(LP)
-        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .args(["-v", "serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{port}"), "--root"])
         .arg(root)
         .stderr(Stdio::piped())
         .spawn()

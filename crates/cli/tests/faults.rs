@@ -55,7 +55,7 @@ fn full_disk_on_the_server_fails_the_upload_cleanly() {
     let d = scratch();
     let disk = SmallDisk::new(&d.path().join("root"), 8);
     write_random(&d.path().join("big"), 24 << 20, 1);
-    let (_s, port) = lp_server(&disk.0, &["--anonymous"]);
+    let (_s, port) = lp_server(&disk.0, &["--anonymous-write"]);
     let src = d.path().join("big").display().to_string();
     for p in ["1", "4"] {
         let (code, err) = cp(&["-p", p, &src, &format!("ftp://127.0.0.1:{port}/big")]);
@@ -73,7 +73,7 @@ fn full_disk_on_the_client_fails_the_download_cleanly() {
     let root = open_dir(&d.path().join("root"));
     write_random(&root.join("big"), 24 << 20, 2);
     let disk = SmallDisk::new(&d.path().join("local"), 8);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     for p in ["1", "4"] {
         let (code, err) = cp(&["-p", p, &format!("ftp://127.0.0.1:{port}/big"), &format!("{}/", disk.0.display())]);
         assert_ne!(code, 0, "a download larger than the disk cannot succeed");
@@ -120,7 +120,7 @@ fn source_shrinking_during_a_download_fails_it() {
     let root = open_dir(&d.path().join("root"));
     let local = open_dir(&d.path().join("local"));
     sparse(&root.join("shrinks"), SHRINKING);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let watcher = shrink_when(root.join("shrinks"), local.clone(), 64 << 20, 32 << 20);
     let (code, err) = cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/shrinks"), &format!("{}/", local.display())]);
     assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
@@ -139,7 +139,7 @@ fn source_shrinking_during_a_mode_s_retr_resets_the_data_connection() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     sparse(&root.join("shrinks"), SHRINKING);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);
     assert_eq!(c.cmd("MODE S").0, 200);
@@ -175,7 +175,7 @@ fn source_shrinking_during_an_upload_fails_it() {
     let root = open_dir(&d.path().join("root"));
     let local = open_dir(&d.path().join("local"));
     sparse(&local.join("shrinks"), SHRINKING);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let watcher = shrink_when(local.join("shrinks"), root.clone(), 64 << 20, 32 << 20);
     let src = local.join("shrinks").display().to_string();
     let (code, err) = cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/shrinks")]);
@@ -197,7 +197,7 @@ fn a_data_stream_dying_fails_the_download_and_the_session_survives() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     sparse(&root.join("big"), 8 << 30);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);
     assert_eq!(c.cmd("MODE E").0, 200);
@@ -259,7 +259,7 @@ fn disk_filling_up_during_a_plain_stor_fails_it_cleanly() {
     use std::io::Write;
     let d = scratch();
     let disk = nearly_full(d.path());
-    let (_s, port) = lp_server(&disk.0, &["--anonymous"]);
+    let (_s, port) = lp_server(&disk.0, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);
     let data = TcpStream::connect(c.pasv()).unwrap();
@@ -300,7 +300,7 @@ fn disk_filling_up_during_a_tree_upload_fails_it_cleanly() {
     }
     open_dir(&tree.join("sub"));
     write_random(&tree.join("sub/big"), 6 << 20, 20);
-    let (_s, port) = lp_server(&disk.0, &["--anonymous"]);
+    let (_s, port) = lp_server(&disk.0, &["--anonymous-write"]);
     let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &format!("ftp://127.0.0.1:{port}/dst/")]);
     assert_ne!(code, 0, "a tree larger than the free space cannot be copied");
     let c = cause(&err);
@@ -339,7 +339,7 @@ fn disk_filling_up_during_a_tree_download_fails_it_cleanly() {
         write_random(&tree.join(format!("f{i:02}")), 1 << 20, 40 + i);
     }
     let disk = SmallDisk::new(&d.path().join("local"), 8);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), &disk.0.join("tree").display().to_string()]);
     assert_ne!(code, 0, "a tree larger than the local disk cannot be copied");
     // When the server had sent everything its reply was fine, and ours is

@@ -16,7 +16,7 @@ fn served(files: &[(&str, &[u8])], extra: &[&str]) -> (tempfile::TempDir, std::p
     for (name, data) in files {
         std::fs::write(root.join(name), data).unwrap();
     }
-    let (s, port) = lp_server(&root, &[&["--anonymous"], extra].concat());
+    let (s, port) = lp_server(&root, &[&["--anonymous-write"], extra].concat());
     (d, root, s, port)
 }
 
@@ -46,7 +46,7 @@ fn special_files_are_refused_at_once_and_listed_as_such() {
     let root = open_dir(&d.path().join("root"));
     let fifo = root.join("fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     let t = Instant::now();
     for line in ["CKSM MD5 0 -1 fifo", "SITE CHMOD 644 fifo"] {
@@ -189,7 +189,7 @@ fn port_names_the_client_only_unless_the_server_allows_any_host() {
     }
     assert!(c.cmd("PORT 127,0,0,2,19,137").1.contains("--data-peers any"));
     assert_eq!(c.cmd("PORT 127,0,0,1,19,137").0, 200);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--data-peers", "any"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--data-peers", "any"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("PORT 127,0,0,2,19,137").0, 200);
     assert_eq!(c.cmd("PORT 255,255,255,255,19,137").0, 501, "never a broadcast address");

@@ -251,7 +251,7 @@ fn a_local_name_with_a_line_break_is_refused_before_it_is_sent() {
     let evil = local.join("x\r\nDELE victim");
     std::fs::write(&evil, b"data").unwrap();
     std::fs::write(local.join("plain"), b"plain data").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let dst = format!("ftp://127.0.0.1:{port}/");
     let (code, err) = cp(&[evil.to_str().unwrap(), local.join("plain").to_str().unwrap(), &dst]);
     assert_eq!(code, 1, "{err}");

@@ -20,7 +20,7 @@ fn file_url(p: &std::path::Path) -> String {
 fn guc_against_lightpath_server_files() {
     let (_d, root, local) = root_and_local();
     write_random(&root.join("f"), F, 1);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     for (mode, extra) in [("s", &[][..]), ("p4", &["-p", "4"][..])] {
         let dl = local.join(format!("dl-{mode}"));
         let (a, b) = (url(port, "/f"), file_url(&dl));
@@ -57,7 +57,7 @@ fn guc_against_lightpath_server_over_ipv6() {
     let (_d, root, local) = root_and_local();
     write_random(&root.join("f"), F, 3);
     let port = free_port();
-    let _srv = lp_server_at(&root, &format!("[::1]:{port}"), port, &["--anonymous"]);
+    let _srv = lp_server_at(&root, &format!("[::1]:{port}"), port, &["--anonymous-write"]);
     for (mode, extra) in [("s", &[][..]), ("p4", &["-p", "4"][..]), ("stripe", &["-stripe"][..])] {
         let dl = local.join(format!("dl-{mode}"));
         let (a, b) = (format!("ftp://[::1]:{port}/f"), file_url(&dl));
@@ -84,7 +84,7 @@ fn a_dual_stack_server_answers_pasv_to_an_ipv4_client() {
     let (_d, root, local) = root_and_local();
     write_random(&root.join("f"), F, 4);
     let port = free_port();
-    let _srv = lp_server_at(&root, &format!("[::]:{port}"), port, &["--anonymous"]);
+    let _srv = lp_server_at(&root, &format!("[::]:{port}"), port, &["--anonymous-write"]);
     let ls = std::process::Command::new(LP).args(["ls", &format!("ftp://127.0.0.1:{port}/")]).output().unwrap();
     assert!(ls.status.success() && String::from_utf8_lossy(&ls.stdout).contains('f'), "{ls:?}");
     let dl = local.join("dl");
@@ -96,7 +96,7 @@ fn a_dual_stack_server_answers_pasv_to_an_ipv4_client() {
 fn guc_against_lightpath_server_tree() {
     let (_d, root, local) = root_and_local();
     make_tree(&root.join("tree"), 300, 7);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     assert!(guc(&[
         "-r",
         "-cd",
@@ -286,8 +286,8 @@ fn third_party_every_pairing_both_clients() {
     write_random(&lroot.join("f"), F, 3);
     write_random(&home.join("f"), F, 3);
     make_tree(&lroot.join("tree"), 120, 5);
-    let (_a, lp) = lp_server(&lroot, &["--anonymous"]);
-    let (_b, lp2) = lp_server(&lroot2, &["--anonymous"]);
+    let (_a, lp) = lp_server(&lroot, &["--anonymous-write"]);
+    let (_b, lp2) = lp_server(&lroot2, &["--anonymous-write"]);
     let (_c, gp) = gct_server(&home);
     let g = |p: &str| url(gp, &format!("{}/{p}", home.display()));
     // driven by globus-url-copy
@@ -318,7 +318,7 @@ fn third_party_every_pairing_both_clients() {
 fn memory_to_memory_both_ways() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    let (_srv, port) = lp_server(&root, &["--anonymous", "--memory-paths"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write", "--memory-paths"]);
     assert!(guc(&["-p", "4", "-len", "67108864", &url(port, "/dev/zero"), "file:///dev/null"]));
     assert!(guc(&["-p", "4", "-len", "67108864", "file:///dev/zero", &url(port, "/dev/null")]));
     assert!(lp_cp(&["-p", "4", "--len", "64M", &url(port, "/dev/zero"), "/dev/null"]));

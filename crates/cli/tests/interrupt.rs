@@ -44,7 +44,7 @@ fn sparse(p: &Path) {
 /// served root, the local directory, the server and the running `cp`.
 fn big_download_under_way(extra: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf, Proc, Child) {
     let (d, root, local) = root_and_local();
-    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let (srv, port) = lp_server(&root, &["--anonymous-write"]);
     sparse(&root.join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
     let dst = local.join("big").display().to_string();
@@ -65,7 +65,7 @@ fn ctrl_c_during_a_download_removes_the_partial_file() {
 #[test]
 fn ctrl_c_during_an_upload_leaves_nothing_on_the_server() {
     let (_d, root, _local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let src = scratch();
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
@@ -193,7 +193,7 @@ fn only_the_small_file(local: &Path, tree: &Path) {
 fn ctrl_c_during_a_tree_download_keeps_only_finished_files() {
     let (_d, root, local) = root_and_local();
     let tree = small_and_big_tree(&root);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let (code, err) = interrupt(tree_download_under_way(port, &local));
     assert_eq!(code, Some(130), "{err}");
     only_the_small_file(&local, &tree);
@@ -209,8 +209,8 @@ fn ctrl_c_during_a_tree_download_keeps_only_finished_files() {
 fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
     let (a, b) = (scratch(), scratch());
     sparse(&a.path().join("big"));
-    let (_sa, pa) = lp_server(a.path(), &["--anonymous"]);
-    let (_sb, pb) = lp_server(b.path(), &["--anonymous"]);
+    let (_sa, pa) = lp_server(a.path(), &["--anonymous-write"]);
+    let (_sb, pb) = lp_server(b.path(), &["--anonymous-write"]);
     let cp = start_cp(&[&format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big")]);
     wait_for("the copy never reached the destination", || bytes_open_in(b.path()) > 64 << 20);
     let (code, err) = interrupt(cp);
@@ -233,7 +233,7 @@ fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
 #[test]
 fn a_killed_server_leaves_no_partial_upload() {
     let (_d, root, _local) = root_and_local();
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let (mut srv, port) = lp_server(&root, &["--anonymous-write"]);
     let src = scratch();
     sparse(&src.path().join("big"));
     let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/big")]);
@@ -250,7 +250,7 @@ fn a_killed_server_leaves_no_partial_upload() {
 #[test]
 fn a_killed_client_leaves_no_partial_download() {
     let (_d, root, local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     sparse(&root.join("big"));
     let mut cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
     wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
@@ -265,7 +265,7 @@ fn a_killed_client_leaves_no_partial_download() {
 fn a_killed_client_leaves_no_partial_file_in_a_tree() {
     let (_d, root, local) = root_and_local();
     let tree = small_and_big_tree(&root);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let mut cp = tree_download_under_way(port, &local);
     cp.kill().unwrap();
     cp.wait().unwrap();

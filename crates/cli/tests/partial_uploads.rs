@@ -99,7 +99,7 @@ fn restart(port: u16, name: &str, rest: &str) -> (Raw, (u16, String), Option<Tcp
 #[test]
 fn a_broken_upload_is_kept_and_resumed_with_only_the_rest() {
     let (_d, root, _local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let data = content();
     break_after(port, "f", 2 * MIB);
     assert!(!root.join("f").exists(), "nothing under the name yet");
@@ -125,7 +125,7 @@ fn a_broken_upload_is_kept_and_resumed_with_only_the_rest() {
 #[test]
 fn a_restart_claiming_more_than_was_kept_is_refused() {
     let (_d, root, _local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     break_after(port, "g", 2 * MIB);
     let (_c, (code, text), dc) = restart(port, "g", &format!("REST 0-{}", 2 * MIB + 1));
     assert!(dc.is_none() && code == 554, "{code} {text}");
@@ -142,13 +142,13 @@ fn a_restart_claiming_more_than_was_kept_is_refused() {
 #[test]
 fn small_breaks_and_a_server_that_keeps_none_keep_nothing() {
     let (_d, root, _local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous", "--keep-partial", "0"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write", "--keep-partial", "0"]);
     break_after(port, "h", 2 * MIB);
     let mut c = Raw::login(port);
     let ((code, text), _) = stor(&mut c, "h", Some(&format!("REST 0-{}", 2 * MIB)));
     assert!(code == 554 && text.contains("no partial upload"), "{code} {text}");
     let (_d2, root2, _) = root_and_local();
-    let (_srv2, port2) = lp_server(&root2, &["--anonymous"]);
+    let (_srv2, port2) = lp_server(&root2, &["--anonymous-write"]);
     break_after(port2, "s", MIB / 2);
     let mut c = Raw::login(port2);
     let ((code, text), _) = stor(&mut c, "s", Some("REST 0-524288"));

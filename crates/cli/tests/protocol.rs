@@ -18,7 +18,7 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf, Proc, u16, Vec<u8>) {
     let root = open_dir(&d.path().join("root"));
     write_random(&root.join("f"), 300_000, 11);
     let data = std::fs::read(root.join("f")).unwrap();
-    let (p, port) = lp_server(&root, &["--anonymous"]);
+    let (p, port) = lp_server(&root, &["--anonymous-write"]);
     (d, root, p, port, data)
 }
 
@@ -207,7 +207,7 @@ fn server_drops_root_with_run_as() {
     assert_eq!(lightpath_sys::privs::euid(), 0, "this test starts the server as root (CI runs as root)");
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    let (p, port) = lp_server(&root, &["--anonymous", "--run-as", "gftp"]);
+    let (p, port) = lp_server(&root, &["--anonymous-write", "--run-as", "gftp"]);
     // The port accepts (kernel backlog) as soon as it listens, a moment
     // before the server drops root: give it up to 10 s.
     let uid_line = || {
@@ -235,7 +235,7 @@ fn serve_reports_its_placement_and_refuses_bad_device_files() {
     let root = open_dir(&d.path().join("root"));
     let port = free_port();
     let mut child = std::process::Command::new(LP)
-        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .args(["-v", "serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{port}"), "--root"])
         .arg(&root)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -260,7 +260,7 @@ fn serve_reports_its_placement_and_refuses_bad_device_files() {
     let bad = d.path().join("devices.toml");
     std::fs::write(&bad, "[[device]]\nname = \"eth0\"\nkind = \"nic\"\nthreads = 0\n").unwrap();
     let out = std::process::Command::new(LP)
-        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{}", free_port()), "--devices"])
+        .args(["serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{}", free_port()), "--devices"])
         .arg(&bad)
         .arg("--root")
         .arg(&root)
@@ -280,7 +280,7 @@ fn serve_refuses_a_congestion_control_it_cannot_set() {
     let root = open_dir(&d.path().join("root"));
     let serve = |cc: &str| {
         std::process::Command::new(LP)
-            .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["-v", "serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{}", free_port())])
             .args(["--congestion", cc, "--root"])
             .arg(&root)
             .stderr(std::process::Stdio::piped())
@@ -314,7 +314,7 @@ fn serve_refuses_a_congestion_control_it_cannot_set() {
 #[test]
 fn cp_refuses_a_congestion_control_it_cannot_set() {
     let (d, root, local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let src = local.join("src.bin");
     write_random(&src, 3_000_000, 7);
     let url = |name: &str| format!("ftp://127.0.0.1:{port}/{name}");
@@ -391,7 +391,7 @@ fn a_pipelined_flight_is_answered_in_a_few_segments() {
 #[test]
 fn a_buffer_size_sent_before_pasv_sizes_the_handshake() {
     let (_d, root, _local) = root_and_local();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     let conn = std::net::TcpStream::connect(c.pasv()).unwrap();
     let autotuned = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
@@ -409,7 +409,7 @@ fn ls_escapes_control_characters_in_names() {
     use std::os::unix::ffi::OsStrExt;
     let (_d, root, _local) = root_and_local();
     std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"a\x1b]0;PWNED\x07\x1b[2Jb")), b"x").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let out = std::process::Command::new(LP).args(["ls", &format!("ftp://127.0.0.1:{port}/")]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!out.stdout.iter().any(|&b| b == 0x1b || b == 0x07), "raw control bytes printed: {:?}", out.stdout);
@@ -426,7 +426,7 @@ fn ls_into_a_pipe_closed_early_ends_quietly() {
     for i in 0..4000 {
         std::fs::write(root.join(format!("a-rather-long-file-name-to-fill-the-pipe-{i:05}")), b"").unwrap();
     }
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut ls = std::process::Command::new(LP)
         .args(["ls", &format!("ftp://127.0.0.1:{port}/")])
         .stdout(std::process::Stdio::piped())
@@ -447,7 +447,7 @@ fn a_receiver_that_asks_gets_blocks_up_to_its_size_while_much_is_left() {
     let root = open_dir(&d.path().join("root"));
     write_random(&root.join("g"), 12 << 20, 12);
     let data = std::fs::read(root.join("g")).unwrap();
-    let (_p, port) = lp_server(&root, &["--anonymous"]);
+    let (_p, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("MODE E").0, 200);
     let l = c.port();

@@ -38,7 +38,7 @@ fn state(p: &Path) -> (Vec<u8>, u32, u32) {
 /// A server running as `gftp` (`--run-as`), once it has dropped root: a
 /// session served as root would pass every permission check.
 fn gftp_server(root: &Path) -> (Proc, u16) {
-    let (p, port) = lp_server(root, &["--anonymous", "--run-as", "gftp"]);
+    let (p, port) = lp_server(root, &["--anonymous-write", "--run-as", "gftp"]);
     let uids = || {
         let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
         status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string()
@@ -106,7 +106,7 @@ fn uploads_replace_only_files_the_server_could_write() {
 fn a_restarted_stor_is_refused_and_changes_nothing() {
     let (_d, root, _local) = root_and_local();
     std::fs::write(root.join("old"), b"an older version of the file").unwrap();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);
     // MODE E ranges (guc -rst sends them from 111 markers) and a MODE S offset.
@@ -134,7 +134,7 @@ fn a_restarted_stor_is_refused_and_changes_nothing() {
 fn esto_and_rest_retr_still_work() {
     let (_d, root, local) = root_and_local();
     write_random(&root.join("f"), 300_000, 3);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let data = std::fs::read(root.join("f")).unwrap();
     // lightpath cp --off/--len uploads a part with ESTO into the existing file.
     let part = local.join("part");
@@ -195,7 +195,7 @@ fn downloads_replace_only_local_files_the_client_could_write() {
     put_file(&local.join("shared"), b"everyone's", 0o666, (0, 0));
     put_file(&local.join("mine"), b"gftp's", 0o640, gftp);
     let before: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&local.join(n))).collect();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     for name in ["rootfile", "rofile"] {
         assert!(!cp_as_gftp(&url(port, "/f"), &local.join(name)), "cp replaced {name}");
     }
@@ -219,7 +219,7 @@ fn downloads_replace_only_local_files_the_client_could_write() {
 fn a_pipe_as_source_or_destination_is_refused() {
     let (_d, root, local) = root_and_local();
     write_random(&root.join("f"), 100_000, 9);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let fifo = local.join("fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let fifo_s = fifo.to_str().unwrap();

@@ -83,7 +83,7 @@ impl Under {
 fn download_under_way(args: &[&str]) -> (Under, Child) {
     let (d, root, local) = root_and_local();
     islands(&root.join("big"), LEN);
-    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let (srv, port) = lp_server(&root, &["--anonymous-write"]);
     let url = format!("ftp://127.0.0.1:{port}/big");
     let cp = start_cp(&[args, &[&url, local.join("big").to_str().unwrap()]].concat());
     (Under { _d: d, root, local, srv, port }, cp)
@@ -156,7 +156,7 @@ fn with_no_retries_a_broken_download_fails_at_once_and_leaves_nothing() {
 #[test]
 fn a_refused_file_is_not_tried_again() {
     let (_d, root, local) = root_and_local();
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/missing"), local.join("m").to_str().unwrap()]);
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("No such file") && !err.contains("trying again"), "{err}");
@@ -185,7 +185,7 @@ fn a_download_from_gct_whose_data_stream_dies_resumes() {
 fn upload_whose_stream_dies(args: &[&str]) -> (String, PathBuf, PathBuf, tempfile::TempDir) {
     let (d, root, local) = root_and_local();
     islands(&local.join("big"), LEN);
-    let (_srv, port) = lp_server(&root, &[&["--anonymous"], args].concat());
+    let (_srv, port) = lp_server(&root, &[&["--anonymous-write"], args].concat());
     let cp = start_cp(&["-p", "4", local.join("big").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/big")]);
     let pid = cp.id();
     kill_a_stream(midway(|| vec![pid]), port);
@@ -227,8 +227,8 @@ fn an_upload_the_server_did_not_keep_goes_again_whole() {
 fn a_third_party_copy_whose_data_stream_dies_resumes() {
     let (_d, src_root, dst_root) = root_and_local();
     islands(&src_root.join("big"), LEN);
-    let (src, sport) = lp_server(&src_root, &["--anonymous"]);
-    let (_dst, dport) = lp_server(&dst_root, &["--anonymous"]);
+    let (src, sport) = lp_server(&src_root, &["--anonymous-write"]);
+    let (_dst, dport) = lp_server(&dst_root, &["--anonymous-write"]);
     let urls = [format!("ftp://127.0.0.1:{sport}/big"), format!("ftp://127.0.0.1:{dport}/big")];
     let cp = start_cp(&["-p", "4", &urls[0], &urls[1]]);
     let pid = src.0.id();
@@ -340,7 +340,7 @@ fn a_kept_download_of_a_file_changed_since_starts_over() {
     assert!(err.contains("(the same cp --partial resumes it)"), "{err}");
     assert_eq!(names(&u.local), [".big.lightpath-partial"]);
     new_version(&u.root);
-    let _again = lp_server_on(&u.root, u.port, &["--anonymous"]);
+    let _again = lp_server_on(&u.root, u.port, &["--anonymous-write"]);
     let err = partial_run(&u, "big");
     assert!(err.contains("it changed on the server") && err.contains("starting over"), "{err}");
     assert!(!err.contains("resumed a download"), "{err}");
@@ -419,7 +419,7 @@ impl UpInterrupted {
     fn new() -> Self {
         let (_d, root, local) = root_and_local();
         islands(&local.join("big"), LEN);
-        let (state, (srv, port)) = (scratch(), lp_server(&root, &["--anonymous"]));
+        let (state, (srv, port)) = (scratch(), lp_server(&root, &["--anonymous-write"]));
         let url = format!("ftp://127.0.0.1:{port}/big");
         let mut u = UpInterrupted { _d, root, local, state, srv, port, url, kept: 0 };
         let cp = u.run(&[]);
@@ -492,7 +492,7 @@ fn a_noted_upload_the_server_no_longer_holds_goes_whole_even_without_retries() {
     let mut u = UpInterrupted::new();
     u.srv.0.kill().unwrap();
     u.srv.0.wait().unwrap();
-    u.srv = lp_server_on(&u.root, u.port, &["--anonymous"]);
+    u.srv = lp_server_on(&u.root, u.port, &["--anonymous-write"]);
     let err = u.finish(&["--retries", "0"]);
     assert!(err.contains("taking up the"), "{err}");
     assert!(err.contains("no longer holds the partial upload (554"), "{err}");

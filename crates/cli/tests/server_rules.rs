@@ -22,7 +22,7 @@ fn rnfr_of_a_missing_name_is_refused_at_once() {
     let (_d, root) = with_root();
     std::fs::write(root.join("f"), b"x").unwrap();
     symlink("nowhere", root.join("dangling")).unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     let (code, text) = c.cmd("RNFR missing");
     assert_eq!(code, 550, "{text}");
@@ -46,7 +46,7 @@ fn dele_removes_a_symlink_to_a_directory_never_its_target() {
     for (target, name) in [("sub", "in-link"), (out.to_str().unwrap(), "out-link"), ("../out", "rel-link")] {
         symlink(target, root.join(name)).unwrap();
     }
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     for name in ["in-link", "out-link", "rel-link"] {
         let (code, text) = c.cmd(&format!("RMD {name}"));
@@ -67,7 +67,7 @@ fn dele_removes_a_symlink_to_a_directory_never_its_target() {
 fn after_epsv_all_only_epsv_sets_up_data_connections() {
     let (_d, root) = with_root();
     std::fs::write(root.join("f"), b"listed").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("EPSV ALL").0, 229);
     for line in ["PASV", "PORT 127,0,0,1,19,137", "EPRT |1|127.0.0.1|5001|", "SPAS"] {
@@ -93,7 +93,7 @@ fn after_epsv_all_only_epsv_sets_up_data_connections() {
 fn the_telnet_abort_sequence_stops_a_transfer_waiting_for_its_connection() {
     let (_d, root) = with_root();
     std::fs::write(root.join("f"), b"data").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     type Send = fn(&TcpStream);
     let inline: Send = |w| (&*w).write_all(b"\xff\xf4\xff\xf2ABOR\r\n").unwrap();
     let dm_urgent: Send = |w| {
@@ -133,7 +133,7 @@ fn available(p: &Path) -> u64 {
 #[test]
 fn allo_does_not_let_a_client_reserve_most_of_the_disk() {
     let (_d, root) = with_root();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("MODE E").0, 200);
     let at = c.pasv();
@@ -181,7 +181,7 @@ fn mlsd_perm_facts_are_what_the_server_user_may_do() {
     std::fs::write(root.join("locked/w"), b"x").unwrap();
     std::fs::set_permissions(root.join("locked/w"), std::fs::Permissions::from_mode(0o666)).unwrap();
     open_dir(&root.join("open"));
-    let (_s, port) = lp_server(&root, &["--anonymous", "--run-as", "gftp"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--run-as", "gftp"]);
     let mut c = Raw::login(port);
     let want =
         [(".", "celmp"), ("locked", "defl"), ("mine", "adfrw"), ("open", "cdeflmp"), ("ro", "dfr"), ("secret", "df")];
@@ -195,7 +195,7 @@ fn mlsd_perm_facts_are_what_the_server_user_may_do() {
     );
     let (code, text) = c.cmd("MLST ro");
     assert!(code == 250 && text.contains("Perm=dfr;"), "{text}");
-    let (_s, port) = lp_server(&root, &["--anonymous", "--read-only"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--read-only"]);
     let mut c = Raw::login(port);
     let got = perms(&mut c, "open");
     assert_eq!(got, [(".", "el")].map(|(n, p)| (n.to_string(), p.to_string())), "read-only server");

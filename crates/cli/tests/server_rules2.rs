@@ -29,7 +29,7 @@ fn cwd_and_cdup_need_search_permission() {
     std::fs::create_dir(root.join("locked")).unwrap();
     chmod(&root.join("locked"), 0o700); // root's: gftp may not search it
     open_dir(&root.join("a/b"));
-    let (_s, port) = lp_server(&root, &["--anonymous", "--run-as", "gftp"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--run-as", "gftp"]);
     let mut c = Raw::login(port);
     let (code, text) = c.cmd("CWD locked");
     assert_eq!(code, 550, "{text}");
@@ -53,7 +53,7 @@ fn rnto_errors_name_the_target() {
     std::fs::write(root.join("f"), b"x").unwrap();
     open_dir(&root.join("full"));
     std::fs::write(root.join("full/x"), b"x").unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     for to in ["nodir/g", "full"] {
         assert_eq!(c.cmd("RNFR f").0, 350);
@@ -72,7 +72,7 @@ fn stor_onto_a_directory_is_refused_before_any_data() {
     open_dir(&root.join("d"));
     std::fs::write(root.join("d/keep"), b"keep").unwrap();
     symlink("d", root.join("to-d")).unwrap();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     for mode in ["S", "E"] {
         assert_eq!(c.cmd(&format!("MODE {mode}")).0, 200);
@@ -95,7 +95,7 @@ fn stor_onto_a_directory_is_refused_before_any_data() {
 fn a_refused_vsto_leaves_no_directory_behind() {
     let (_d, root) = with_root();
     open_dir(&root.join("keep"));
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("VSTO new").0, 501, "MODE S: refused before anything is made");
     assert_eq!(c.cmd("MODE E").0, 200);
@@ -154,4 +154,27 @@ fn vret_skips_symlinks_leaving_the_served_root() {
         let line = said.lines().find(|l| l.contains("leaves the served root") && l.contains(gone));
         assert!(line.is_some(), "the server logs {gone}: {said}");
     }
+}
+
+/// `--anonymous` sessions may only read (anyone could write, delete and
+/// rename anywhere under the root: a UX audit); `--anonymous-write`
+/// lets them write, and the line that says the server is up tells which.
+#[test]
+fn anonymous_sessions_only_read_unless_allowed_to_write() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 10_000, 5);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), local.join("f").to_str().unwrap()]);
+    assert_eq!(code, 0, "reads work: {err}");
+    let (code, err) = cp(&[local.join("f").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/up")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("anonymous sessions may only read"), "{err}");
+    assert!(!root.join("up").exists());
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("DELE f").0, 550);
+    assert!(root.join("f").exists());
+    let (_srv2, port2) = lp_server(&root, &["--anonymous-write"]);
+    let (code, err) = cp(&[local.join("f").to_str().unwrap(), &format!("ftp://127.0.0.1:{port2}/up")]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_file(&root.join("f"), &root.join("up"));
 }

@@ -45,7 +45,7 @@ fn limited_server(n: usize, max_sessions: &str) -> Limited {
     let d = scratch();
     let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
     flat(&root.join("src"), n);
-    let (server, port) = lp_server(&root, &["--anonymous", "--max-sessions", max_sessions]);
+    let (server, port) = lp_server(&root, &["--anonymous-write", "--max-sessions", max_sessions]);
     let urls = (0..n).map(|i| format!("ftp://127.0.0.1:{port}/src/f{i:03}")).collect();
     Limited { _dir: d, _server: server, port, root, local, urls }
 }
@@ -108,7 +108,7 @@ fn a_first_session_turned_away_is_asked_again() {
     let d = scratch();
     let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
     write_random(&root.join("f"), 70_000, 9);
-    let (_s, port) = lp_server(&root, &["--anonymous", "--max-sessions", "1"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--max-sessions", "1"]);
     let held = Raw::login(port);
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));

@@ -102,8 +102,10 @@ fn twenty_sessions_share_the_fixed_io_threads() {
     let root = open_dir(&d.path().join("root"));
     let local = open_dir(&d.path().join("local"));
     make_files(&root, &local);
-    let (srv, port) =
-        lp_server(&root, &["--anonymous", "--net-threads", &NET.to_string(), "--disk-threads", &DISK.to_string()]);
+    let (srv, port) = lp_server(
+        &root,
+        &["--anonymous-write", "--net-threads", &NET.to_string(), "--disk-threads", &DISK.to_string()],
+    );
     let pid = srv.0.id();
     let done = AtomicBool::new(false);
     let samples = Mutex::new(Vec::new());
@@ -155,7 +157,7 @@ fn the_server_raises_its_open_files_limit_to_the_hard_one() {
     let root = open_dir(&d.path().join("root"));
     let port = free_port();
     let mut child = std::process::Command::new("prlimit")
-        .args(["--nofile=256:4096", LP, "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--nofile=256:4096", LP, "serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{port}")])
         .arg("--root")
         .arg(&root)
         .stdout(std::process::Stdio::null())

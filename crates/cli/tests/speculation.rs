@@ -19,7 +19,7 @@ fn cp_vv(src: &str, dst: &Path) -> (bool, String) {
 fn a_single_download_sends_retr_with_the_login() {
     let (_d, root, local) = root_and_local();
     write_random(&root.join("file"), 3_000_017, 41);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let (ok, log) = cp_vv(&format!("ftp://127.0.0.1:{port}/file"), &local.join("copy"));
     assert!(ok, "{log}");
     assert_same_file(&root.join("file"), &local.join("copy"));

@@ -26,7 +26,7 @@ fn a_tree_download_starts_over_after_the_server_is_killed_and_restarted() {
 /// it has read a quarter of the island file and started again: what `cp`
 /// said (it must succeed).
 fn tree_download_across_a_server_restart(root: &Path, local: &Path) -> String {
-    let (mut srv, port) = lp_server(root, &["--anonymous"]);
+    let (mut srv, port) = lp_server(root, &["--anonymous-write"]);
     let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
     let pid = srv.0.id();
     kill_midway(|| vec![pid]);
@@ -59,7 +59,7 @@ fn a_tree_download_resumes_after_the_files_it_holds() {
 fn a_tree_upload_starts_over_after_the_server_is_killed_and_restarted() {
     let (_d, root, local) = root_and_local();
     let tree = island_tree(&local, 8);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let (mut srv, port) = lp_server(&root, &["--anonymous-write"]);
     let cp = start_cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
     // The server receives by splice, which its `rchar` does not count:
     // the client's reads say how far the copy got.
@@ -100,7 +100,7 @@ fn assert_resumed_after(err: &str, n: usize, sent: &str) {
 fn a_tree_upload_whose_data_stream_dies_resumes_after_the_files_the_server_holds() {
     let (_d, root, local) = root_and_local();
     let (tree, n) = tree_with_a_big_last_file(&local, 11);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     let cp = start_cp(&["-r", "-p", "4", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
     let pid = cp.id();
     kill_a_stream(midway(|| vec![pid]), port);
@@ -117,8 +117,8 @@ fn a_tree_upload_whose_data_stream_dies_resumes_after_the_files_the_server_holds
 fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destination_holds() {
     let (_d, src_root, dst_root) = root_and_local();
     let (tree, n) = tree_with_a_big_last_file(&src_root, 12);
-    let (src, sport) = lp_server(&src_root, &["--anonymous"]);
-    let (_dst, dport) = lp_server(&dst_root, &["--anonymous"]);
+    let (src, sport) = lp_server(&src_root, &["--anonymous-write"]);
+    let (_dst, dport) = lp_server(&dst_root, &["--anonymous-write"]);
     let urls = [format!("ftp://127.0.0.1:{sport}/tree"), format!("ftp://127.0.0.1:{dport}/tree")];
     let cp = start_cp(&["-r", "-p", "4", &urls[0], &urls[1]]);
     let pid = src.0.id();
@@ -145,7 +145,7 @@ fn partial_tree_cp(state: &Path, port: u16, local: &Path) -> std::process::Comma
 /// interrupted (Ctrl-C) once the server has read a quarter of the big
 /// file: it notes what it holds. What it said.
 fn interrupted_tree_download(state: &Path, root: &Path, local: &Path) -> (Proc, u16, String) {
-    let (srv, port) = lp_server(root, &["--anonymous"]);
+    let (srv, port) = lp_server(root, &["--anonymous-write"]);
     let cp = partial_tree_cp(state, port, local).spawn().expect("start cp");
     let pid = srv.0.id();
     midway(|| vec![pid]);
@@ -186,7 +186,7 @@ fn a_killed_tree_download_is_resumed_from_what_it_noted_while_it_ran() {
     let (_d, root, local) = root_and_local();
     let state = scratch();
     let (tree, n) = tree_with_a_big_last_file(&root, 21);
-    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let (srv, port) = lp_server(&root, &["--anonymous-write"]);
     let cp = partial_tree_cp(state.path(), port, &local).spawn().expect("start cp");
     let server = srv.0.id();
     midway(|| vec![server]);
@@ -211,7 +211,7 @@ fn a_download_killed_before_any_file_is_complete_goes_again_to_the_same_place() 
     let (_d, root, local) = root_and_local();
     let state = scratch();
     let tree = island_tree(&root, 24);
-    let (srv, port) = lp_server(&root, &["--anonymous"]);
+    let (srv, port) = lp_server(&root, &["--anonymous-write"]);
     let cp = partial_tree_cp(state.path(), port, &local).spawn().expect("start cp");
     let server = srv.0.id();
     midway(|| vec![server]);
@@ -272,7 +272,7 @@ fn partial_tree_up(state: &Path, tree: &Path, port: u16) -> std::process::Comman
 /// server's failure reply, read before it stops, says what the server
 /// holds, and that is noted.
 fn interrupted_tree_upload(state: &Path, tree: &Path, root: &Path) -> (Proc, u16) {
-    let (srv, port) = lp_server(root, &["--anonymous"]);
+    let (srv, port) = lp_server(root, &["--anonymous-write"]);
     let cp = partial_tree_up(state, tree, port).spawn().expect("start cp");
     let pid = cp.id();
     midway(|| vec![pid]);
@@ -351,7 +351,7 @@ fn a_killed_upload_is_resumed_from_what_the_servers_markers_said() {
     let (_d, root, local) = root_and_local();
     let state = scratch();
     let (tree, n) = tree_with_a_big_last_file(&local, 19);
-    let (_srv, port) = lp_server(&root, &["--anonymous", "--marker-interval", "1"]);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write", "--marker-interval", "1"]);
     let cp = partial_tree_up(state.path(), &tree, port).spawn().expect("start cp");
     let pid = cp.id();
     midway(|| vec![pid]);
@@ -398,7 +398,7 @@ fn a_file_lost_while_the_server_was_down_sends_the_tree_whole() {
 /// killed once the small files are there, `meanwhile` done to `root`, and
 /// the server started again: what `cp` said (it must succeed).
 fn upload_across_a_server_death(root: &Path, tree: &Path, meanwhile: impl FnOnce(&Path)) -> String {
-    let (mut srv, port) = lp_server(root, &["--anonymous", "--marker-interval", "1"]);
+    let (mut srv, port) = lp_server(root, &["--anonymous-write", "--marker-interval", "1"]);
     let cp = start_cp(&["-v", "-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
     let pid = cp.id();
     midway(|| vec![pid]);
@@ -407,7 +407,7 @@ fn upload_across_a_server_death(root: &Path, tree: &Path, meanwhile: impl FnOnce
     srv.0.kill().unwrap();
     srv.0.wait().unwrap();
     meanwhile(root);
-    let _again = lp_server_on(root, port, &["--anonymous"]);
+    let _again = lp_server_on(root, port, &["--anonymous-write"]);
     signal("CONT", pid);
     succeeded(cp.wait_with_output().unwrap())
 }
@@ -462,7 +462,7 @@ fn an_uploaded_tree_changed_since_the_interrupted_run_goes_whole() {
 fn a_failed_tree_says_which_files_it_left_complete() {
     let (_d, root, local) = root_and_local();
     let (_tree, n) = tree_with_a_big_last_file(&root, 17);
-    let (mut srv, port) = lp_server(&root, &["--anonymous"]);
+    let (mut srv, port) = lp_server(&root, &["--anonymous-write"]);
     let dst = local.join("tree");
     let cp = start_cp(&["-r", "--retries", "0", &format!("ftp://127.0.0.1:{port}/tree"), dst.to_str().unwrap()]);
     let pid = srv.0.id();

@@ -32,8 +32,8 @@ fn trees_travel_as_one_virtual_file() {
     let (a, b, local) =
         (open_dir(&d.path().join("a")), open_dir(&d.path().join("b")), open_dir(&d.path().join("local")));
     odd_tree(&a.join("tree"));
-    let (_s1, p1) = lp_server(&a, &["--anonymous"]);
-    let (_s2, p2) = lp_server(&b, &["--anonymous"]);
+    let (_s1, p1) = lp_server(&a, &["--anonymous-write"]);
+    let (_s2, p2) = lp_server(&b, &["--anonymous-write"]);
     let u = |port: u16, p: &str| format!("ftp://127.0.0.1:{port}/{p}");
     let out = std::process::Command::new(LP)
         .args(["cp", "-q", "-r", &u(p1, "tree/"), &format!("{}/", local.join("got").display())])
@@ -87,7 +87,7 @@ fn recursive_downloads_speculate_safely() {
     let (_d, root, local) = root_and_local();
     make_tree(&root.join("tree"), 40, 5);
     write_random(&root.join("file"), 300_000, 6);
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let u = |p: &str| format!("ftp://127.0.0.1:{port}/{p}");
     let cp_vv = |src: String, dst: &Path| {
         let out = std::process::Command::new(LP)
@@ -114,7 +114,7 @@ fn recursive_downloads_speculate_safely() {
 fn hostile_manifest_is_refused_and_nothing_escapes() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut m = Vec::new();
     encode_header(&mut m);
     let evil =
@@ -164,8 +164,8 @@ fn a_trees_own_directory_keeps_its_mode_and_mtime() {
     std::fs::set_permissions(&tree, std::fs::Permissions::from_mode(0o3700)).unwrap();
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(978_307_200_500);
     std::fs::File::open(&tree).unwrap().set_modified(t).unwrap();
-    let (_s1, p1) = lp_server(&a, &["--anonymous"]);
-    let (_s2, p2) = lp_server(&b, &["--anonymous"]);
+    let (_s1, p1) = lp_server(&a, &["--anonymous-write"]);
+    let (_s2, p2) = lp_server(&b, &["--anonymous-write"]);
     let u = |port: u16, p: &str| format!("ftp://127.0.0.1:{port}/{p}");
     let root_of = |p: &Path| {
         let m = std::fs::metadata(p).unwrap();
@@ -193,7 +193,7 @@ fn a_trees_own_directory_keeps_its_mode_and_mtime() {
 fn local_paths_that_are_not_utf8_can_be_named() {
     use std::ffi::OsStr;
     let (_d, root, local) = root_and_local();
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let name = |s: &[u8]| local.join(OsStr::from_bytes(s));
     write_random(&name(b"f\xff"), 70_000, 3);
     make_tree(&name(b"t\xfe"), 5, 4);

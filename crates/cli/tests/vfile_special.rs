@@ -44,7 +44,7 @@ fn assert_copied_without_fifos(dst: &Path) {
 fn special_files_are_skipped_with_a_warning_both_ways() {
     let (_d, root, local) = root_and_local();
     tree_with_fifos(&root.join("tree"));
-    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let u = |p: &str| format!("ftp://127.0.0.1:{port}/{p}");
 
     // Download: the server's walk skipped them; its 226 says how many.
@@ -79,8 +79,8 @@ fn special_files_skipped_by_the_source_of_a_third_party_tree_are_reported() {
     let (_d, root, _local) = root_and_local();
     tree_with_fifos(&root.join("tree"));
     let dst = scratch();
-    let (_a, pa) = lp_server(&root, &["--anonymous"]);
-    let (_b, pb) = lp_server(dst.path(), &["--anonymous"]);
+    let (_a, pa) = lp_server(&root, &["--anonymous-write"]);
+    let (_b, pb) = lp_server(dst.path(), &["--anonymous-write"]);
     let err = cp_r(&format!("ftp://127.0.0.1:{pa}/tree/"), &format!("ftp://127.0.0.1:{pb}/copy/"));
     assert_copied_without_fifos(&dst.path().join("copy"));
     assert_same_file(&root.join("tree/a"), &dst.path().join("copy/a"));

@@ -26,6 +26,8 @@ pub struct PiConfig {
     pub anonymous: bool,
     /// Refuse every command that writes.
     pub read_only: bool,
+    /// Let anonymous sessions write (else they may only read).
+    pub anonymous_writes: bool,
     /// Version string for `SITE VERSION` and FEAT.
     pub version: String,
     /// Checksum algorithms the driver implements (upper case).
@@ -155,6 +157,9 @@ pub struct Transfer {
     /// (POSIX path semantics; a client may send `VRET dir/` before it knows
     /// what `dir` is, and a file must then be refused, not sent).
     pub dir_only: bool,
+    /// The session may write ([`ServerPi::may_write`]): what listings'
+    /// `Perm` facts say.
+    pub may_write: bool,
 }
 
 /// File-system requests.
@@ -359,6 +364,9 @@ impl ServerPi {
         if self.cfg.read_only && writes(&cmd) {
             return self.reply(550, "Permission denied: this server is read-only.");
         }
+        if !self.may_write() && writes(&cmd) {
+            return self.reply(550, "Permission denied: anonymous sessions may only read on this server.");
+        }
         if self.epsv_all && sets_up_data(&cmd) {
             let verb = cmd.verb();
             return self.reply(503, format!("{verb} refused after EPSV ALL (RFC 2428): use EPSV."));
@@ -405,6 +413,13 @@ impl ServerPi {
                 self.reply(503, "Login with USER first.");
             }
         }
+    }
+
+    /// Whether this session may write: the server is not read-only, and
+    /// its user is not anonymous unless anonymous sessions may write.
+    pub fn may_write(&self) -> bool {
+        let anonymous = self.user().is_some_and(|u| self.is_anonymous_user(u));
+        !self.cfg.read_only && (self.cfg.anonymous_writes || !anonymous)
     }
 
     /// Whether the config lets `user` in without a password check.
@@ -657,8 +672,9 @@ impl ServerPi {
         settings.vsto_root = self.settings.vsto_root.take().filter(|_| kind == TransferKind::VfileStor);
         settings.vsto_after = self.settings.vsto_after.take().filter(|_| kind == TransferKind::VfileStor);
         let dir_only = raw.len() > 1 && raw.ends_with(b"/");
+        let may_write = self.may_write();
         self.with_path(raw, |path| {
-            Action::Transfer(Box::new(Transfer { kind, path, restart, allo, settings, dir_only }))
+            Action::Transfer(Box::new(Transfer { kind, path, restart, allo, settings, dir_only, may_write }))
         });
     }
 }

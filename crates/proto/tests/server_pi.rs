@@ -19,6 +19,7 @@ fn cfg(anonymous: bool, read_only: bool) -> PiConfig {
         banner: "lightpath test server".into(),
         anonymous,
         read_only,
+        anonymous_writes: true,
         version: "9.8.7".into(),
         cksum_algs: vec!["ADLER32".into(), "MD5".into()],
         dcon_port: Some(4242),
@@ -280,6 +281,27 @@ fn read_only_refuses_writes() {
     assert!(matches!(one_transfer(&s.send(b"ERET P 0 10 /f\r\n")).kind, TransferKind::Eret { offset: 0, len: 10 }));
     assert_eq!(actions(&s.send(b"SIZE /f\r\n")), [&Action::Fs(FsOp::Size(vp("/f")))]);
     assert!(matches!(one_transfer(&s.send(b"LIST\r\n")).kind, TransferKind::List));
+}
+
+/// Anonymous sessions may only read unless the server lets them write;
+/// a user's session may write all the same.
+#[test]
+fn anonymous_sessions_read_only_unless_allowed() {
+    let config = PiConfig { anonymous_writes: false, ..cfg(true, false) };
+    let (mut s, _) = Session::new(config.clone());
+    assert_eq!(codes(&s.send(b"USER anonymous\r\nPASS x\r\n")), [331, 230]);
+    assert!(!s.pi.may_write());
+    for cmd in ["STOR /f", "APPE /f", "ESTO A 0 /f", "VSTO /t", "MKD /d", "DELE /f", "RNFR /a", "SITE CHMOD 644 /f"] {
+        let out = s.send(format!("{cmd}\r\n").as_bytes());
+        assert_eq!(codes(&out), [550], "{cmd}");
+        assert!(replies(&out)[0].text().contains("anonymous sessions may only read"), "{cmd}");
+    }
+    let t = one_transfer(&s.send(b"MLSD /\r\n"));
+    assert!(!t.may_write, "listings say so in their Perm facts");
+    assert!(matches!(one_transfer(&s.send(b"RETR /f\r\n")).kind, TransferKind::Retr));
+    let mut user = Session::logged_in(config);
+    assert!(user.pi.may_write());
+    assert!(one_transfer(&user.send(b"STOR /f\r\n")).may_write);
 }
 
 /// `VRET dir/` asks for a directory only (the client speculates with it);

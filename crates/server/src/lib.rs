@@ -67,6 +67,8 @@ pub struct ServerConfig {
     pub root: PathBuf,
     /// Allow `anonymous`/`ftp` logins.
     pub anonymous: bool,
+    /// Let anonymous sessions write (else they may only read).
+    pub anonymous_writes: bool,
     /// Refuse writes.
     pub read_only: bool,
     /// Users file.
@@ -139,6 +141,7 @@ impl ServerCtx {
             banner: format!("lightpath GridFTP Server {}", env!("CARGO_PKG_VERSION")),
             anonymous: self.cfg.anonymous,
             read_only: self.cfg.read_only,
+            anonymous_writes: self.cfg.anonymous_writes,
             version: env!("CARGO_PKG_VERSION").to_string(),
             cksum_algs: lightpath_engine::checksum::ALGORITHMS.iter().map(|s| s.to_string()).collect(),
             dcon_port: self.ahead.as_ref().map(|a| a.1),

@@ -298,7 +298,7 @@ impl Session {
             Action::Adopt(a) => self.adopt(a).await?,
             Action::Transfer(t) => self.transfer(*t).await?,
             Action::Fs(op) => {
-                let (ctx, memory, writable) = (self.ctx.clone(), self.ctx.cfg.memory_paths, !self.ctx.cfg.read_only);
+                let (ctx, memory, writable) = (self.ctx.clone(), self.ctx.cfg.memory_paths, self.pi.may_write());
                 let (reply, cwd) = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op))
                     .await
                     .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));

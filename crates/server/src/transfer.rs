@@ -220,7 +220,7 @@ fn open_source(root: &Root, cfg: &crate::ServerConfig, t: &Transfer) -> Result<O
     let memory = cfg.memory_paths;
     match t.kind {
         TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst => {
-            return listing(root, !cfg.read_only, t).map(|b| Opened::Ready(Box::new(BytesSource(b))))
+            return listing(root, t.may_write, t).map(|b| Opened::Ready(Box::new(BytesSource(b))))
         }
         _ => {}
     }

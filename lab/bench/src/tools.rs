@@ -235,7 +235,7 @@ fn lightpath_server(spec: &ToolSpec, progs: &Programs, ctx: &Ctx, role: &str, si
     let mut argv =
         ["setpriv", "--reuid", SERVER_USER, "--regid", SERVER_USER, "--clear-groups"].map(String::from).to_vec();
     argv.extend([s(progs.lightpath.display()), "serve".into(), "--listen".into(), format!("{addr}:{port}")]);
-    argv.extend(["--root".into(), s(root.display()), "--anonymous".into()]);
+    argv.extend(["--root".into(), s(root.display()), "--anonymous-write".into()]);
     if ctx.is_memory() {
         argv.push("--memory-paths".into());
     }

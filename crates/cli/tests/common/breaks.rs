@@ -85,7 +85,7 @@ pub fn succeeded(out: Output) -> String {
 /// Start our server on `root` and `port` again, and wait for `cp`, which
 /// must succeed: what it said.
 pub fn restart_and_finish(root: &Path, port: u16, cp: Child) -> String {
-    let _again = lp_server_on(root, port, &["--anonymous"]);
+    let _again = lp_server_on(root, port, &["--anonymous-write"]);
     succeeded(cp.wait_with_output().unwrap())
 }
 

@@ -238,7 +238,7 @@ pub fn lp_server_at(root: &Path, listen: &str, port: u16, extra: &[&str]) -> Pro
 pub fn logged_server(root: &Path, log: &Path, extra: &[&str]) -> (Proc, u16) {
     let port = free_port();
     let mut child = Command::new(LP)
-        .args(["-v", "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["-v", "serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{port}")])
         .args(extra)
         .arg("--root")
         .arg(root)
