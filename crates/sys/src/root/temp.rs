@@ -109,6 +109,9 @@ impl TempFile {
     /// delayed write errors there, and ENOSPC or EDQUOT) fails the commit:
     /// the file gets no name, and its temporary one is removed.
     pub fn commit(mut self) -> io::Result<()> {
+        if self.is_unnamed() && self.link_as_final()? {
+            return Ok(());
+        }
         if self.is_unnamed() {
             self.link_temp_name()?;
         }
@@ -120,6 +123,30 @@ impl TempFile {
             self.tmp.clear();
         }
         Ok(r?)
+    }
+
+    /// Give the unnamed file its final name at once when nothing has it
+    /// (`linkat` does not replace): no temporary name exists at any time.
+    /// With one (name, then rename), a process killed between the two
+    /// left the named temporary file for ever, and trees of small files
+    /// spend much of their time there (an audit found such files after
+    /// SIGKILL). A close error then takes the name away again. Returns
+    /// false when the name is taken (the file is then replaced by rename).
+    fn link_as_final(&mut self) -> io::Result<bool> {
+        let link = format!("/proc/self/fd/{}", self.file().as_raw_fd());
+        let to = OsStr::from_bytes(&self.name);
+        match rustix::fs::linkat(rustix::fs::CWD, link.as_str(), &*self.dir, to, AtFlags::SYMLINK_FOLLOW) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(f) = self.file.take() {
+            if let Err(e) = close_checked(f) {
+                let _ = rustix::fs::unlinkat(&*self.dir, to, AtFlags::empty());
+                return Err(e);
+            }
+        }
+        Ok(true)
     }
 
     /// Give the unnamed file a temporary name, which [`TempFile::commit`]
@@ -273,10 +300,23 @@ mod temp_tests {
         t.commit().unwrap();
         assert_eq!(names(&d), ["f"]);
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"new data");
-        let t = TempFile::create(dir, OsStr::new("g"), 0o640).unwrap();
+        let t = TempFile::create(dir.clone(), OsStr::new("g"), 0o640).unwrap();
         std::io::Write::write_all(&mut t.file(), b"lost").unwrap();
         drop(t);
         assert_eq!(names(&d), ["f"]);
+        // A new name is linked at once (no temporary name at any time); a
+        // symlink in its place is replaced, not followed.
+        let t = TempFile::create(dir.clone(), OsStr::new("h"), 0o640).unwrap();
+        std::io::Write::write_all(&mut t.file(), b"h").unwrap();
+        t.commit().unwrap();
+        std::os::unix::fs::symlink(d.path().join("f"), d.path().join("l")).unwrap();
+        let t = TempFile::create(dir, OsStr::new("l"), 0o640).unwrap();
+        std::io::Write::write_all(&mut t.file(), b"l").unwrap();
+        t.commit().unwrap();
+        assert_eq!(names(&d), ["f", "h", "l"]);
+        assert!(std::fs::symlink_metadata(d.path().join("l")).unwrap().is_file());
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"new data", "the link's target untouched");
+        assert_eq!(std::fs::read(d.path().join("h")).unwrap(), b"h");
     }
 
     /// A named temporary file is there while it is received, and gone once
