@@ -81,11 +81,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// A users-file line for `user`, its password read from standard input
+/// (asked for, without echo, on a terminal). A name the file cannot hold
+/// (`:`, blanks, control characters) or that a login cannot give is
+/// refused: it made a line that never matched.
 fn passwd(user: &str) -> anyhow::Result<()> {
-    let mut pass = String::new();
-    std::io::stdin().read_line(&mut pass)?;
-    let pass = pass.trim_end_matches(['\r', '\n']);
+    let bad = |c: char| c == ':' || c.is_whitespace() || c.is_control();
+    anyhow::ensure!(
+        !user.is_empty() && !user.contains(bad),
+        "user name {user:?}: no ':', blanks or control characters"
+    );
+    let pass = lightpath_sys::tty::read_secret(&format!("password for {user}: "))?;
     anyhow::ensure!(!pass.is_empty(), "empty password on stdin");
-    println!("{user}:{}", lightpath_server::users::hash_password(pass));
+    println!("{user}:{}", lightpath_server::users::hash_password(&pass));
     Ok(())
 }

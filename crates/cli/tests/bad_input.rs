@@ -322,6 +322,13 @@ fn read_only_and_users_file() {
             ch.wait_with_output()
         });
     std::fs::write(&users, out.unwrap().stdout).unwrap();
+    // A name the users file cannot hold is refused (it made a line that
+    // never matched).
+    for bad in ["a:b", "a b", ""] {
+        let out = std::process::Command::new(LP).args(["passwd", bad]).stdin(std::process::Stdio::null()).output();
+        let out = out.unwrap();
+        assert!(!out.status.success() && out.stdout.is_empty(), "{bad:?}: {out:?}");
+    }
     let (_s, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--read-only"]);
     let mut c = Raw::connect(port);
     assert_eq!(c.cmd("USER anonymous").0, 331);

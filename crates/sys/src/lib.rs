@@ -11,4 +11,5 @@ pub mod root;
 pub mod scoped;
 pub mod splice;
 pub mod topo;
+pub mod tty;
 pub mod tun;
