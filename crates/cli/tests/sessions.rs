@@ -168,3 +168,26 @@ fn the_server_raises_its_open_files_limit_to_the_hard_one() {
     let server = Proc(child);
     assert_eq!(open_files_soft_limit(server.0.id()), "4096");
 }
+
+/// At `-v` the server keeps a record of who logged in, who was refused,
+/// and each transfer with its file, bytes and time (it kept none: a UX
+/// audit).
+#[test]
+fn the_server_logs_logins_and_transfers() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    write_random(&root.join("f"), 100_000, 3);
+    let log = d.path().join("log");
+    let (_s, port) = logged_server(&root, &log, &[]);
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), d.path().join("got").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _) = cp(&["--retries", "0", &format!("ftp://bob:x@127.0.0.1:{port}/f"), "/dev/null"]);
+    assert_ne!(code, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().any(|l| l.contains(" login ") && l.contains("user=anonymous")), "{text}");
+    assert!(text.lines().any(|l| l.contains("login refused") && l.contains("user=bob")), "{text}");
+    let done =
+        text.lines().find(|l| l.contains("transfer done") && l.contains("file=/f")).unwrap_or_else(|| panic!("{text}"));
+    assert!(done.contains("bytes=100000") && done.contains("kind=Retr"), "{done}");
+}

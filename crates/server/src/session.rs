@@ -325,6 +325,12 @@ impl Session {
         } else {
             false
         };
+        // The server's record of who came (`-v`), and of who was refused.
+        if ok {
+            tracing::info!(peer = ?self.peer, %user, "login");
+        } else {
+            tracing::warn!(peer = ?self.peer, %user, "login refused");
+        }
         if !ok {
             self.failed_logins += 1;
             tokio::time::sleep(Duration::from_millis(500)).await; // slow down guessing
@@ -392,6 +398,7 @@ impl Session {
     }
 
     async fn run_transfer(&mut self, t: Transfer, ctl: Arc<Control>) -> std::io::Result<()> {
+        let (kind, file, start) = (format!("{:?}", t.kind), t.path.display(), std::time::Instant::now());
         let every = marker_interval(&t, self.ctx.cfg.marker_interval);
         let markers = every.is_some();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -443,6 +450,11 @@ impl Session {
         configure(&mut self.dc, self.ctx.cfg.congestion.as_deref(), self.rtt);
         if !started {
             return Ok(());
+        }
+        let (user, secs) = (self.pi.user().unwrap_or_default().to_string(), start.elapsed().as_secs_f64());
+        match &result {
+            Ok(_) => tracing::info!(peer = ?self.peer, %user, %kind, %file, bytes = ctl.bytes(), secs, "transfer done"),
+            Err(r) => tracing::warn!(peer = ?self.peer, %user, %kind, %file, reply = %r.text(), "transfer failed"),
         }
         match result {
             Ok(_) => {
