@@ -167,7 +167,7 @@ fn a_symlink_out_of_the_tree_is_not_followed_file_by_file() {
 
 /// Files uploaded to GCT keep their mode and mtime (SITE CHMOD, MFMT
 /// before the rename): GCT made each 0644 and of the time it was stored,
-/// so a private file became readable to all.
+/// so a private file became readable to all. Downloads keep the mode.
 #[test]
 fn uploads_to_gct_keep_mode_and_mtime() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -188,6 +188,20 @@ fn uploads_to_gct_keep_mode_and_mtime() {
         let m = std::fs::metadata(home.join("up").join(name)).unwrap();
         assert_eq!((m.mode() & 0o777, m.mtime()), (mode, 981_173_106), "{name}");
     }
+    // Downloads (file by file, and a single file) are created with the
+    // source's mode, less the umask, as cp makes a copy: they were 0644.
+    let (code, err) = cp(&["-r", &up, local.join("dl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let one = local.join("one");
+    let (code, err) = cp(&[&format!("{up}private"), one.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask =
+        status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|u| u32::from_str_radix(u.trim(), 8).unwrap());
+    let less = |m: u32| m & !umask.unwrap();
+    let got = [mode(&local.join("dl/private")), mode(&local.join("dl/script")), mode(&one)];
+    assert_eq!(got, [less(0o600), less(0o750), less(0o600)]);
 }
 
 #[test]

@@ -42,6 +42,9 @@ pub enum LocalTarget {
         /// Where a failed try keeps its partial file for the next one
         /// (see [`LocalTarget::resumable`]).
         resume: Option<Arc<Resume>>,
+        /// Permission bits a new file is created with, less the umask
+        /// (see [`LocalTarget::created_with`]).
+        mode: u32,
     },
 }
 
@@ -53,7 +56,7 @@ impl LocalTarget {
         } else {
             let path = path.to_path_buf();
             let (root, window, resume) = (None, None, None);
-            LocalTarget::File { path, in_place, fsync, size, direct: false, root, window, resume }
+            LocalTarget::File { path, in_place, fsync, size, direct: false, root, window, resume, mode: 0o666 }
         }
     }
 
@@ -141,12 +144,23 @@ impl LocalTarget {
         self
     }
 
+    /// A new file gets the source's permission bits `mode` (where known;
+    /// less the umask, never setuid, setgid or sticky), as `cp` makes a
+    /// copy: a private (0600) file downloaded was readable to all. A file
+    /// it replaces keeps its own.
+    pub fn created_with(mut self, source: Option<u32>) -> LocalTarget {
+        if let (LocalTarget::File { mode, .. }, Some(m)) = (&mut self, source) {
+            *mode = m & 0o777;
+        }
+        self
+    }
+
     /// Open it for writing, afresh (a partial file its slot kept is dropped).
     pub fn open(self) -> Result<OpenTarget, ClientError> {
         if let Some(r) = self.resume_slot() {
             r.clear();
         }
-        let LocalTarget::File { path, in_place, fsync, size, direct, root, window, .. } = self else {
+        let LocalTarget::File { path, in_place, fsync, size, direct, root, window, mode, .. } = self else {
             let out = Output::Null;
             return Ok(OpenTarget { out, path: PathBuf::new(), fsync: false, direct: false, window: None });
         };
@@ -156,8 +170,8 @@ impl LocalTarget {
         let in_place = in_place && std::fs::symlink_metadata(&path).is_ok();
         let beneath = root.as_deref().and_then(|r| Some((r, rel_beneath(r, &path)?)));
         let out = match beneath {
-            Some((r, rel)) => open_beneath(r, &rel?, &path, in_place)?,
-            None => open_path(&path, in_place)?,
+            Some((r, rel)) => open_beneath(r, &rel?, &path, (in_place, mode))?,
+            None => open_path(&path, (in_place, mode))?,
         };
         let window = window.map(|(off, len)| Window::new(off, len));
         let t = OpenTarget { out, path, fsync, direct, window };
@@ -176,10 +190,12 @@ fn local_err(path: &Path) -> impl Fn(std::io::Error) -> ClientError + '_ {
 }
 
 /// Open `path` as named (following symlinks, as for any path the user gives).
-fn open_path(path: &Path, in_place: bool) -> Result<Output, ClientError> {
+fn open_path(path: &Path, (in_place, new_mode): (bool, u32)) -> Result<Output, ClientError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let err = local_err(path);
     if in_place {
-        let f = OpenOptions::new().write(true).create(true).truncate(false).open(path).map_err(&err)?;
+        let mut o = OpenOptions::new();
+        let f = o.write(true).create(true).truncate(false).mode(new_mode).open(path).map_err(&err)?;
         return Ok(Output::InPlace(f));
     }
     let mode = replaceable_mode(path).map_err(&err)?;
@@ -190,7 +206,7 @@ fn open_path(path: &Path, in_place: bool) -> Result<Output, ClientError> {
     };
     // Unnamed until complete where the file system allows it: a killed
     // client leaves nothing. From here on, a failure drops it.
-    let tmp = TempFile::in_dir(dir, name, 0o666).map_err(&err)?;
+    let tmp = TempFile::in_dir(dir, name, new_mode).map_err(&err)?;
     if let Some(m) = mode {
         tmp.file().set_permissions(std::fs::Permissions::from_mode(m)).map_err(&err)?;
     }
@@ -199,13 +215,13 @@ fn open_path(path: &Path, in_place: bool) -> Result<Output, ClientError> {
 
 /// Open `rel` beneath the directory `root` without following a symlink
 /// beneath it (`path` is the same file, for messages).
-fn open_beneath(root: &Path, rel: &[u8], path: &Path, in_place: bool) -> Result<Output, ClientError> {
+fn open_beneath(root: &Path, rel: &[u8], path: &Path, (in_place, mode): (bool, u32)) -> Result<Output, ClientError> {
     let r = Root::open(root).map_err(local_err(root))?;
     let err = |e: std::io::Error| ClientError::Local(format!("{}: {e} beneath {}", path.display(), root.display()));
     if in_place {
-        return Ok(Output::InPlace(r.open_write_strict(rel, 0o666).map_err(err)?));
+        return Ok(Output::InPlace(r.open_write_strict(rel, mode).map_err(err)?));
     }
-    Ok(Output::Temp(r.create_temp_replacing_strict(rel, 0o666).map_err(err)?))
+    Ok(Output::Temp(r.create_temp_replacing_strict(rel, mode).map_err(err)?))
 }
 
 /// `path` relative to `root` as `a/b` when it lies strictly beneath it;

@@ -19,6 +19,10 @@ pub struct Item {
     pub dst: Location,
     /// Size (from the listing or stat).
     pub size: u64,
+    /// A remote source's permission bits, where its server gave them: a
+    /// download is created with them (less the umask), as `cp` creates a
+    /// copy, not readable to all where its source was private.
+    pub mode: Option<u32>,
 }
 
 /// All the work of one copy.
@@ -98,7 +102,11 @@ pub async fn make_plan(
             if into_dir && !(is_dir && src.is_dir_syntax()) { join(dst, &base_name(src)) } else { dst.clone() };
         if !is_dir {
             let target = if into_dir { join(dst, &base_name(src)) } else { dst.clone() };
-            plan.files.push(Item { src: src.clone(), dst: target, size });
+            let mode = match src {
+                Location::Remote(r) => lister.as_deref().and_then(|s| s.stat_meta(&r.path)).map(|m| m.mode),
+                Location::Local(_) => None,
+            };
+            plan.files.push(Item { src: src.clone(), dst: target, size, mode });
             continue;
         }
         if !recursive {
@@ -186,7 +194,9 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
                     plan.dirs.push(dst.clone());
                     queue.push_back((path, dst));
                 }
-                Some(LocalKind::File(size)) => plan.files.push(Item { src: Location::Local(path), dst, size }),
+                Some(LocalKind::File(size)) => {
+                    plan.files.push(Item { src: Location::Local(path), dst, size, mode: None })
+                }
                 None => {}
             }
         }
@@ -458,7 +468,7 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.plan.dirs.push(dst.clone());
             w.queue.push_back((sr, dst));
         } else {
-            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size });
+            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode });
         }
     }
 }
@@ -542,6 +552,7 @@ mod tests {
             size: 1,
             link: false,
             unresolved: false,
+            mode: None,
         };
         (0..n).map(entry).collect()
     }

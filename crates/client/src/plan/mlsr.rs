@@ -229,7 +229,7 @@ fn add_tree(
         } else if e.is_dir {
             w.plan.dirs.push(dst);
         } else {
-            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size });
+            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode });
         }
     }
     Ok(links)
@@ -245,7 +245,10 @@ async fn resolve_links(s: &mut Session, w: &mut Walk, links: Vec<(Remote, Locati
     let paths: Vec<Vec<u8>> = links.iter().map(|(r, _)| r.path.clone()).collect();
     for ((sr, dst), kind) in links.into_iter().zip(s.stat_many(&paths).await) {
         match kind {
-            Ok(Some(f)) if !f.is_dir => w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size }),
+            Ok(Some(f)) if !f.is_dir => {
+                let mode = f.meta.map(|m| m.mode);
+                w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size, mode })
+            }
             Ok(Some(_)) => tracing::warn!("skipping {}: a symlink to a directory", sr.display()),
             Ok(None) => tracing::debug!("leaving out {}: a symlink that leads nowhere", sr.display()),
             Err(e @ ClientError::Control(..)) => return Err(e),

@@ -21,6 +21,8 @@ pub struct Entry {
     /// A symlink shown as itself (MLSR's `Type=slink`): whether it leads
     /// to a file, a directory or nowhere, the listing does not say.
     pub unresolved: bool,
+    /// Permission bits (`UNIX.mode`), if the listing gave them.
+    pub mode: Option<u32>,
 }
 
 impl Session {
@@ -322,7 +324,8 @@ pub(crate) fn entry_of(facts: &str, name: &[u8], slinks: bool) -> Option<Entry> 
     }
     let size = fact(facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
     let link = unresolved || fact(facts, "unix.slink").is_some();
-    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved })
+    let mode = meta_of_facts(facts).map(|m| m.mode);
+    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved, mode })
 }
 
 /// What a line of MLST facts says of a file or directory.
