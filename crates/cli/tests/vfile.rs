@@ -209,3 +209,20 @@ fn local_paths_that_are_not_utf8_can_be_named() {
     assert_same_file(&name(b"f\xff"), &name(b"back\xff"));
     assert_same_tree(&name(b"t\xfe"), &name(b"tback\xfe"));
 }
+
+/// A tree's summary counts its files' bytes, not the manifest sent with
+/// them (50 files of 1,275,000 bytes were said to be 1,276,866), both ways.
+#[test]
+fn a_trees_summary_counts_its_files_bytes() {
+    let d = scratch();
+    let (root, tree) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("t")));
+    for i in 1..=50 {
+        write_random(&tree.join(format!("f{i}")), i * 1000, i as u64);
+    }
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let said = "50 file(s) copied, 0 failed, 1275000 bytes in";
+    let (code, err) = cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/t")]);
+    assert!(code == 0 && err.contains(said), "upload: {err}");
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), d.path().join("back").to_str().unwrap()]);
+    assert!(code == 0 && err.contains(said), "download: {err}");
+}

@@ -154,7 +154,9 @@ fn receive_tree(
     let stats = sink.finish()?;
     tracing::info!(?stats, "tree rebuilt");
     files.store(stats.files, Ordering::Relaxed);
-    Ok(got.covered())
+    // The files' bytes: the copy's summary counts those, not the
+    // manifest that went with them.
+    Ok(stats.bytes)
 }
 
 /// How often a tree download with `--partial` notes what it holds so far
@@ -459,8 +461,10 @@ fn outcome(
         Ok((bytes, stats)) => {
             warn_skipped(stats.skipped, &format!(" in {}", dir.display()), false);
             tracing::info!(files = stats.files, held = stats.held, bytes, "tree sent");
-            // The tree's files: those the server held from earlier tries too.
-            Ok((bytes, stats.files + stats.held))
+            // The files' bytes (the summary counts those, not the manifest
+            // sent with them), and the tree's files: those the server held
+            // from earlier tries too.
+            Ok((stats.bytes, stats.files + stats.held))
         }
         Err(PackFailure::Send(e)) => Err(e.into()),
         Err(PackFailure::Pack(e)) => Err(ClientError::Local(format!("{}: {e}", dir.display()))),
