@@ -353,9 +353,10 @@ impl Session {
     /// Streams for this session's transfers: as asked, or enough for
     /// `target_bps` at the measured RTT with the kernel's largest window.
     pub fn streams(&self) -> u32 {
-        let n = crate::plan::stream_count(&self.opts, self.ctl.rtt.as_micros() as u64);
+        let rtt_us = self.ctl.rtt.as_micros() as u64;
+        let n = crate::plan::stream_count(&self.opts, rtt_us);
         if self.opts.streams == 0 {
-            tracing::info!(server = %self.ctl.name, n, "automatic stream count");
+            tracing::info!(server = %self.ctl.name, n, rtt_us, "automatic stream count (from the measured RTT)");
         }
         n
     }
