@@ -250,10 +250,29 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("data connections opened ahead: port {p}");
         }
         eprintln!("lightpath: serving {root} on {addr} ({})", args.access());
+        let reload = reload_on_hangup(server.users_reload())?;
         tokio::select! {
             r = server.run() => r.context("accepting connections"),
             _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = reload => Ok(()),
         }
+    })
+}
+
+/// SIGHUP reads the users file again (it ended the server, silently:
+/// a UX audit); a file that does not load leaves the old one in force.
+/// The future never ends.
+fn reload_on_hangup(reload: lightpath_server::UsersReload) -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    Ok(async move {
+        while hup.recv().await.is_some() {
+            match reload.reload() {
+                Ok(Some(n)) => eprintln!("lightpath: SIGHUP: users file read again ({n} users)"),
+                Ok(None) => eprintln!("lightpath: SIGHUP: no users file to read again; still serving"),
+                Err(e) => eprintln!("lightpath: SIGHUP: users file not read again, the old one stays in force: {e}"),
+            }
+        }
+        std::future::pending::<()>().await
     })
 }
 

@@ -394,3 +394,41 @@ fn a_name_with_a_line_break_cannot_forge_a_listing_entry() {
         assert!(!text.contains("forged"), "{cmd}: {text}");
     }
 }
+
+/// SIGHUP reads the users file again (it ended the server, silently); a
+/// file that does not load then leaves the old one in force.
+#[test]
+fn sighup_reads_the_users_file_again() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    let line = |user: &str, pass: &str| {
+        let mut ch = std::process::Command::new(LP)
+            .args(["passwd", user])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        ch.stdin.take().unwrap().write_all(format!("{pass}\n").as_bytes()).unwrap();
+        String::from_utf8(ch.wait_with_output().unwrap().stdout).unwrap()
+    };
+    std::fs::write(&users, line("alice", "a1")).unwrap();
+    let (srv, port) = lp_server(&root, &["--users", users.to_str().unwrap()]);
+    let login = |user: &str, pass: &str| {
+        let mut c = Raw::connect(port);
+        assert_eq!(c.cmd(&format!("USER {user}")).0, 331);
+        c.cmd(&format!("PASS {pass}")).0
+    };
+    let hup = || {
+        let st = std::process::Command::new("kill").args(["-HUP", &srv.0.id().to_string()]).status().unwrap();
+        assert!(st.success());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert_eq!((login("alice", "a1"), login("bob", "b2")), (230, 530));
+    std::fs::write(&users, line("alice", "a1") + &line("bob", "b2")).unwrap();
+    hup();
+    assert_eq!((login("alice", "a1"), login("bob", "b2")), (230, 230), "read again, the server still up");
+    std::fs::write(&users, "bob:not a hash\n").unwrap();
+    hup();
+    assert_eq!(login("bob", "b2"), 230, "a bad file leaves the old one in force");
+}

@@ -122,8 +122,9 @@ pub struct ServerCtx {
     pub cfg: ServerConfig,
     /// The confined root.
     pub root: Root,
-    /// Users, if a users file was given.
-    pub users: Option<Arc<Users>>,
+    /// Users, if a users file was given (read again on SIGHUP:
+    /// [`Server::users_reload`]).
+    pub users: std::sync::RwLock<Option<Arc<Users>>>,
     /// Data connections opened ahead, and their port, if offered.
     pub ahead: Option<(Arc<ahead::Ahead>, u16)>,
     /// Password checks running at once: one per CPU. Each argon2 check
@@ -135,6 +136,11 @@ pub struct ServerCtx {
 }
 
 impl ServerCtx {
+    /// The users in force (the file as last read), if there is a file.
+    pub fn users(&self) -> Option<Arc<Users>> {
+        self.users.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Protocol configuration of a session whose client is at `peer`.
     pub fn pi_config(&self, peer: Option<IpAddr>) -> PiConfig {
         PiConfig {
@@ -160,6 +166,24 @@ impl ServerCtx {
 }
 
 /// A bound server.
+/// Reads a running server's users file again (`serve` does on SIGHUP):
+/// logins from then on check the new one; a file that does not load
+/// leaves the old one in force.
+#[derive(Clone)]
+pub struct UsersReload(Arc<ServerCtx>);
+
+impl UsersReload {
+    /// Read the users file again: how many users it has (`None`: the
+    /// server has no users file).
+    pub fn reload(&self) -> Result<Option<usize>, ServerError> {
+        let Some(p) = &self.0.cfg.users else { return Ok(None) };
+        let users = Users::load(p)?;
+        let n = users.len();
+        *self.0.users.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(users));
+        Ok(Some(n))
+    }
+}
+
 pub struct Server {
     listener: tokio::net::TcpListener,
     ahead: Option<tokio::net::TcpListener>,
@@ -204,6 +228,7 @@ impl Server {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let login_checks = tokio::sync::Semaphore::new(cpus);
         let partials = partial::Partials::new(cfg.keep_partial);
+        let users = std::sync::RwLock::new(users);
         Ok(ServerCtx { cfg, root, users, ahead: None, login_checks, partials })
     }
 
@@ -219,6 +244,11 @@ impl Server {
     /// The port of data connections opened ahead, if offered.
     pub fn ahead_port(&self) -> Option<u16> {
         self.ctx.ahead.as_ref().map(|a| a.1)
+    }
+
+    /// What reads the users file again into the running server.
+    pub fn users_reload(&self) -> UsersReload {
+        UsersReload(self.ctx.clone())
     }
 
     /// The bound address (useful with port 0).

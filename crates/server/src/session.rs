@@ -317,7 +317,7 @@ impl Session {
     async fn login(&mut self, user: String, pass: String) {
         let ok = if self.pi.is_anonymous_user(&user) {
             true
-        } else if let Some(users) = self.ctx.users.clone() {
+        } else if let Some(users) = self.ctx.users() {
             // One check per CPU at once, however many connections guess.
             let Ok(_turn) = self.ctx.login_checks.acquire().await else { return };
             let u = user.clone();

@@ -56,6 +56,16 @@ impl Users {
         Ok(Users { hashes })
     }
 
+    /// How many users there are.
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
     /// Whether `pass` is `user`'s password. Slow by design (argon2), and as
     /// slow for a name that is not in the file, so that the time of the
     /// answer does not tell which users exist.
