@@ -127,11 +127,19 @@ fn names_gct_would_change_are_refused_not_sent() {
     for (i, n) in odd.iter().chain([&b"p"[..], b"a\tb"].iter()).enumerate() {
         std::fs::write(tree.join(std::ffi::OsStr::from_bytes(n)), vec![b'a' + i as u8; i + 1]).unwrap();
     }
+    // Directories whose names cannot travel are not made, and the files
+    // beneath them fail one by one (one ended the whole copy, exit 2).
+    for dir in [&b"d\xc3\xa9"[..], b"d\ne"] {
+        let dir = open_dir(&tree.join(std::ffi::OsStr::from_bytes(dir)));
+        std::fs::write(dir.join("x"), b"x").unwrap();
+    }
     let (_srv, port) = gct_server(&home);
     let g = |p: &str| url(port, &format!("{}/{p}", home.display()));
     let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &format!("{}/", g("up"))]);
     assert_eq!(code, 1, "{err}");
-    assert_eq!(err.matches("drops the bytes of a name outside printable ASCII").count(), 3, "{err}");
+    assert_eq!(err.matches("FAILED").count(), 5, "{err}");
+    assert_eq!(err.matches("drops the bytes of a name outside printable ASCII").count(), 5, "{err}");
+    assert_eq!(err.matches("a name with a line break or NUL byte cannot travel").count(), 2, "{err}");
     assert_eq!(names(&home.join("up")), ["a\tb", "p"], "the others are not sent");
     assert_eq!(std::fs::read(home.join("up/p")).unwrap(), b"dddd", "p holds its own bytes");
     for n in odd {

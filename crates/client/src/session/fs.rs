@@ -73,12 +73,23 @@ impl Session {
     /// pipelined (one round trip for a tree's directories, not one each).
     /// A refusal is fine where the directory exists already: MLST (also
     /// pipelined) finds one there, or, from a server without it, the reply
-    /// says so ([`says_exists`]).
+    /// says so ([`says_exists`]). A name that cannot travel is left out
+    /// with a warning.
     pub async fn mkdirs(&mut self, paths: &[Vec<u8>]) -> Result<(), ClientError> {
         let cmds = self.path_cmds("MKD ", paths);
         let mut refused = Vec::new();
         for (p, r) in paths.iter().zip(self.final_replies(&cmds).await) {
-            let r = r?;
+            // A name that cannot travel (a line break; bytes this server
+            // would change) is not made: the files beneath it, their paths
+            // as unsendable, fail one by one, and the rest of the tree goes
+            // (it ended the whole copy, with some directories made).
+            let r = match r {
+                Err(e @ ClientError::Usage(_)) => {
+                    tracing::warn!("directory not made, the files beneath it fail: {e}");
+                    continue;
+                }
+                r => r?,
+            };
             if r.is_error() {
                 refused.push((p.clone(), r));
             }
