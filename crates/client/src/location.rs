@@ -195,6 +195,14 @@ mod tests {
         assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
     }
 
+    /// The remote path a URL names.
+    fn path(u: &str) -> Vec<u8> {
+        match Location::parse(u).unwrap() {
+            Location::Remote(r) => r.path,
+            Location::Local(_) => panic!("{u}"),
+        }
+    }
+
     /// A URL parser would drop these bytes and name another file: refused,
     /// and the same names percent-encoded arrive whole.
     #[test]
@@ -203,10 +211,6 @@ mod tests {
             let e = Location::parse(raw).expect_err(raw).to_string();
             assert!(e.contains("percent-encode"), "{e}");
         }
-        let path = |u: &str| match Location::parse(u).unwrap() {
-            Location::Remote(r) => r.path,
-            Location::Local(_) => panic!("{u}"),
-        };
         assert_eq!(path("ftp://h/new%0Aline"), b"/new\nline");
         assert_eq!(path("ftp://h/a%09b"), b"/a\tb");
         assert_eq!(path("ftp://h/f%20"), b"/f ");
@@ -217,10 +221,6 @@ mod tests {
     /// one not supported is refused, not taken for a local path.
     #[test]
     fn schemes_and_the_rest_of_the_path() {
-        let path = |u: &str| match Location::parse(u).unwrap() {
-            Location::Remote(r) => r.path,
-            Location::Local(_) => panic!("{u}"),
-        };
         assert_eq!(path("ftp://h/data/run#1"), b"/data/run#1");
         assert_eq!(path("ftp://h/a?b"), b"/a?b");
         assert_eq!(path("ftp://h/a?b c#d?e"), b"/a?b c#d?e");
