@@ -39,8 +39,8 @@ pub struct CpArgs {
     /// MODE E block size (e.g. 256K, 1M).
     #[arg(long, default_value = "256K", value_parser = parse_size)]
     pub block: u64,
-    /// Partial copy: start offset (with --len).
-    #[arg(long, value_parser = parse_size, requires = "len")]
+    /// Partial copy: start offset (alone: to the end of the file, one file).
+    #[arg(long, value_parser = parse_size)]
     pub off: Option<u64>,
     /// Partial copy: length (alone: from offset 0).
     #[arg(long, value_parser = parse_size)]
@@ -148,7 +148,11 @@ pub fn run(a: CpArgs) -> ExitCode {
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
-    let part = a.len.map(|l| (a.off.unwrap_or(0), l));
+    let part = match (a.off, a.len) {
+        (off, Some(len)) => Some((off.unwrap_or(0), len)),
+        (Some(off), None) => Some((off, lightpath_client::job::TO_END)),
+        (None, None) => None,
+    };
     let opts = CopyOptions {
         streams: a.parallel.unwrap_or(0),
         target_bps: a.rate_hint,

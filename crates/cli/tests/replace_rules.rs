@@ -158,6 +158,13 @@ fn esto_and_rest_retr_still_work() {
     let (code, err) = cp(&["--off", "299000", "--len", "5000", &far, &url(port, "/tp")]);
     assert!(code != 0 && err.contains("past the end of the file (300000 bytes)"), "{err}");
     assert!(!root.join("tp").exists(), "nothing written on the server");
+    // --off alone: to the end of the file, as guc's -off (it was refused).
+    let tail = local.join("tail");
+    let (code, err) = cp(&["--off", "299000", &far, tail.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(&std::fs::read(&tail).unwrap()[299_000..], &data[299_000..]);
+    let (code, err) = cp(&["--off", "300001", &far, local.join("none").to_str().unwrap()]);
+    assert!(code != 0 && err.contains("past the end of the file (300000 bytes)"), "{err}");
     // REST + RETR in MODE S.
     let mut c = Raw::login(port);
     assert_eq!(c.cmd("TYPE I").0, 200);

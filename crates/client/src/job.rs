@@ -34,7 +34,8 @@ pub struct CopyOptions {
     pub pipeline: usize,
     /// MODE E block size.
     pub block: u64,
-    /// Partial copy: offset and length.
+    /// Partial copy: offset and length ([`TO_END`]: to the end of the
+    /// one file copied).
     pub part: Option<(u64, u64)>,
     /// Verify each file with this CKSM algorithm afterwards.
     pub verify: Option<String>,
@@ -92,11 +93,15 @@ pub struct Progress {
 
 type Queue = Arc<Mutex<VecDeque<Item>>>;
 
+/// A [`CopyOptions::part`] length: from the offset to the end of the file
+/// (`cp --off` without `--len`, as globus-url-copy's `-off`).
+pub const TO_END: u64 = u64::MAX;
+
 /// Copy `srcs` to `dst`.
 pub async fn copy(
     srcs: Vec<Location>,
     dst: Location,
-    opts: CopyOptions,
+    mut opts: CopyOptions,
     progress: Arc<Progress>,
 ) -> Result<Vec<FileResult>, ClientError> {
     let sopts = SessionOpts {
@@ -161,6 +166,8 @@ pub async fn copy(
     let listers = if opts.cc == 0 { lightpath_plan::MANY_FILES_CC } else { opts.cc };
     let mut plan = make_plan(&srcs, &dst, opts.recursive, lister.as_mut(), listers - 1).await?;
     if let Some(part) = opts.part {
+        let part = to_the_end(&plan, part)?;
+        opts.part = Some(part);
         plan.files.iter().try_for_each(|f| part_fits(f, part))?;
         plan.files.iter_mut().for_each(|f| f.size = part.1);
     }
@@ -560,6 +567,26 @@ async fn get_batch(
     let pairs = batch.iter().map(|t| (&t.item.src, &t.item.dst));
     verify_batch(s, opts, pairs, Side::Local, &mut results).await;
     results
+}
+
+/// `part` with a [`TO_END`] length made the length from its offset to the
+/// end of the one file of `plan` (its size as listed, or as it is here).
+fn to_the_end(plan: &crate::plan::Plan, (off, len): (u64, u64)) -> Result<(u64, u64), ClientError> {
+    if len != TO_END {
+        return Ok((off, len));
+    }
+    let [f] = plan.files.as_slice() else {
+        return Err(ClientError::Usage("--off without --len copies one file (give --len for several)".into()));
+    };
+    let size = match &f.src {
+        Location::Local(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(f.size),
+        Location::Remote(_) => f.size,
+    };
+    if off > size {
+        let src = describe(&f.src);
+        return Err(ClientError::Usage(format!("{src}: --off {off} is past the end of the file ({size} bytes)")));
+    }
+    Ok((off, size - off))
 }
 
 /// Whether the range `--off`/`--len` asks for lies within `f`'s source:
