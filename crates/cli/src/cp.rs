@@ -94,6 +94,11 @@ pub struct CpArgs {
     /// the whole tree if either side changed.
     #[arg(long, env = "LIGHTPATH_PARTIAL")]
     pub partial: bool,
+    /// Seconds a server may take to begin and finish a reply before its
+    /// session is given up (and the file tried again, with --retries).
+    #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub reply_timeout: u64,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -146,6 +151,7 @@ pub fn run(a: CpArgs) -> ExitCode {
 }
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
+    lightpath_client::control::set_reply_timeout(Duration::from_secs(a.reply_timeout));
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = match (a.off, a.len) {

@@ -151,6 +151,13 @@ fn a_stalled_transfer_says_so() {
     assert!(matches!(code, Some(c) if c != 0), "{code:?} after {took:?}: {err}");
     assert!(err.contains("no reply for 2 s after 150: the transfer under way stalled"), "{err}");
     assert!(err.contains("RETR /f"), "{err}");
+    // The same bound from the command line (`--reply-timeout`).
+    let port = fake_server(Trick::StallRetr);
+    let url = format!("ftp://127.0.0.1:{port}/f");
+    let args = ["--retries", "0", "--reply-timeout", "2", &url, &format!("{}/", dest.display())];
+    let (code, err, took) = cp_within(&args, &[], 60);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?} after {took:?}: {err}");
+    assert!(err.contains("no reply for 2 s after 150"), "{err}");
 }
 
 /// A tree nested without end is refused once a path is 4096 bytes below

@@ -47,10 +47,19 @@ pub(crate) async fn open_with(
 /// (seconds) overrides it; see [`reply_timeout`].
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// [`REPLY_TIMEOUT`], or `LIGHTPATH_REPLY_TIMEOUT` seconds if set (read once).
+/// The reply timeout in force ([`reply_timeout`]), once read or set.
+static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Set the reply timeout (`cp --reply-timeout`) before any session opens;
+/// no effect once one has read it.
+pub fn set_reply_timeout(d: Duration) {
+    let _ = TIMEOUT.set(d);
+}
+
+/// [`REPLY_TIMEOUT`], or `LIGHTPATH_REPLY_TIMEOUT` seconds if set (read
+/// once), or what [`set_reply_timeout`] set.
 pub fn reply_timeout() -> Duration {
-    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
+    *TIMEOUT.get_or_init(|| {
         let secs = std::env::var("LIGHTPATH_REPLY_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
         secs.filter(|&s| s > 0).map_or(REPLY_TIMEOUT, Duration::from_secs)
     })
