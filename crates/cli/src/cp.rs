@@ -271,7 +271,7 @@ fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBoo
     let pb = ProgressBar::new(0);
     pb.set_style(
         ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+            "{spinner} [{elapsed_precise}] [{wide_bar}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} eta {eta}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );

@@ -110,8 +110,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
 fn bar(p: Arc<Progress>, total: u64) -> ProgressBar {
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "[{elapsed_precise}] [{wide_bar}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let pb2 = pb.clone();
     std::thread::spawn(move || loop {
