@@ -233,6 +233,10 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
             rate / 1e6
         );
     }
+    if let (Some(alg), false) = (&a.verify, ok.is_empty()) {
+        // It said nothing of a check that passed (a UX audit).
+        eprintln!("lightpath: --verify {alg}: the checksums of the {what} copied match their sources'");
+    }
     Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed })
 }
 

@@ -198,6 +198,7 @@ fn verify_checks_every_file_of_a_tree_copied_as_one_virtual_file() {
     let (ok, log) = cp("MD5", &url(pa, "/tree/"), &dl);
     assert!(ok && log.contains("VRET"), "{log}");
     assert_eq!(cksm_sent(&log), n, "download: one CKSM per file");
+    assert!(log.contains(&format!("--verify MD5: the checksums of the {n} file(s) copied match")), "{log}");
     assert_same_tree(&a.join("tree"), &local.join("dl"));
     let (ok, log) = cp("ADLER32", &dl, &url(pb, "/up/"));
     assert!(ok && log.contains("VSTO"), "{log}");
