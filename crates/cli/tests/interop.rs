@@ -150,6 +150,13 @@ fn names_gct_would_change_are_refused_not_sent() {
     assert_eq!(err.matches("drops the bytes of a name outside printable ASCII").count(), 3, "{err}");
     assert_eq!(names(&local.join("dl")), ["a\tb", "p"]);
     assert_eq!(std::fs::read(local.join("dl/p")).unwrap(), b"dddd");
+    // One file alone: its RETR went with the login, before FEAT said the
+    // server was GCT, and fetched `p`'s bytes for `pé`, exit 0.
+    let one = local.join("one");
+    let (code, err) = cp(&[&g("up/p%C3%A9"), one.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("drops the bytes of a name outside printable ASCII"), "{err}");
+    assert!(!one.exists());
 }
 
 /// A tree copied file by file (to a server without the virtual file)

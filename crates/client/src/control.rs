@@ -371,7 +371,7 @@ impl ControlConn {
         if self.iac_names == Some(false) && cmd.contains(&0xFF) {
             return Err(iac_refused(cmd));
         }
-        if self.ascii_names && cmd.iter().any(|&b| !(b == b'\t' || (0x20..0x7f).contains(&b))) {
+        if self.ascii_names && !any_server_reads(cmd) {
             let shown = redact(cmd).escape_debug().to_string();
             return Err(ClientError::Usage(format!(
                 "cannot send {shown}: globus-gridftp-server drops the bytes of a name outside printable ASCII \
@@ -524,6 +524,13 @@ pub(crate) fn check_line(cmd: &[u8]) -> Result<(), ClientError> {
         )));
     }
     Ok(())
+}
+
+/// Whether every server reads `name` as it is sent: printable ASCII and
+/// TAB only ([`ControlConn::check`] holds other names back from GCT once
+/// FEAT has said what the server is).
+pub(crate) fn any_server_reads(name: &[u8]) -> bool {
+    name.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
 }
 
 /// The refusal of a command naming a path with a 0xFF byte to a server

@@ -144,8 +144,14 @@ pub async fn copy(
         (Some(r), Location::Local(_)) if tree && same_server(r) && !tree_noted(&opts, &srcs[0], &dst) => {
             Speculation::Tree(r.path.as_slice())
         }
+        // A RETR in the login flight goes before FEAT says what the server
+        // is: only with a name every server reads as sent (GCT drops bytes
+        // outside printable ASCII, and `café` fetched `caf`: an audit).
         (Some(r), Location::Local(d))
-            if one_file && same_server(r) && !(opts.partial && crate::partial::kept_for(d, &r.path)) =>
+            if one_file
+                && same_server(r)
+                && crate::control::any_server_reads(&r.path)
+                && !(opts.partial && crate::partial::kept_for(d, &r.path)) =>
         {
             Speculation::File(r.path.as_slice())
         }
