@@ -241,4 +241,17 @@ fn a_pipe_as_source_or_destination_is_refused() {
     // `/dev/null` stays a destination that keeps nothing.
     let (code, err) = cp(&[&url(port, "/f"), "/dev/null"]);
     assert_eq!(code, 0, "{err}");
+    // A destination that is a symlink is written through, as cp does (as
+    // root, `cp URL /dev/stdout > out` replaced the system's link); one
+    // that leads nowhere is refused.
+    std::fs::write(local.join("real"), b"old").unwrap();
+    std::os::unix::fs::symlink(local.join("real"), local.join("link")).unwrap();
+    let (code, err) = cp(&[&url(port, "/f"), local.join("link").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::symlink_metadata(local.join("link")).unwrap().file_type().is_symlink(), "the link stays");
+    assert_same_file(&root.join("f"), &local.join("real"));
+    std::os::unix::fs::symlink(local.join("nowhere"), local.join("dangling")).unwrap();
+    let (code, err) = cp(&[&url(port, "/f"), local.join("dangling").to_str().unwrap()]);
+    assert!(code == 2 && err.contains("not written through"), "{err}");
+    assert!(!local.join("nowhere").exists());
 }

@@ -89,6 +89,8 @@ pub async fn make_plan(
 ) -> Result<Plan, ClientError> {
     let mut plan = Plan::default();
     let into_dir = dst_is_dir(dst, srcs.len() > 1);
+    let resolved = if into_dir { None } else { written_through(dst)? };
+    let dst = resolved.as_ref().unwrap_or(dst);
     let mut lister = lister;
     for src in srcs {
         let (is_dir, size) = match src {
@@ -124,6 +126,25 @@ pub async fn make_plan(
         }
     }
     Ok(plan)
+}
+
+/// A local destination file named on the command line that is a symlink
+/// is written through, as `cp` does: the file it leads to (a symlink
+/// that leads nowhere is refused). It was replaced by the copy: as root,
+/// `cp URL /dev/stdout > out` replaced the system's `/dev/stdout` link
+/// (an audit). `None`: not a symlink.
+fn written_through(dst: &Location) -> Result<Option<Location>, ClientError> {
+    let Location::Local(p) = dst else { return Ok(None) };
+    if !std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Ok(None);
+    }
+    match std::fs::canonicalize(p) {
+        Ok(real) => Ok(Some(Location::Local(real))),
+        Err(e) => Err(ClientError::Usage(format!(
+            "{}: a symlink that cannot be followed ({e}): not written through",
+            p.display()
+        ))),
+    }
 }
 
 /// A local file named on the command line must be a regular file (or a
