@@ -122,6 +122,7 @@ fn ctrl_c_of_many_uploads_to_gct_tries_nothing_again() {
     assert_eq!(code, Some(130), "{err}");
     assert!(stored() < n, "the copy had ended before the signal");
     assert!(!err.contains("trying again"), "{err}");
+    assert!(!err.contains("SITE CHMOD"), "commands cut off are not said to be refused: {err}");
 }
 
 /// A file written to while it is downloaded (it grew) fails the copy,

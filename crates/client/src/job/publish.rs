@@ -111,13 +111,19 @@ async fn keep_meta<'a>(d: &mut Session, files: impl Iterator<Item = (&'a Task, &
             Location::Remote(_) => None,
         })
         .collect();
-    if metas.is_empty() {
+    let cancel = d.opts.cancel.clone();
+    let stopped = || cancel.load(std::sync::atomic::Ordering::Relaxed);
+    if metas.is_empty() || stopped() {
         return;
     }
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let refused = d.set_meta_many(&metas).await;
-    if refused > 0 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::warn!("{}: {refused} of the SITE CHMOD / MFMT that keep uploaded files' modes and mtimes refused: those files have the server's", d.ctl.name);
+    // After Ctrl-C the commands were cut off, not refused.
+    if refused > 0 && !stopped() && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "{}: {refused} SITE CHMOD / MFMT commands refused: those uploaded files have the mode and mtime the server gave them, not their sources'",
+            d.ctl.name
+        );
     }
 }
 
