@@ -238,9 +238,12 @@ fn a_pipe_as_source_or_destination_is_refused() {
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the pipe is left as it was");
     assert!(!root.join("up").exists(), "nothing stored");
-    // `/dev/null` stays a destination that keeps nothing.
+    // `/dev/null` stays a destination that keeps nothing; `/dev/zero` a
+    // source with --len (without, it sent nothing, exit 0).
     let (code, err) = cp(&[&url(port, "/f"), "/dev/null"]);
     assert_eq!(code, 0, "{err}");
+    let (code, err) = cp(&["/dev/zero", &url(port, "/z")]);
+    assert!(code == 2 && err.contains("/dev/zero as a source needs --len"), "{err}");
     // A destination that is a symlink is written through, as cp does (as
     // root, `cp URL /dev/stdout > out` replaced the system's link); one
     // that leads nowhere is refused.

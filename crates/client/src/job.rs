@@ -119,6 +119,11 @@ pub async fn copy(
         mlsr: opts.mlsr,
         sessions: 1,
     };
+    let zero = Location::Local("/dev/zero".into());
+    if opts.part.is_none() && srcs.contains(&zero) {
+        // It has no end: without a length it sent nothing, exit 0.
+        return Err(ClientError::Usage("/dev/zero as a source needs --len (how many bytes)".into()));
+    }
     let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
     if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {
         return Err(ClientError::Usage("sources must be all local or all remote".into()));
