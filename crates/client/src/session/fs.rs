@@ -117,17 +117,21 @@ impl Session {
     /// `verb path` for each of `paths`, each checked before it is sent
     /// (a name that cannot travel fails alone: [`Session::final_replies`]).
     fn path_cmds(&self, verb: &str, paths: &[Vec<u8>]) -> Vec<Result<Vec<u8>, ClientError>> {
-        paths.iter().map(|p| path_cmd(verb, p)).map(|c| self.ctl.check(&c).map(|()| c)).collect()
+        self.checked(paths.iter().map(|p| path_cmd(verb, p)))
+    }
+
+    /// Each of `cmds`, or why it cannot be sent to this server
+    /// ([`ControlConn::check`](crate::control::ControlConn::check)): a
+    /// batch's commands are checked one by one, so that one name that
+    /// cannot travel fails alone.
+    pub(super) fn checked(&self, cmds: impl IntoIterator<Item = Vec<u8>>) -> Vec<Result<Vec<u8>, ClientError>> {
+        cmds.into_iter().map(|c| self.ctl.check(&c).map(|()| c)).collect()
     }
 
     /// `RNFR from` and `RNTO to` for each pair, pipelined
     /// ([`Session::final_replies`]): one result a pair.
     pub async fn rename_many(&mut self, moves: &[(Vec<u8>, Vec<u8>)]) -> Vec<Result<(), ClientError>> {
-        let cmds: Vec<_> = moves
-            .iter()
-            .flat_map(|(from, to)| [path_cmd("RNFR ", from), path_cmd("RNTO ", to)])
-            .map(|c| self.ctl.check(&c).map(|()| c))
-            .collect();
+        let cmds = self.checked(moves.iter().flat_map(|(from, to)| [path_cmd("RNFR ", from), path_cmd("RNTO ", to)]));
         let replies = self.final_replies(&cmds).await;
         let shown = |verb: &str, p: &[u8]| format!("{verb} {}", String::from_utf8_lossy(p));
         let mut out = Vec::with_capacity(moves.len());
@@ -155,7 +159,7 @@ impl Session {
                 cmds.push(path_cmd(&format!("MFMT {} ", lightpath_proto::ftptime::format(*mtime)), p));
             }
         }
-        let cmds: Vec<_> = cmds.into_iter().map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let cmds = self.checked(cmds);
         let replies = self.final_replies(&cmds).await;
         replies.iter().filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count()
     }
@@ -196,8 +200,7 @@ impl Session {
     /// commands in flight (one round trip for a batch, not one per file).
     /// One result per path, in order; a lost control connection fails the rest.
     pub async fn checksums(&mut self, alg: &str, paths: &[Vec<u8>]) -> Vec<Result<String, ClientError>> {
-        let cmds: Vec<Result<Vec<u8>, ClientError>> =
-            paths.iter().map(|p| cksm_cmd(alg, 0, None, p)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let cmds = self.checked(paths.iter().map(|p| cksm_cmd(alg, 0, None, p)));
         let replies = self.final_replies(&cmds).await;
         let digest = |(cmd, r): (&Result<Vec<u8>, ClientError>, Reply)| match cmd {
             Ok(c) if r.is_error() => Err(self.ctl.unexpected(&String::from_utf8_lossy(c), &r)),

@@ -59,8 +59,7 @@ impl Session {
         self.data_lost = false;
         self.prepare_get().await?;
         // A name that cannot travel in a command fails alone, unsent.
-        let cmds: Vec<Result<Vec<u8>, ClientError>> =
-            todo.iter().map(|(_, op, _)| retr_cmd(op)).map(|c| self.ctl.check(&c).map(|()| c)).collect();
+        let cmds = self.checked(todo.iter().map(|(_, op, _)| retr_cmd(op)));
         // A file resumed from an earlier try asks for the ranges it lacks.
         let rests: Vec<Option<Vec<u8>>> = todo.iter().map(|(_, _, t)| t.kept().map(|h| rest_cmd(&h))).collect();
         let (mut round, mut again) = (Round::default(), Vec::new());
