@@ -589,15 +589,23 @@ fn to_the_end(plan: &crate::plan::Plan, (off, len): (u64, u64)) -> Result<(u64, 
     let [f] = plan.files.as_slice() else {
         return Err(ClientError::Usage("--off without --len copies one file (give --len for several)".into()));
     };
-    let size = match &f.src {
-        Location::Local(p) => std::fs::metadata(p).map(|m| m.len()).unwrap_or(f.size),
-        Location::Remote(_) => f.size,
-    };
+    let size = source_size(f).unwrap_or(f.size);
     if off > size {
         let src = describe(&f.src);
         return Err(ClientError::Usage(format!("{src}: --off {off} is past the end of the file ({size} bytes)")));
     }
     Ok((off, size - off))
+}
+
+/// The size of `f`'s source where it is known: a local regular file's as
+/// it is now, a remote file's as its server gave it (0 counts as
+/// unknown). `None` for the rest (a local file that cannot be read: the
+/// copy says why; `/dev/zero`).
+fn source_size(f: &crate::plan::Item) -> Option<u64> {
+    match &f.src {
+        Location::Local(p) => std::fs::metadata(p).ok().filter(|m| m.is_file()).map(|m| m.len()),
+        Location::Remote(_) => (f.size > 0).then_some(f.size),
+    }
 }
 
 /// Whether the range `--off`/`--len` asks for lies within `f`'s source:
@@ -606,14 +614,7 @@ fn to_the_end(plan: &crate::plan::Plan, (off, len): (u64, u64)) -> Result<(u64, 
 /// same way in every direction (a download found out only at its end, and
 /// a third-party copy stored the bytes there were). `/dev/zero` has no end.
 fn part_fits(f: &crate::plan::Item, (off, len): (u64, u64)) -> Result<(), ClientError> {
-    let has = match &f.src {
-        Location::Local(p) => match std::fs::metadata(p) {
-            Ok(m) if m.is_file() => m.len(),
-            _ => return Ok(()), // the copy says why it cannot read it
-        },
-        Location::Remote(_) if f.size > 0 => f.size,
-        Location::Remote(_) => return Ok(()),
-    };
+    let Some(has) = source_size(f) else { return Ok(()) };
     let end = off.saturating_add(len);
     if has < end {
         return Err(ClientError::Usage(format!(
