@@ -133,9 +133,8 @@ impl TempFile {
     /// SIGKILL). A close error then takes the name away again. Returns
     /// false when the name is taken (the file is then replaced by rename).
     fn link_as_final(&mut self) -> io::Result<bool> {
-        let link = format!("/proc/self/fd/{}", self.file().as_raw_fd());
         let to = OsStr::from_bytes(&self.name);
-        match rustix::fs::linkat(rustix::fs::CWD, link.as_str(), &*self.dir, to, AtFlags::SYMLINK_FOLLOW) {
+        match self.link_as(to) {
             Ok(()) => {}
             Err(rustix::io::Errno::EXIST) => return Ok(false),
             Err(e) => return Err(e.into()),
@@ -153,11 +152,17 @@ impl TempFile {
     /// renames at once (and `Drop` removes if that fails).
     fn link_temp_name(&mut self) -> io::Result<()> {
         let tmp = temp_name(OsStr::from_bytes(&self.name));
-        let link = format!("/proc/self/fd/{}", self.file().as_raw_fd());
-        let to = OsStr::from_bytes(&tmp);
-        rustix::fs::linkat(rustix::fs::CWD, link.as_str(), &*self.dir, to, AtFlags::SYMLINK_FOLLOW)?;
+        self.link_as(OsStr::from_bytes(&tmp))?;
         self.tmp = tmp;
         Ok(())
+    }
+
+    /// Link the open (unnamed) file as `name` in its directory, through
+    /// `/proc/self/fd` (`AT_EMPTY_PATH` would need CAP_DAC_READ_SEARCH);
+    /// fails with `EEXIST` where `name` is taken.
+    fn link_as(&self, name: &OsStr) -> rustix::io::Result<()> {
+        let link = format!("/proc/self/fd/{}", self.file().as_raw_fd());
+        rustix::fs::linkat(rustix::fs::CWD, link.as_str(), &*self.dir, name, AtFlags::SYMLINK_FOLLOW)
     }
 }
 
