@@ -24,6 +24,16 @@ fi
 # The Globus server refuses anonymous sessions as root: they run as gftp.
 id gftp >/dev/null 2>&1 || useradd -r -M -d /nonexistent -s /usr/sbin/nologin gftp
 
+# globus-gridftp-server resolves this machine's own name at start; a
+# fresh container may not know it (this image's /etc/hosts has it).
+getent hosts "$(hostname)" >/dev/null || echo "127.0.0.1 $(hostname)" >> /etc/hosts
+
+# The interop tests over IPv6 listen on ::1 and [::].
+if [ -w /proc/sys/net/ipv6/conf/lo/disable_ipv6 ]; then
+    echo 0 > /proc/sys/net/ipv6/conf/all/disable_ipv6
+    echo 0 > /proc/sys/net/ipv6/conf/lo/disable_ipv6
+fi
+
 for t in cargo globus-url-copy globus-gridftp-server iperf3 mount; do
     command -v "$t" >/dev/null || { echo "install-test-deps: $t still missing" >&2; exit 1; }
 done
