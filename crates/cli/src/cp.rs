@@ -223,7 +223,10 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         n => format!("{files} file(s) and {n} tree(s) whose server did not count their files"),
     };
     let kept = bytes.saturating_sub(progress.bytes.load(Ordering::Relaxed));
-    summary(&what, failed.len(), bytes, started.elapsed());
+    // A failure may stand for several files (those a tree's sender could
+    // not read, beyond the ones it named).
+    let failures = failed.iter().map(|r| r.files.unwrap_or(1)).sum::<u64>();
+    summary(&what, failures, bytes, started.elapsed());
     if kept > 0 {
         // Resumed files count whole above; the rate is what moved.
         let moved = bytes - kept;
@@ -292,7 +295,7 @@ fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBoo
 }
 
 /// Print the throughput summary.
-pub fn summary(ok: &str, failed: usize, bytes: u64, t: Duration) {
+pub fn summary(ok: &str, failed: u64, bytes: u64, t: Duration) {
     let secs = t.as_secs_f64().max(1e-9);
     eprintln!(
         "lightpath: {ok} copied, {failed} failed, {bytes} bytes in {secs:.2} s = {:.1} MB/s ({:.2} Gbit/s)",

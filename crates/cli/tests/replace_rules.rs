@@ -10,17 +10,6 @@ use common::*;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// The `gftp` user's uid and gid.
-fn gftp_ids() -> (u32, u32) {
-    let id = |flag: &str| {
-        let out = std::process::Command::new("id").args([flag, "gftp"]).output().unwrap();
-        assert!(out.status.success(), "no gftp user: run scripts/install-test-deps.sh");
-        String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
-    };
-    (id("-u"), id("-g"))
-}
 
 /// A file holding `data` with `mode`, owned by `owner` (uid, gid).
 fn put_file(p: &Path, data: &[u8], mode: u32, owner: (u32, u32)) {
@@ -33,22 +22,6 @@ fn put_file(p: &Path, data: &[u8], mode: u32, owner: (u32, u32)) {
 fn state(p: &Path) -> (Vec<u8>, u32, u32) {
     let m = std::fs::metadata(p).unwrap();
     (std::fs::read(p).unwrap(), m.uid(), m.mode() & 0o7777)
-}
-
-/// A server running as `gftp` (`--run-as`), once it has dropped root: a
-/// session served as root would pass every permission check.
-fn gftp_server(root: &Path) -> (Proc, u16) {
-    let (p, port) = lp_server(root, &["--anonymous-write", "--run-as", "gftp"]);
-    let uids = || {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
-        status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string()
-    };
-    let t = Instant::now();
-    while uids().split_whitespace().skip(1).any(|u| u == "0") {
-        assert!(t.elapsed() < Duration::from_secs(10), "still root: {}", uids());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (p, port)
 }
 
 fn url(port: u16, path: &str) -> String {

@@ -191,7 +191,15 @@ pub async fn copy(
         Location::Local(p) => Some(p.clone()),
         Location::Remote(_) => None,
     };
-    run_workers(plan, opts, sopts, (lister, dst_session), root).await
+    let unlisted = std::mem::take(&mut plan.unlisted);
+    let mut out = run_workers(plan, opts, sopts, (lister, dst_session), root).await?;
+    out.extend(unlisted.into_iter().map(|u| FileResult {
+        src: describe(&u.src),
+        dst: describe(&u.dst),
+        result: Err(ClientError::LeftOut(u.why)),
+        files: Some(1),
+    }));
+    Ok(out)
 }
 
 /// A copy's first session to `r` ([`Session::open_speculating`]). A

@@ -83,6 +83,10 @@ pub enum ClientError {
         /// What the server said, or why it said nothing.
         then: Box<ClientError>,
     },
+    /// A tree's sender could not read this file or directory (permission
+    /// denied) and left it out; the rest of the tree was copied.
+    #[error("not copied: {0}")]
+    LeftOut(String),
     /// Data moved but the checksums differ.
     #[error("{alg} checksum mismatch: {local} != {remote}")]
     Checksum {

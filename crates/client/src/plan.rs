@@ -32,6 +32,21 @@ pub struct Plan {
     pub dirs: Vec<Location>,
     /// Files.
     pub files: Vec<Item>,
+    /// Directories beneath a source tree that could not be listed: left
+    /// out (and reported as failed), as `cp -r` goes on past them.
+    pub unlisted: Vec<Unlisted>,
+}
+
+/// A directory of a source tree that could not be listed (permission
+/// denied here, a refusal from a server): what it holds is not copied.
+#[derive(Debug, Clone)]
+pub struct Unlisted {
+    /// The directory.
+    pub src: Location,
+    /// Where it would have gone.
+    pub dst: Location,
+    /// Why it could not be listed.
+    pub why: String,
 }
 
 impl Plan {
@@ -186,7 +201,7 @@ pub(crate) async fn tree_files(
     src: &Location,
     target: &Location,
     lister: Option<&mut Session>,
-) -> Result<Vec<Item>, ClientError> {
+) -> Result<(Vec<Item>, Vec<Unlisted>), ClientError> {
     let mut plan = Plan::default();
     match src {
         Location::Local(p) => {
@@ -196,17 +211,23 @@ pub(crate) async fn tree_files(
         }
         Location::Remote(r) => walk_remote((r, false), target, lister, 0, &mut plan).await?,
     }
-    Ok(plan.files)
+    Ok((plan.files, plan.unlisted))
 }
 
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
     let top = std::fs::canonicalize(root).map_err(|e| ClientError::Local(format!("{}: {e}", root.display())))?;
     let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
     while let Some((dir, t)) = queue.pop_front() {
-        let mut entries: Vec<_> = std::fs::read_dir(&dir)
-            .map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?
-            .filter_map(Result::ok)
-            .collect();
+        let listed = match std::fs::read_dir(&dir) {
+            Err(e) if dir != root && e.kind() == std::io::ErrorKind::PermissionDenied => {
+                let why = format!("cannot list: {e}");
+                tracing::warn!("{}: {why}; left out", dir.display());
+                plan.unlisted.push(Unlisted { src: Location::Local(dir), dst: t, why });
+                continue;
+            }
+            r => r.map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?,
+        };
+        let mut entries: Vec<_> = listed.filter_map(Result::ok).collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let (path, dst) = (e.path(), join(&t, e.file_name().as_bytes()));
@@ -316,6 +337,11 @@ impl Walk {
         Walk { queue, root_name: root.display(), root_len, budget, links_as_files, ..Default::default() }
     }
 
+    /// Whether `dir` is a directory beneath the tree's root (not the root).
+    fn beneath_root(&self, dir: &Remote) -> bool {
+        dir.path.strip_suffix(b"/").unwrap_or(&dir.path).len() > self.root_len
+    }
+
     /// One directory waits to be listed, and nothing has failed.
     fn alone(&self) -> bool {
         self.queue.len() == 1 && self.error.is_none()
@@ -421,6 +447,7 @@ async fn walk_remote(
     let got = std::mem::take(&mut w.plan);
     plan.dirs.extend(got.dirs);
     plan.files.extend(got.files);
+    plan.unlisted.extend(got.unlisted);
     Ok(())
 }
 
@@ -459,6 +486,15 @@ async fn list_one(s: &mut Session, sh: &Shared) {
     w.busy -= 1;
     match listed {
         Ok(entries) => add_entries(&mut w, &dir, &t, entries),
+        // A directory beneath the tree's root that the server refuses to
+        // list (permission denied) is left out; the rest goes on.
+        Err(ClientError::Refused { code: 500.., reply, .. }) if w.beneath_root(&dir) => {
+            // GCT's refusal spans lines (GridFTP-Errno, ...): one, here.
+            let reply: Vec<&str> = reply.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "End.").collect();
+            let why = format!("cannot list: {}", reply.join(" "));
+            tracing::warn!("{}: {why}; left out", dir.display());
+            w.plan.unlisted.push(Unlisted { src: Location::Remote(dir), dst: t, why });
+        }
         Err(e) => {
             w.error.get_or_insert(e);
         }

@@ -13,6 +13,7 @@ use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailu
 use lightpath_engine::{Control, DataChannel, EngineError};
 use lightpath_proto::command::{opts_vret, opts_vsto_resume, MAX_VRET_AFTER};
 use lightpath_proto::held::TreeRoot;
+use lightpath_proto::unreadable::Unreadables;
 use lightpath_proto::Reply;
 use lightpath_sys::root::Root;
 use std::path::{Path, PathBuf};
@@ -74,6 +75,7 @@ pub async fn get_tree(
         files.store(n, Ordering::Relaxed);
     }
     warn_skipped(fin.special_files_skipped(), " on the server", true);
+    held.unreadable = fin.unreadable();
     if let Some(m) = meta {
         set_local_root(&root, &dir, m);
     }
@@ -194,6 +196,9 @@ pub struct TreeHeld {
     /// an upload's perf markers, a download's own unpacker
     /// ([`crate::partial::tree::Keeper`]).
     pub(crate) keeper: Option<Arc<Mutex<crate::partial::tree::Keeper>>>,
+    /// What the sender of the try that completed the tree could not read
+    /// and left out ([`Reply::unreadable`]): each is reported as failed.
+    pub(crate) unreadable: Unreadables,
 }
 
 impl TreeHeld {
@@ -423,6 +428,7 @@ pub async fn put_tree(
         held.note(s.ctl.take_marked_held());
         held.unchecked |= held.after != before;
     }
+    held.unreadable = ctl.unreadable();
     r.map(|(bytes, _)| bytes)
 }
 
@@ -446,20 +452,23 @@ fn send_tree(
         return Err(ClientError::Local("server refused the tree".into()));
     }
     let sent = send_pack(dc, &pk, block, ctl);
-    outcome(sent, pk.wait(), dir)
+    outcome(sent, pk.wait(), dir, ctl)
 }
 
 /// Bytes and files sent, or the cause of the failure ([`pack_outcome`]
 /// says which). Special files the walk left out are named one by one in
-/// the walk's warnings; this adds the count.
+/// the walk's warnings; this adds the count. What it could not read goes
+/// to `ctl` ([`Control::set_unreadable`]).
 fn outcome(
     sent: Result<u64, EngineError>,
     walk: Result<PackStats, VfileError>,
     dir: &Path,
+    ctl: &Control,
 ) -> Result<(u64, u64), ClientError> {
     match pack_outcome(sent, walk) {
         Ok((bytes, stats)) => {
             warn_skipped(stats.skipped, &format!(" in {}", dir.display()), false);
+            ctl.set_unreadable(stats.unreadable);
             tracing::info!(files = stats.files, held = stats.held, bytes, "tree sent");
             // The files' bytes (the summary counts those, not the manifest
             // sent with them), and the tree's files: those the server held
@@ -506,6 +515,7 @@ pub async fn tpt_tree(
         files.store(n, Ordering::Relaxed);
     }
     warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name), true);
+    held.unreadable = sent.unreadable();
     Ok(bytes)
 }
 
@@ -522,7 +532,7 @@ pub(crate) async fn verify_tree(
     mut s: Option<&mut Session>,
     mut d: Option<&mut Session>,
 ) -> Result<Vec<FileResult>, ClientError> {
-    let items = crate::plan::tree_files(src, target, s.as_deref_mut()).await?;
+    let (items, unlisted) = crate::plan::tree_files(src, target, s.as_deref_mut()).await?;
     tracing::info!(files = items.len(), alg, "verifying the tree's files");
     let srcs: Vec<&Location> = items.iter().map(|i| &i.src).collect();
     let dsts: Vec<&Location> = items.iter().map(|i| &i.dst).collect();
@@ -533,6 +543,12 @@ pub(crate) async fn verify_tree(
         let e = discard_copy(e, &i.dst, d.as_deref_mut()).await;
         failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: Some(1) });
     }
+    // Directories the walk could not list (the copy left them out too).
+    let not_checked = |u: crate::plan::Unlisted| {
+        let e = ClientError::Local(format!("--verify could not check what it holds: {}", u.why));
+        FileResult { src: describe(&u.src), dst: describe(&u.dst), result: Err(e), files: Some(1) }
+    };
+    failed.extend(unlisted.into_iter().map(not_checked));
     Ok(failed)
 }
 
@@ -663,7 +679,7 @@ mod tests {
     }
 
     fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> String {
-        outcome(sent, walk, Path::new("/data/tree")).expect_err("the upload failed").to_string()
+        outcome(sent, walk, Path::new("/data/tree"), &Control::new()).expect_err("the upload failed").to_string()
     }
 
     /// A file that shrank while being sent: the send failed reading it and

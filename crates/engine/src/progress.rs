@@ -3,6 +3,7 @@
 
 use crate::io::DataPath;
 use lightpath_proto::held::Held;
+use lightpath_proto::unreadable::Unreadables;
 use lightpath_proto::RangeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ pub struct Control {
     job_cancel: Option<Arc<AtomicBool>>,
     files: Mutex<Option<u64>>,
     skipped: AtomicU64,
+    unreadable: Mutex<Unreadables>,
     data_path: Mutex<Option<DataPath>>,
     held: Arc<HeldSoFar>,
 }
@@ -111,6 +113,15 @@ impl Control {
     /// Special files left out, as set by [`Control::set_skipped`].
     pub fn skipped(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
+    }
+    /// Record what a tree's walk could not read (the server says it in
+    /// its 226 reply).
+    pub fn set_unreadable(&self, u: Unreadables) {
+        *self.unreadable.lock().unwrap_or_else(|e| e.into_inner()) = u;
+    }
+    /// What [`Control::set_unreadable`] recorded.
+    pub fn unreadable(&self) -> Unreadables {
+        self.unreadable.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
     /// Record how the bytes move (`sendfile`, `splice`, direct I/O...),
     /// once the engine has chosen; the last choice stands.

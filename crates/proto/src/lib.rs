@@ -20,6 +20,7 @@ pub mod modee;
 pub mod ranges;
 pub mod reply;
 pub mod server_pi;
+pub mod unreadable;
 pub mod vpath;
 
 pub use command::{Command, CommandError, Restart};

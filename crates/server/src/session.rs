@@ -463,8 +463,10 @@ impl Session {
                 }
                 // A virtual file's tree: the file count (lightpath clients
                 // show it for third-party trees, which only servers see),
-                // and the special files its walk left out.
-                self.send(&Reply::tree_complete(ctl.files(), ctl.skipped())).await
+                // the special files its walk left out, and those it could
+                // not read.
+                let done = Reply::tree_complete(ctl.files(), ctl.skipped());
+                self.send(&done.with_unreadable(&ctl.unreadable())).await
             }
             Err(r) => {
                 // What a failed upload wrote (and may have kept for a

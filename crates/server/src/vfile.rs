@@ -79,7 +79,17 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     // The reply counts the tree's regular files, those the receiver held too.
     ctl.set_files(stats.files + stats.held);
     ctl.set_skipped(skipped);
-    tracing::info!(files = stats.files, held = stats.held, dirs = stats.dirs, skipped, "VRET {}", t.path.display());
+    let unreadable = stats.unreadable.count;
+    ctl.set_unreadable(stats.unreadable);
+    tracing::info!(
+        files = stats.files,
+        held = stats.held,
+        dirs = stats.dirs,
+        skipped,
+        unreadable,
+        "VRET {}",
+        t.path.display()
+    );
     Ok(bytes)
 }
 

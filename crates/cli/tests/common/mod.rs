@@ -501,3 +501,29 @@ fn lightpath_proto_addr(text: &str) -> SocketAddr {
     let n: Vec<u16> = inner.split(',').map(|x| x.trim().parse().unwrap()).collect();
     SocketAddr::from(([n[0] as u8, n[1] as u8, n[2] as u8, n[3] as u8], n[4] << 8 | n[5]))
 }
+
+/// The `gftp` user's uid and gid.
+pub fn gftp_ids() -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = std::process::Command::new("id").args([flag, "gftp"]).output().unwrap();
+        assert!(out.status.success(), "no gftp user: run scripts/install-test-deps.sh");
+        String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// A server running as `gftp` (`--run-as`), once it has dropped root: a
+/// session served as root would pass every permission check.
+pub fn gftp_server(root: &Path) -> (Proc, u16) {
+    let (p, port) = lp_server(root, &["--anonymous-write", "--run-as", "gftp"]);
+    let uids = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.0.id())).unwrap();
+        status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string()
+    };
+    let t = Instant::now();
+    while uids().split_whitespace().skip(1).any(|u| u == "0") {
+        assert!(t.elapsed() < Duration::from_secs(10), "still root: {}", uids());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (p, port)
+}

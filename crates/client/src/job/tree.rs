@@ -4,10 +4,11 @@
 //! the tree lands.
 
 use super::{offers, open_first, tree_upload, CopyOptions, FileResult, Progress};
-use crate::plan::describe;
+use crate::plan::{describe, join};
 use crate::retry;
 use crate::session::{Session, SessionOpts, Speculation};
 use crate::{ClientError, Location};
+use lightpath_proto::unreadable::Unreadables;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -53,23 +54,47 @@ pub(super) async fn try_tree(
     let files = Arc::new(AtomicU64::new(UNCOUNTED));
     let root = crate::vfile::source_root(src, lister.as_ref());
     let ends = TreeEnds { src, dst, target: &target, sopts, retries, verify, root };
-    let Some(r) = ends.run(lister, &mut dst_s, files.clone()).await else {
+    let Some((r, unreadable)) = ends.run(lister, &mut dst_s, files.clone()).await else {
         return Ok(None);
     };
     let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: None }];
+    let left_out = left_out(src, &target, &unreadable);
     if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
         match crate::vfile::verify_tree(src, &target, alg, lister.as_mut(), dst_s.as_mut()).await {
-            Ok(failed) => out.extend(failed),
+            // A file left out is not checked again.
+            Ok(failed) => out.extend(failed.into_iter().filter(|f| !left_out.iter().any(|l| l.src == f.src))),
             Err(e) => out[0].result = Err(e),
         }
     }
     let files = Some(files.load(std::sync::atomic::Ordering::Relaxed)).filter(|&n| n != UNCOUNTED);
-    out[0].files = files.map(|n| n.saturating_sub(out.len() as u64 - 1));
+    if out[0].result.is_ok() {
+        out[0].files = files.map(|n| n.saturating_sub(out.len() as u64 - 1));
+    }
+    out.extend(left_out);
     progress.files.store(files.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     for s in [lister.take(), dst_s].into_iter().flatten() {
         s.quit().await;
     }
     Ok(Some(out))
+}
+
+/// A failed result for each file or directory of the tree that its
+/// sender could not read and left out (as the sender's reply or walk named
+/// them), and one standing for those it counted but did not name.
+fn left_out(src: &Location, target: &Location, u: &Unreadables) -> Vec<FileResult> {
+    let remote = matches!(src, Location::Remote(_));
+    let why = |w: &str| if remote { format!("the source server could not read it ({w})") } else { w.to_string() };
+    let failed = |src, dst, why, n| FileResult { src, dst, result: Err(ClientError::LeftOut(why)), files: Some(n) };
+    let mut out: Vec<FileResult> = (u.named.iter())
+        .map(|x| failed(describe(&join(src, &x.path)), describe(&join(target, &x.path)), why(&x.why), 1))
+        .collect();
+    let more = u.count.saturating_sub(u.named.len() as u64);
+    if more > 0 {
+        let whose = if remote { "the source server's log" } else { "the warnings above" };
+        let why = format!("{more} more file(s) or directories in it could not be read ({whose} names each)");
+        out.push(failed(describe(src), describe(target), why, more));
+    }
+    out
 }
 
 /// A tree's file count before (or unless) it is known: a third-party
@@ -103,7 +128,7 @@ impl TreeEnds<'_> {
         s: &mut Option<Session>,
         d: &mut Option<Session>,
         files: Arc<AtomicU64>,
-    ) -> Option<Result<u64, ClientError>> {
+    ) -> Option<(Result<u64, ClientError>, Unreadables)> {
         let (mut tries, mut first) = (0, true);
         let mut held = self.take_up().await;
         loop {
@@ -121,7 +146,7 @@ impl TreeEnds<'_> {
             let Err(e) = &r else {
                 held.say_kept();
                 crate::partial::tree::end(self.src, self.target, &held, false, false);
-                return Some(r);
+                return Some((r, std::mem::take(&mut held.unreadable)));
             };
             if held.noted && held.check.is_some() && matches!(e, ClientError::Refused { code: 554, .. }) {
                 // The tree changed since what is held was said (an earlier
@@ -134,7 +159,7 @@ impl TreeEnds<'_> {
             let cancelled = self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed);
             if !e.is_transient() || tries >= self.retries || cancelled {
                 crate::partial::tree::end(self.src, self.target, &held, true, self.sopts.keep_interrupted);
-                return Some(r);
+                return Some((r, Unreadables::default()));
             }
             tries += 1;
             let wait = self.wait_to_retry(tries, e, &held);

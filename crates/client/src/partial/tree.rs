@@ -173,26 +173,28 @@ pub(crate) async fn take_up(src: &Location, target: &Location, root: Option<&Pat
 pub(crate) async fn check_held(target: &Location, root: &Path, after: &[u8]) -> Result<u64, String> {
     let Location::Local(dir) = target else { return Err("not a local tree".into()) };
     let (root, dir) = (root.to_path_buf(), dir.clone());
-    check_in(move || crate::local::tree_root(&root, &dir).map_err(|e| e.to_string()), after).await
+    let open = move || crate::local::tree_root(&root, &dir).map_err(|e| e.to_string());
+    check_in(open, lightpath_engine::vfile::held_check, after).await
 }
 
 /// The check of the files the local tree `dir` holds up to `after`, as
-/// an upload's sender computes it over its source ([`check_held`]).
+/// an upload's sender computes it over its source ([`check_held`];
+/// what it may not read left out: [`lightpath_engine::vfile::source_check`]).
 pub(crate) async fn check_source(dir: &Path, after: &[u8]) -> Result<u64, String> {
     let dir = dir.to_path_buf();
-    check_in(move || lightpath_sys::root::Root::open(&dir).map_err(|e| e.to_string()), after).await
+    let open = move || lightpath_sys::root::Root::open(&dir).map_err(|e| e.to_string());
+    check_in(open, lightpath_engine::vfile::source_check, after).await
 }
 
-/// [`lightpath_engine::vfile::held_check`] of the tree `open` opens, on a
+/// `check` (a receiver's or a source's) of the tree `open` opens, on a
 /// blocking thread (it walks the tree).
 async fn check_in(
     open: impl FnOnce() -> Result<lightpath_sys::root::Root, String> + Send + 'static,
+    check: fn(&lightpath_sys::root::Root, &[u8]) -> Result<u64, lightpath_engine::vfile::VfileError>,
     after: &[u8],
 ) -> Result<u64, String> {
     let after = after.to_vec();
-    let job = tokio::task::spawn_blocking(move || {
-        lightpath_engine::vfile::held_check(&open()?, &after).map_err(|e| e.to_string())
-    });
+    let job = tokio::task::spawn_blocking(move || check(&open()?, &after).map_err(|e| e.to_string()));
     job.await.map_err(|e| e.to_string()).and_then(|c| c)
 }
 

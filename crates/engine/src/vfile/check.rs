@@ -10,6 +10,7 @@
 
 use super::pack::{meta, walk_order};
 use super::{join, VfileError};
+use lightpath_sys::privs::Creds;
 use lightpath_sys::root::{FileType, Root};
 use sha2::{Digest, Sha256};
 use std::cmp::Ordering;
@@ -49,17 +50,31 @@ impl HeldCheck {
 /// its other names as links; a receiver whose try broke may not have made
 /// those links yet).
 pub fn held_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
+    check_walk(root, after, None)
+}
+
+/// [`held_check`] of a tree's source, as its sender's walk sees it: the
+/// files this process may not read and the contents of directories it
+/// may not list are left out, as the walk leaves them out of the manifest
+/// (`PackStats::unreadable`).
+pub fn source_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
+    check_walk(root, after, Some(&Creds::current()))
+}
+
+/// [`held_check`], leaving out what `readable` (a source's) cannot read.
+fn check_walk(root: &Root, after: &[u8], readable: Option<&Creds>) -> Result<u64, VfileError> {
     let mut check = HeldCheck::default();
     let mut seen = HashSet::new();
     let mut stack = Vec::new();
-    push_children(root, &mut stack, b"")?;
+    push_children(root, &mut stack, b"", None)?;
     while let Some((name, st)) = stack.pop() {
         if walk_order(&name, after) == Ordering::Greater {
             break;
         }
         let m = meta(&st);
         match m.ft {
-            FileType::Directory => push_children(root, &mut stack, &name)?,
+            FileType::Directory => push_children(root, &mut stack, &name, readable)?,
+            FileType::RegularFile if readable.is_some_and(|c| !may_read(root, &name, &m, c)) => {}
             FileType::RegularFile if m.nlink <= 1 || seen.insert((m.dev, m.ino)) => {
                 check.add(&name, m.size, m.mtime_ns, m.mode)
             }
@@ -69,13 +84,25 @@ pub fn held_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
     Ok(check.value())
 }
 
-/// Queue the entries of directory `dir` so that they pop in name order.
+/// Whether the file `name` would be read by a sender with `creds` (as
+/// its walk decides: [`Creds::may_read`], confirmed by opening).
+fn may_read(root: &Root, name: &[u8], m: &super::pack::Meta, creds: &Creds) -> bool {
+    creds.may_read(m.uid, m.gid, m.mode) || root.open_read(name).is_ok()
+}
+
+/// Queue the entries of directory `dir` so that they pop in name order;
+/// for a source (`readable`), one that may not be listed holds nothing.
 fn push_children(
     root: &Root,
     stack: &mut Vec<(Vec<u8>, lightpath_sys::root::Stat)>,
     dir: &[u8],
+    readable: Option<&Creds>,
 ) -> Result<(), VfileError> {
-    let list = root.read_dir(dir).map_err(|e| VfileError::io("listing", dir, e))?;
+    let list = match root.read_dir(dir) {
+        Ok(list) => list,
+        Err(e) if readable.is_some() && !dir.is_empty() && super::pack::denied(&e) => return Ok(()),
+        Err(e) => return Err(VfileError::io("listing", dir, e)),
+    };
     stack.extend(list.into_iter().rev().map(|(child, st)| (join(dir, &child), st)));
     Ok(())
 }

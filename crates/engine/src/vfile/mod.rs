@@ -28,7 +28,7 @@ mod reader;
 mod unpack;
 mod writer;
 
-pub use check::{held_check, HeldCheck};
+pub use check::{held_check, source_check, HeldCheck};
 pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats};
 pub use reader::PackReader;
 pub use unpack::{Held, UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};

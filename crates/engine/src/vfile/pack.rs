@@ -4,6 +4,8 @@
 use super::reader::{PackReader, ReadCache};
 use super::{join, stat_ns, HeldCheck, VfileError};
 use lightpath_proto::manifest::{show, Encoder, Entry, Kind, Limits, MODE_MASK};
+use lightpath_proto::unreadable::Unreadables;
+use lightpath_sys::privs::Creds;
 use lightpath_sys::root::{FileType, Root, Stat};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,7 +63,7 @@ impl Default for PackOptions {
 }
 
 /// What a walk found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PackStats {
     /// Regular files (hard links not counted).
     pub files: u64,
@@ -77,6 +79,11 @@ pub struct PackStats {
     pub held: u64,
     /// Length of the virtual file.
     pub bytes: u64,
+    /// Files this process may not open and directories it may not list
+    /// (permission denied), left out: each with a warning, and named in
+    /// the tree's final reply. A directory's own entry goes (it arrives
+    /// empty).
+    pub unreadable: Unreadables,
 }
 
 /// How manifest paths `a` and `b` follow each other in the walk: depth
@@ -352,7 +359,7 @@ impl Pack {
         let st = self.sh.lock();
         match &st.error {
             Some(e) => Err(e.clone()),
-            None => Ok(st.stats),
+            None => Ok(st.stats.clone()),
         }
     }
 }
@@ -376,6 +383,8 @@ pub(super) struct Meta {
     pub dev: u64,
     pub ino: u64,
     pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 #[allow(clippy::unnecessary_cast)]
@@ -388,6 +397,8 @@ pub(super) fn meta(st: &Stat) -> Meta {
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,
         nlink: st.st_nlink as u64,
+        uid: st.st_uid as u32,
+        gid: st.st_gid as u32,
     }
 }
 
@@ -409,6 +420,8 @@ struct Walker<'a> {
     /// The files left out so far, while [`PackOptions::check`] is to be
     /// compared (`None` once it was).
     held_check: Option<HeldCheck>,
+    /// Who this process is, for [`Walker::unreadable`].
+    creds: Creds,
 }
 
 impl<'a> Walker<'a> {
@@ -422,6 +435,7 @@ impl<'a> Walker<'a> {
             links: HashMap::new(),
             stats: PackStats::default(),
             held_check: sh.opts.check.and(sh.opts.after.as_ref()).map(|_| HeldCheck::default()),
+            creds: Creds::current(),
         }
     }
 
@@ -442,7 +456,9 @@ impl<'a> Walker<'a> {
         }
         let mut stack = Vec::new();
         if src.is_empty() {
-            self.push_children(&mut stack, b"", b"")?;
+            // The root's own contents: one that may not be listed fails.
+            let list = self.sh.root.read_dir(b"").map_err(|e| VfileError::io("listing", b"", e))?;
+            push_list(&mut stack, b"", b"", list);
         } else {
             let st = self.sh.root.lstat(&src).map_err(|e| VfileError::io("reading", &src, e))?;
             let name = src.rsplit(|&b| b == b'/').next().unwrap_or_default().to_vec();
@@ -453,19 +469,44 @@ impl<'a> Walker<'a> {
                 return Err(VfileError::Aborted);
             }
             if self.visit(&n)? {
-                self.push_children(&mut stack, &n.src, &n.name)?;
+                self.push_listable(&mut stack, &n)?;
             }
         }
         Ok(())
     }
 
-    /// Queue the children of a directory so that they pop in name order.
-    fn push_children(&mut self, stack: &mut Vec<Node>, src: &[u8], name: &[u8]) -> Result<(), VfileError> {
-        let list = self.sh.root.read_dir(src).map_err(|e| VfileError::io("listing", src, e))?;
-        for (child, st) in list.into_iter().rev() {
-            stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st) });
+    /// Queue what the directory `n` holds (its entry went): one this
+    /// process may not list is left empty, with a warning.
+    fn push_listable(&mut self, stack: &mut Vec<Node>, n: &Node) -> Result<(), VfileError> {
+        match self.sh.root.read_dir(&n.src) {
+            Ok(list) => push_list(stack, &n.src, &n.name, list),
+            Err(e) if denied(&e) => self.left_out(n, &format!("cannot list: {e}")),
+            Err(e) => return Err(VfileError::io("listing", &n.src, e)),
         }
         Ok(())
+    }
+
+    /// Whether the regular file `n` is one this process may not read
+    /// (its permission bits say so, and opening it fails): it is left
+    /// out, with a warning. One the bits allow is not opened here; should
+    /// its read fail, the transfer fails.
+    fn unreadable(&mut self, n: &Node) -> bool {
+        let m = n.meta;
+        if self.creds.may_read(m.uid, m.gid, m.mode) {
+            return false;
+        }
+        match self.sh.root.open_read(&n.src) {
+            Ok(_) => false,
+            Err(e) => {
+                self.left_out(n, &format!("cannot open: {e}"));
+                true
+            }
+        }
+    }
+
+    fn left_out(&mut self, n: &Node, why: &str) {
+        tracing::warn!(path = %show(&n.src), "{why}; left out of the tree");
+        self.stats.unreadable.add(&n.name, why);
     }
 
     /// Emit the entry for `n`; whether it is a directory to descend into.
@@ -496,6 +537,9 @@ impl<'a> Walker<'a> {
     }
 
     fn file(&mut self, n: &Node) -> Result<(), VfileError> {
+        if self.unreadable(n) {
+            return Ok(());
+        }
         let m = n.meta;
         let (mode, mtime_ns) = (m.mode, m.mtime_ns);
         if m.nlink > 1 {
@@ -578,4 +622,17 @@ impl<'a> Walker<'a> {
         sh.cv.notify_all();
         Ok(())
     }
+}
+
+/// Queue the entries `list` of the directory `src` (manifest name `name`)
+/// so that they pop in name order.
+fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>, Stat)>) {
+    for (child, st) in list.into_iter().rev() {
+        stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st) });
+    }
+}
+
+/// Whether `e` says this process may not do what it tried.
+pub(super) fn denied(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::PermissionDenied
 }
