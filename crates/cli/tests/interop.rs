@@ -145,10 +145,17 @@ fn names_gct_would_change_are_refused_not_sent() {
     for n in odd {
         std::fs::write(home.join("up").join(std::ffi::OsStr::from_bytes(n)), b"x").unwrap();
     }
+    // A directory whose name cannot be sent is made here but not listed:
+    // it stopped the whole download (exit 2).
+    std::fs::create_dir(home.join("up/d\u{e9}")).unwrap();
+    std::fs::write(home.join("up/d\u{e9}/x"), b"x").unwrap();
     let (code, err) = cp(&["-r", &format!("{}/", g("up")), local.join("dl").to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
-    assert_eq!(err.matches("drops the bytes of a name outside printable ASCII").count(), 3, "{err}");
-    assert_eq!(names(&local.join("dl")), ["a\tb", "p"]);
+    let failed = |l: &&str| l.starts_with("lightpath: FAILED") && l.contains("outside printable ASCII");
+    assert_eq!(err.lines().filter(failed).count(), 4, "{err}");
+    assert_eq!(err.matches("FAILED").count(), 4, "{err}");
+    assert_eq!(names(&local.join("dl")), ["a\tb", "d\u{e9}", "p"]);
+    assert!(names(&local.join("dl/d\u{e9}")).is_empty());
     assert_eq!(std::fs::read(local.join("dl/p")).unwrap(), b"dddd");
     // One file alone: its RETR went with the login, before FEAT said the
     // server was GCT, and fetched `p`'s bytes for `pé`, exit 0.

@@ -488,6 +488,12 @@ async fn list_one(s: &mut Session, sh: &Shared) {
         Ok(entries) => add_entries(&mut w, &dir, &t, entries),
         // A directory beneath the tree's root that the server refuses to
         // list (permission denied) is left out; the rest goes on.
+        // So is one whose name this server cannot be sent (GCT drops the
+        // bytes outside printable ASCII: `ControlConn::check`).
+        Err(ClientError::Usage(why)) if w.beneath_root(&dir) => {
+            tracing::warn!("{}: {why}; left out", dir.display());
+            w.plan.unlisted.push(Unlisted { src: Location::Remote(dir), dst: t, why });
+        }
         Err(ClientError::Refused { code: 500.., reply, .. }) if w.beneath_root(&dir) => {
             // GCT's refusal spans lines (GridFTP-Errno, ...): one, here.
             let reply: Vec<&str> = reply.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "End.").collect();
