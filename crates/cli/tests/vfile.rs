@@ -211,7 +211,8 @@ fn local_paths_that_are_not_utf8_can_be_named() {
 }
 
 /// A tree's summary counts its files' bytes, not the manifest sent with
-/// them (50 files of 1,275,000 bytes were said to be 1,276,866), both ways.
+/// them (50 files of 1,275,000 bytes were said to be 1,276,866), both ways
+/// and third party (the servers' 226 say the bytes of file data).
 #[test]
 fn a_trees_summary_counts_its_files_bytes() {
     let d = scratch();
@@ -225,4 +226,8 @@ fn a_trees_summary_counts_its_files_bytes() {
     assert!(code == 0 && err.contains(said), "upload: {err}");
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), d.path().join("back").to_str().unwrap()]);
     assert!(code == 0 && err.contains(said), "download: {err}");
+    let (_b, pb) = lp_server(d.path(), &["--anonymous-write"]);
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t/"), &format!("ftp://127.0.0.1:{pb}/third/")]);
+    assert!(code == 0 && err.contains(said), "third party: {err}");
+    assert_same_tree(&tree, &d.path().join("third"));
 }

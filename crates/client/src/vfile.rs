@@ -516,7 +516,9 @@ pub async fn tpt_tree(
     }
     warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name), true);
     held.unreadable = sent.unreadable();
-    Ok(bytes)
+    // The files' bytes, as the servers counted them (the markers counted
+    // the manifest too).
+    Ok(sent.data_bytes().or(fin.data_bytes()).unwrap_or(bytes))
 }
 
 /// `--verify` of a tree copied as one virtual file: the source tree is

@@ -18,7 +18,8 @@ pub struct Control {
     written: Mutex<(RangeSet, RangeSet)>,
     parent: Option<Arc<AtomicU64>>,
     job_cancel: Option<Arc<AtomicBool>>,
-    files: Mutex<Option<u64>>,
+    /// A tree's regular files and the bytes of their data.
+    tree: Mutex<Option<(u64, u64)>>,
     skipped: AtomicU64,
     unreadable: Mutex<Unreadables>,
     data_path: Mutex<Option<DataPath>>,
@@ -97,13 +98,19 @@ impl Control {
     }
     /// Record how many regular files the transfer moved (a virtual file's
     /// tree; the server says it in its 226 reply).
-    pub fn set_files(&self, n: u64) {
-        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = Some(n);
+    /// `data` is the bytes of their data this transfer moved (the wire
+    /// carried the manifest too).
+    pub fn set_tree(&self, files: u64, data: u64) {
+        *self.tree.lock().unwrap_or_else(|p| p.into_inner()) = Some((files, data));
     }
-    /// Regular files moved, as set by [`Control::set_files`] (`None`: not
+    /// Regular files moved, as set by [`Control::set_tree`] (`None`: not
     /// a tree; `Some(0)`: an empty one).
     pub fn files(&self) -> Option<u64> {
-        *self.files.lock().unwrap_or_else(|p| p.into_inner())
+        self.tree.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.0)
+    }
+    /// The bytes of a tree's file data, as set by [`Control::set_tree`].
+    pub fn data_bytes(&self) -> Option<u64> {
+        self.tree.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.1)
     }
     /// Record how many special files (FIFOs, devices, sockets) a tree's
     /// walk left out (the server says it in its 226 reply).

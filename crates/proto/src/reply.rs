@@ -65,6 +65,31 @@ impl Reply {
         }
     }
 
+    /// This (final, `226`) reply of a tree saying also how many bytes of
+    /// its files' data went, `N bytes of file data.` on a continuation
+    /// line (the wire carried the manifest too; a third-party client's
+    /// summary counts these). `None`: the reply as it is.
+    pub fn with_data_bytes(self, n: Option<u64>) -> Reply {
+        let Some(n) = n else { return self };
+        let line = format!("{n} {DATA_BYTES}");
+        if self.lines.len() <= 1 {
+            return Reply::multi(self.code, self.text(), [line]);
+        }
+        let mut r = self;
+        let end = r.lines.len() - 1;
+        r.lines.insert(end, line);
+        r
+    }
+
+    /// What a [`Reply::with_data_bytes`] says (`None`: not said, or not a `226`).
+    pub fn data_bytes(&self) -> Option<u64> {
+        if self.code != 226 {
+            return None;
+        }
+        let n = |l: &String| l.trim().strip_suffix(DATA_BYTES)?.trim_end().parse::<u64>().ok();
+        self.lines.iter().skip(1).find_map(n)
+    }
+
     /// The special files a [`Reply::tree_complete`] says were skipped (0:
     /// none, or a server that does not say).
     pub fn special_files_skipped(&self) -> u64 {
@@ -123,6 +148,9 @@ impl Reply {
         out.into_bytes()
     }
 }
+
+/// The continuation line of [`Reply::with_data_bytes`] after its count.
+const DATA_BYTES: &str = "bytes of file data.";
 
 /// The continuation line of [`Reply::tree_complete`] after its count.
 const SKIPPED: &str = "special file(s) skipped (FIFOs, devices, sockets are not copied).";
@@ -283,6 +311,25 @@ mod tests {
         assert_eq!(Reply::tree_complete(Some(5), 0).special_files_skipped(), 0);
         assert_eq!(Reply::tree_complete(Some(0), 1).special_files_skipped(), 1);
         assert_eq!(Reply::new(550, "2 special file(s) skipped.").special_files_skipped(), 0);
+    }
+
+    #[test]
+    fn a_tree_reply_says_its_data_bytes() {
+        let r = Reply::tree_complete(Some(5), 2).with_data_bytes(Some(1_275_000));
+        let wire = String::from_utf8(r.encode()).unwrap();
+        assert!(wire.ends_with(" 1275000 bytes of file data.\r\n226 End.\r\n"), "{wire}");
+        let mut p = ReplyParser::new();
+        let got = wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last();
+        let got = got.unwrap();
+        assert_eq!(
+            (got.files_completed(), got.special_files_skipped(), got.data_bytes()),
+            (Some(5), 2, Some(1_275_000))
+        );
+        let alone = Reply::transfer_complete(Some(0)).with_data_bytes(Some(0));
+        assert_eq!((alone.files_completed(), alone.data_bytes()), (Some(0), Some(0)));
+        assert_eq!(Reply::tree_complete(Some(5), 0).with_data_bytes(None), Reply::transfer_complete(Some(5)));
+        assert_eq!(Reply::transfer_complete(Some(5)).data_bytes(), None);
+        assert_eq!(Reply::multi(451, "x", ["7 bytes of file data.".to_string()]).data_bytes(), None);
     }
 
     #[test]

@@ -465,7 +465,7 @@ impl Session {
                 // show it for third-party trees, which only servers see),
                 // the special files its walk left out, and those it could
                 // not read.
-                let done = Reply::tree_complete(ctl.files(), ctl.skipped());
+                let done = Reply::tree_complete(ctl.files(), ctl.skipped()).with_data_bytes(ctl.data_bytes());
                 self.send(&done.with_unreadable(&ctl.unreadable())).await
             }
             Err(r) => {

@@ -77,7 +77,7 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     let (bytes, stats) = outcome(sent, pk.wait(), &t.path)?;
     let skipped = stats.skipped + hidden.load(Ordering::Relaxed);
     // The reply counts the tree's regular files, those the receiver held too.
-    ctl.set_files(stats.files + stats.held);
+    ctl.set_tree(stats.files + stats.held, stats.bytes);
     ctl.set_skipped(skipped);
     let unreadable = stats.unreadable.count;
     ctl.set_unreadable(stats.unreadable);
@@ -238,7 +238,7 @@ fn receive_tree(dc: &mut DataChannel, sink: VfileSink, t: &Transfer, ctl: &Contr
         }
     };
     let stats = sink.finish().map_err(|e| Reply::new(451, format!("Tree incomplete: {e}")))?;
-    ctl.set_files(stats.files);
+    ctl.set_tree(stats.files, stats.bytes);
     tracing::info!(?stats, "VSTO {}", t.path.display());
     Ok(got.covered())
 }
