@@ -224,6 +224,18 @@ fn uploads_to_gct_keep_mode_and_mtime() {
     let less = |m: u32| m & !umask.unwrap();
     let got = [mode(&local.join("dl/private")), mode(&local.join("dl/script")), mode(&one)];
     assert_eq!(got, [less(0o600), less(0o750), less(0o600)]);
+    // Third party onto GCT (file by file): the source server's listing
+    // gives the mode and mtime (they were 0644 and the time of the copy),
+    // GCT to GCT and from a lightpath server alike.
+    let (_lp, lport) = lp_server(&tree, &["--anonymous"]);
+    for (src, to) in [(up.clone(), "tp_gct"), (format!("ftp://127.0.0.1:{lport}/"), "tp_lp")] {
+        let (code, err) = cp(&["-r", &src, &format!("ftp://127.0.0.1:{port}{}/{to}/", home.display())]);
+        assert_eq!(code, 0, "{src}: {err}");
+        for (name, mode) in [("private", 0o600), ("script", 0o750)] {
+            let m = std::fs::metadata(home.join(to).join(name)).unwrap();
+            assert_eq!((m.mode() & 0o777, m.mtime()), (mode, 981_173_106), "{src}{name}");
+        }
+    }
 }
 
 #[test]

@@ -23,6 +23,10 @@ pub struct Item {
     /// download is created with them (less the umask), as `cp` creates a
     /// copy, not readable to all where its source was private.
     pub mode: Option<u32>,
+    /// A remote source's mtime (whole seconds), where its server gave it
+    /// with the mode: a third-party copy to a server without lightpath's
+    /// extensions gives it the file there (`MFMT`), with the mode.
+    pub mtime: Option<i64>,
 }
 
 /// All the work of one copy.
@@ -119,11 +123,12 @@ pub async fn make_plan(
             if into_dir && !(is_dir && src.is_dir_syntax()) { join(dst, &base_name(src)) } else { dst.clone() };
         if !is_dir {
             let target = if into_dir { join(dst, &base_name(src)) } else { dst.clone() };
-            let mode = match src {
-                Location::Remote(r) => lister.as_deref().and_then(|s| s.stat_meta(&r.path)).map(|m| m.mode),
+            let meta = match src {
+                Location::Remote(r) => lister.as_deref().and_then(|s| s.stat_meta(&r.path)),
                 Location::Local(_) => None,
             };
-            plan.files.push(Item { src: src.clone(), dst: target, size, mode });
+            let (mode, mtime) = (meta.map(|m| m.mode), meta.and_then(|m| m.mtime_secs()));
+            plan.files.push(Item { src: src.clone(), dst: target, size, mode, mtime });
             continue;
         }
         if !recursive {
@@ -237,7 +242,7 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
                     queue.push_back((path, dst));
                 }
                 Some(LocalKind::File(size)) => {
-                    plan.files.push(Item { src: Location::Local(path), dst, size, mode: None })
+                    plan.files.push(Item { src: Location::Local(path), dst, size, mode: None, mtime: None })
                 }
                 None => {}
             }
@@ -531,7 +536,7 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.plan.dirs.push(dst.clone());
             w.queue.push_back((sr, dst));
         } else {
-            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode });
+            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode, mtime: e.mtime });
         }
     }
 }
@@ -616,6 +621,7 @@ mod tests {
             link: false,
             unresolved: false,
             mode: None,
+            mtime: None,
         };
         (0..n).map(entry).collect()
     }

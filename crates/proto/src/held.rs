@@ -60,6 +60,11 @@ impl TreeRoot {
         self.mode & crate::manifest::APPLY_MODE
     }
 
+    /// The mtime in whole seconds (rounded down), if known.
+    pub fn mtime_secs(&self) -> Option<i64> {
+        self.mtime_ns.map(|t| t.div_euclid(1_000_000_000))
+    }
+
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]`.
     pub fn opts(&self) -> Vec<u8> {
         let modify = self.mtime_ns.map(|t| format!("Modify={t};")).unwrap_or_default();

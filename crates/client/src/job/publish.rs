@@ -99,16 +99,18 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
     }
 }
 
-/// Uploaded files (`(temporary, source)` pairs) get their source's mode
+/// Stored files (`(temporary, source)` pairs) get their source's mode
 /// and mtime before their names: such a server makes each file 0644 and
 /// of the time it was stored, so a private (0600) file became readable
-/// to all there (names audit). A server that refuses is warned of once.
+/// to all there (names audit). A remote source's are what its listing
+/// said (a third-party copy; none said, none set). A server that refuses
+/// is warned of once.
 async fn keep_meta<'a>(d: &mut Session, files: impl Iterator<Item = (&'a Task, &'a Task)>) {
     use std::os::unix::fs::MetadataExt;
     let metas: Vec<(Vec<u8>, u32, i64)> = files
         .filter_map(|(temp, t)| match &t.item.src {
             Location::Local(p) => std::fs::metadata(p).ok().map(|m| (path(temp), m.mode(), m.mtime())),
-            Location::Remote(_) => None,
+            Location::Remote(_) => Some((path(temp), t.item.mode?, t.item.mtime?)),
         })
         .collect();
     let cancel = d.opts.cancel.clone();
@@ -121,7 +123,7 @@ async fn keep_meta<'a>(d: &mut Session, files: impl Iterator<Item = (&'a Task, &
     // After Ctrl-C the commands were cut off, not refused.
     if refused > 0 && !stopped() && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!(
-            "{}: {refused} SITE CHMOD / MFMT commands refused: those uploaded files have the mode and mtime the server gave them, not their sources'",
+            "{}: {refused} SITE CHMOD / MFMT commands refused: those files have the mode and mtime the server gave them, not their sources'",
             d.ctl.name
         );
     }

@@ -229,7 +229,7 @@ fn add_tree(
         } else if e.is_dir {
             w.plan.dirs.push(dst);
         } else {
-            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode });
+            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode, mtime: e.mtime });
         }
     }
     Ok(links)
@@ -246,8 +246,8 @@ async fn resolve_links(s: &mut Session, w: &mut Walk, links: Vec<(Remote, Locati
     for ((sr, dst), kind) in links.into_iter().zip(s.stat_many(&paths).await) {
         match kind {
             Ok(Some(f)) if !f.is_dir => {
-                let mode = f.meta.map(|m| m.mode);
-                w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size, mode })
+                let (mode, mtime) = (f.meta.map(|m| m.mode), f.meta.and_then(|m| m.mtime_secs()));
+                w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size, mode, mtime })
             }
             Ok(Some(_)) => tracing::warn!("skipping {}: a symlink to a directory", sr.display()),
             Ok(None) => tracing::debug!("leaving out {}: a symlink that leads nowhere", sr.display()),

@@ -23,6 +23,9 @@ pub struct Entry {
     pub unresolved: bool,
     /// Permission bits (`UNIX.mode`), if the listing gave them.
     pub mode: Option<u32>,
+    /// Modification time (`Modify`, whole seconds since the epoch), if
+    /// the listing gave it with the mode.
+    pub mtime: Option<i64>,
 }
 
 impl Session {
@@ -338,8 +341,9 @@ pub(crate) fn entry_of(facts: &str, name: &[u8], slinks: bool) -> Option<Entry> 
     }
     let size = fact(facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
     let link = unresolved || fact(facts, "unix.slink").is_some();
-    let mode = meta_of_facts(facts).map(|m| m.mode);
-    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved, mode })
+    let meta = meta_of_facts(facts);
+    let (mode, mtime) = (meta.map(|m| m.mode), meta.and_then(|m| m.mtime_secs()));
+    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved, mode, mtime })
 }
 
 /// What a line of MLST facts says of a file or directory.
