@@ -4,11 +4,12 @@
 # iperf3/fio/hyperfine (lab and bench references), the unprivileged `gftp`
 # user the Globus server runs its sessions as; mount(8) and losetup(8)
 # (package mount) for the full-disk tests (small tmpfs mounts) and the
-# bench's fresh scratch file systems, which mkfs.ext4 (e2fsprogs) makes.
+# bench's fresh scratch file systems, which mkfs.ext4 (e2fsprogs) makes;
+# setfacl (acl) for a test of a file an ACL keeps from its sender.
 # Idempotent.
 set -euo pipefail
 
-PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs)
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl)
 EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
 
 missing=()

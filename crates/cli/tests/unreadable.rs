@@ -15,23 +15,37 @@ use std::process::Command;
 
 const READABLE: [&str; 3] = ["a", "sub/b", "deep/er/c"];
 
-/// Files anyone may read, `sub/secret` only root may read, and `closed`
-/// (holding `x`) only root may list. The test runs as root; the sender
-/// runs as `gftp`.
+/// Files anyone may read, `sub/secret` only root may read, `closed`
+/// (holding `x`; mode 0) only root may list, and `ronly` (holding `f`;
+/// 0744) whose names others may read but whose files they cannot reach.
+/// The test runs as root; the sender runs as `gftp`.
 fn tree_with_locks(t: &Path) {
-    for d in ["sub", "closed", "deep/er"] {
+    for d in ["sub", "closed", "deep/er", "ronly"] {
         std::fs::create_dir_all(t.join(d)).unwrap();
     }
-    for (i, (f, len)) in
-        [("a", 70_000), ("sub/b", 5_000), ("deep/er/c", 300_000), ("sub/secret", 1_000), ("closed/x", 10)]
-            .into_iter()
-            .enumerate()
+    for (i, (f, len)) in [
+        ("a", 70_000),
+        ("sub/b", 5_000),
+        ("deep/er/c", 300_000),
+        ("sub/secret", 1_000),
+        ("closed/x", 10),
+        ("ronly/f", 20),
+    ]
+    .into_iter()
+    .enumerate()
     {
         write_random(&t.join(f), len, i as u64 + 1);
     }
     let mode = |p: &str, m| std::fs::set_permissions(t.join(p), std::fs::Permissions::from_mode(m)).unwrap();
     mode("sub/secret", 0o600);
-    mode("closed", 0o700);
+    mode("closed", 0o000);
+    mode("ronly", 0o744);
+}
+
+/// `setfacl ARGS`.
+fn setfacl(args: &[&str], p: &Path) {
+    let ok = Command::new("setfacl").args(args).arg(p).status().map(|s| s.success());
+    assert!(matches!(ok, Ok(true)), "setfacl {args:?} {}: run scripts/install-test-deps.sh (package acl)", p.display());
 }
 
 /// Everything readable arrived, nothing else did, `closed` arrived empty,
@@ -42,13 +56,24 @@ fn assert_went_on_past_them(src: &Path, dst: &Path, (code, err): (i32, String)) 
         assert_same_file(&src.join(f), &dst.join(f));
     }
     assert!(!dst.join("sub/secret").exists(), "the unreadable file did not arrive");
-    let closed: Vec<_> = std::fs::read_dir(dst.join("closed")).unwrap().collect();
-    assert!(closed.is_empty(), "the unlistable directory arrived empty: {closed:?}");
+    for d in ["closed", "ronly"] {
+        let held: Vec<_> = std::fs::read_dir(dst.join(d)).unwrap().collect();
+        assert!(held.is_empty(), "the unlistable directory {d} arrived empty: {held:?}");
+    }
     let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
-    assert_eq!(failed.len(), 2, "{err}");
-    assert!(failed.iter().any(|l| l.contains("/sub/secret ->")), "{err}");
-    assert!(failed.iter().any(|l| l.contains("/closed ->")), "{err}");
-    assert!(err.contains("3 file(s) copied, 2 failed"), "{err}");
+    assert_eq!(failed.len(), 3, "{err}");
+    for name in ["/sub/secret ->", "/closed ->", "/ronly ->"] {
+        assert!(failed.iter().any(|l| l.contains(name)), "{name}: {err}");
+    }
+    assert!(err.contains("3 file(s) copied, 3 failed"), "{err}");
+}
+
+/// The same copy run twice: the second goes the same way (the directory
+/// left out arrived with its source's mode 0, which the receiver could
+/// not open to give it its metadata again: the whole tree failed).
+fn twice(src: &Path, dst: &Path, run: impl Fn() -> (i32, String)) {
+    assert_went_on_past_them(src, dst, run());
+    assert_went_on_past_them(src, dst, run());
 }
 
 /// `lightpath cp -q -r ARGS` as the `gftp` user: exit code and stderr.
@@ -69,10 +94,13 @@ fn a_tree_download_goes_on_past_what_the_server_may_not_read() {
     let (_s, port) = gftp_server(&root);
     let url = format!("ftp://127.0.0.1:{port}/tree/");
     let got = local.join("got");
-    let r = cp(&["-r", &url, &format!("{}/", got.display())]);
+    let got_s = format!("{}/", got.display());
+    let r = cp_r_as_gftp(&[&url, &got_s]);
     assert!(r.1.contains("could not read it (cannot open: Permission denied"), "{}", r.1);
     assert!(r.1.contains("could not read it (cannot list: Permission denied"), "{}", r.1);
     assert_went_on_past_them(&root.join("tree"), &got, r);
+    // Again into the same place, by a client that is not root either.
+    assert_went_on_past_them(&root.join("tree"), &got, cp_r_as_gftp(&[&url, &got_s]));
     // --verify checks what came, and does not report the two again.
     let again = local.join("again");
     let r = cp(&["-r", "--verify", "md5", &url, &format!("{}/", again.display())]);
@@ -96,10 +124,13 @@ fn a_tree_upload_goes_on_past_what_the_client_may_not_read() {
     let (_d, root, local) = root_and_local();
     let src = local.join("tree");
     tree_with_locks(&src);
-    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let (_s, port) = gftp_server(&root);
     let r = cp_r_as_gftp(&[&format!("{}/", src.display()), &format!("ftp://127.0.0.1:{port}/up/")]);
     assert!(r.1.contains("not copied: cannot open: Permission denied"), "{}", r.1);
     assert_went_on_past_them(&src, &root.join("up"), r);
+    twice(&src, &root.join("up"), || {
+        cp_r_as_gftp(&[&format!("{}/", src.display()), &format!("ftp://127.0.0.1:{port}/up/")])
+    });
 }
 
 /// File by file with GCT: its server answers a listing it may not read
@@ -122,4 +153,55 @@ fn file_by_file_trees_with_gct_go_on_past_what_may_not_be_read() {
     let url = format!("ftp://127.0.0.1:{port2}{}/", root2.join("tree").display());
     let r = cp(&["-r", &url, &format!("{}/", got.display())]);
     assert_went_on_past_them(&root2.join("tree"), &got, r);
+}
+
+/// A file whose mode lets its sender read it but whose ACL does not: the
+/// walk asks the kernel (`faccessat`), not the mode bits, and leaves it
+/// out as the others. It failed the whole tree.
+#[test]
+fn a_file_an_acl_keeps_from_its_sender_is_left_out() {
+    let (_d, root, local) = root_and_local();
+    let tree = root.join("tree");
+    tree_with_locks(&tree);
+    write_random(&tree.join("sub/acl"), 2_000, 9);
+    setfacl(&["-m", "u:gftp:---"], &tree.join("sub/acl"));
+    let (_s, port) = gftp_server(&root);
+    let got = local.join("got");
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree/"), &format!("{}/", got.display())]);
+    assert_eq!(code, 1, "{err}");
+    for f in READABLE {
+        assert_same_file(&tree.join(f), &got.join(f));
+    }
+    assert!(!got.join("sub/acl").exists());
+    let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
+    assert_eq!(failed.len(), 4, "{err}");
+    assert!(failed.iter().any(|l| l.contains("/sub/acl ->")), "{err}");
+}
+
+/// More unreadable files than a reply names (100): the rest are counted
+/// on one line, and `--verify` reports none of them again (it counted
+/// them as failed a second time, and the files copied as none).
+#[test]
+fn more_unreadable_files_than_named_are_counted_once_with_verify() {
+    let (_d, root, local) = root_and_local();
+    let tree = root.join("tree");
+    tree_with_locks(&tree);
+    std::fs::create_dir(tree.join("many")).unwrap();
+    for i in 0..105 {
+        let f = tree.join(format!("many/s{i:03}"));
+        write_random(&f, 10, i);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (_s, port) = gftp_server(&root);
+    let got = local.join("got");
+    let url = format!("ftp://127.0.0.1:{port}/tree/");
+    let (code, err) = cp(&["-r", "--verify", "md5", &url, &format!("{}/", got.display())]);
+    assert_eq!(code, 1, "{err}");
+    for f in READABLE {
+        assert_same_file(&tree.join(f), &got.join(f));
+    }
+    let failed = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).count();
+    assert_eq!(failed, 101, "100 named, then the rest on one line: {err}");
+    assert!(err.contains("8 more file(s) or directories in it could not be read"), "{err}");
+    assert!(err.contains("3 file(s) copied, 108 failed"), "{err}");
 }

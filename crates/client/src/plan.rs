@@ -219,12 +219,34 @@ pub(crate) async fn tree_files(
     Ok((plan.files, plan.unlisted))
 }
 
+/// Whether the local directory `dir` can be listed (read, and its
+/// entries reached): else why not.
+pub(crate) fn listable(dir: &std::path::Path) -> Result<(), ClientError> {
+    let first = std::fs::read_dir(dir).map(|mut l| l.next().and_then(Result::ok));
+    let reach = |e: std::fs::DirEntry| match std::fs::symlink_metadata(e.path()) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e),
+        _ => Ok(()), // reached (or gone since it was listed)
+    };
+    let probe = first.and_then(|f| f.map_or(Ok(()), reach));
+    probe.map_err(|e| ClientError::Local(format!("{}: cannot list: {e}", dir.display())))
+}
+
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
     let top = std::fs::canonicalize(root).map_err(|e| ClientError::Local(format!("{}: {e}", root.display())))?;
     let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
     while let Some((dir, t)) = queue.pop_front() {
-        let listed = match std::fs::read_dir(&dir) {
-            Err(e) if dir != root && e.kind() == std::io::ErrorKind::PermissionDenied => {
+        let denied = |e: &std::io::Error| dir != root && e.kind() == std::io::ErrorKind::PermissionDenied;
+        // A directory readable but not searchable lists names whose files
+        // cannot be reached: it cannot be listed either.
+        let listed = std::fs::read_dir(&dir).and_then(|l| {
+            let entries: Vec<_> = l.filter_map(Result::ok).collect();
+            match entries.first().map(|e| std::fs::symlink_metadata(e.path())) {
+                Some(Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e),
+                _ => Ok(entries),
+            }
+        });
+        let mut entries = match listed {
+            Err(e) if denied(&e) => {
                 let why = format!("cannot list: {e}");
                 tracing::warn!("{}: {why}; left out", dir.display());
                 plan.unlisted.push(Unlisted { src: Location::Local(dir), dst: t, why });
@@ -232,7 +254,6 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
             }
             r => r.map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?,
         };
-        let mut entries: Vec<_> = listed.filter_map(Result::ok).collect();
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let (path, dst) = (e.path(), join(&t, e.file_name().as_bytes()));

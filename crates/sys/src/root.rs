@@ -22,6 +22,12 @@ pub use rustix::fs::{FileType, Stat};
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
+/// The error of an access this process was refused (`EACCES`), for
+/// saying why something it was told it may not read was left out.
+pub fn denied() -> io::Error {
+    rustix::io::Errno::ACCESS.into()
+}
+
 /// A directory that paths may not leave.
 #[derive(Debug)]
 pub struct Root {
@@ -191,6 +197,23 @@ impl Root {
         })
     }
 
+    /// [`Root::read_dir`] with whether this process may read each entry,
+    /// as `faccessat(2)` with its effective ids answers (ACLs and
+    /// capabilities count): a file, read it; a directory, list it (read
+    /// and search). Other kinds: `true` (nothing to read). One call an
+    /// entry.
+    pub fn read_dir_readable(&self, rel: &[u8]) -> io::Result<Vec<(Vec<u8>, Stat, bool)>> {
+        use rustix::fs::Access;
+        self.read_dir_with(rel, |fd, name, st| {
+            let need = match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => Access::READ_OK | Access::EXEC_OK,
+                FileType::RegularFile => Access::READ_OK,
+                _ => return true,
+            };
+            rustix::fs::accessat(fd, name, need, AtFlags::SYMLINK_NOFOLLOW | AtFlags::EACCESS).is_ok()
+        })
+    }
+
     fn read_dir_with<T>(
         &self,
         rel: &[u8],
@@ -204,12 +227,15 @@ impl Root {
             if name == b"." || name == b".." {
                 continue;
             }
-            if let Ok(st) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
-                if self.fenced_out(rel, name, &st) {
-                    continue;
+            match rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if !self.fenced_out(rel, name, &st) => {
+                    let t = more(&fd, entry.file_name(), &st);
+                    out.push((name.to_vec(), st, t));
                 }
-                let t = more(&fd, entry.file_name(), &st);
-                out.push((name.to_vec(), st, t));
+                // A directory readable but not searchable: its names, but
+                // none of its files. It cannot be listed.
+                Err(rustix::io::Errno::ACCESS) => return Err(denied()),
+                _ => {} // gone since it was read, or fenced out
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -377,6 +403,22 @@ impl Root {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT)?;
         Ok(File::from(fd))
+    }
+
+    /// Give the directory `rel` (never a symlink, strict parents) `mode`
+    /// and the mtime `sec`.`nsec`. It need not be readable (a tree may
+    /// give its directories mode 0): it is opened `O_PATH` and changed
+    /// through its `/proc/self/fd` link, which leads to it alone.
+    pub fn set_dir_meta_strict(&self, rel: &[u8], mode: u32, (sec, nsec): (i64, u32)) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT)?;
+        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        rustix::fs::chmodat(rustix::fs::CWD, link.as_str(), Mode::from_raw_mode(mode), AtFlags::empty())?;
+        let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
+        let mtime = rustix::fs::Timespec { tv_sec: sec, tv_nsec: nsec.into() };
+        let times = rustix::fs::Timestamps { last_access: omit, last_modification: mtime };
+        Ok(rustix::fs::utimensat(rustix::fs::CWD, link.as_str(), &times, AtFlags::empty())?)
     }
 
     /// Like [`Root::create_temp`] (mode 0600), with a strict parent.

@@ -32,6 +32,11 @@ pub(super) async fn try_tree(
     if !is_dir {
         return Ok(None);
     }
+    if let Location::Local(p) = src {
+        // A tree that cannot be listed fails here, before any server is
+        // asked to take it (an upload waited for its reply, and retried).
+        crate::plan::listable(p)?;
+    }
     let target = tree_target(src, dst, sopts.keep_interrupted);
     let mut dst_s = match &target {
         Location::Remote(r) => {
@@ -60,9 +65,9 @@ pub(super) async fn try_tree(
     let mut out = vec![FileResult { src: describe(src), dst: describe(&target), result: r, files: None }];
     let left_out = left_out(src, &target, &unreadable);
     if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
-        match crate::vfile::verify_tree(src, &target, alg, lister.as_mut(), dst_s.as_mut()).await {
-            // A file left out is not checked again.
-            Ok(failed) => out.extend(failed.into_iter().filter(|f| !left_out.iter().any(|l| l.src == f.src))),
+        let ends = (lister.as_mut(), dst_s.as_mut());
+        match crate::vfile::verify_tree(src, &target, alg, ends, !unreadable.is_empty()).await {
+            Ok(failed) => out.extend(failed),
             Err(e) => out[0].result = Err(e),
         }
     }
@@ -90,8 +95,8 @@ fn left_out(src: &Location, target: &Location, u: &Unreadables) -> Vec<FileResul
         .collect();
     let more = u.count.saturating_sub(u.named.len() as u64);
     if more > 0 {
-        let whose = if remote { "the source server's log" } else { "the warnings above" };
-        let why = format!("{more} more file(s) or directories in it could not be read ({whose} names each)");
+        let whose = if remote { "the source server's log names" } else { "the warnings above name" };
+        let why = format!("{more} more file(s) or directories in it could not be read ({whose} each)");
         out.push(failed(describe(src), describe(target), why, more));
     }
     out

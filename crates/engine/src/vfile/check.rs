@@ -10,8 +10,7 @@
 
 use super::pack::{meta, walk_order};
 use super::{join, VfileError};
-use lightpath_sys::privs::Creds;
-use lightpath_sys::root::{FileType, Root};
+use lightpath_sys::root::{FileType, Root, Stat};
 use sha2::{Digest, Sha256};
 use std::cmp::Ordering;
 use std::collections::HashSet;
@@ -48,33 +47,33 @@ impl HeldCheck {
 /// at or before `after` in the walk's order, a file with several names
 /// under its first only (the sender's manifest names it as a file there,
 /// its other names as links; a receiver whose try broke may not have made
-/// those links yet).
+/// those links yet). What a directory this process may not list holds is
+/// not counted: a sender leaves it out too.
 pub fn held_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
-    check_walk(root, after, None)
+    check_walk(root, after, false)
 }
 
 /// [`held_check`] of a tree's source, as its sender's walk sees it: the
-/// files this process may not read and the contents of directories it
-/// may not list are left out, as the walk leaves them out of the manifest
-/// (`PackStats::unreadable`).
+/// files this process may not read are left out too, as the walk leaves
+/// them out of the manifest (`PackStats::unreadable`).
 pub fn source_check(root: &Root, after: &[u8]) -> Result<u64, VfileError> {
-    check_walk(root, after, Some(&Creds::current()))
+    check_walk(root, after, true)
 }
 
-/// [`held_check`], leaving out what `readable` (a source's) cannot read.
-fn check_walk(root: &Root, after: &[u8], readable: Option<&Creds>) -> Result<u64, VfileError> {
+/// [`held_check`]; a `source`'s leaves out the files it may not read.
+fn check_walk(root: &Root, after: &[u8], source: bool) -> Result<u64, VfileError> {
     let mut check = HeldCheck::default();
     let mut seen = HashSet::new();
     let mut stack = Vec::new();
-    push_children(root, &mut stack, b"", None)?;
-    while let Some((name, st)) = stack.pop() {
+    push_children(root, &mut stack, b"")?;
+    while let Some((name, st, readable)) = stack.pop() {
         if walk_order(&name, after) == Ordering::Greater {
             break;
         }
         let m = meta(&st);
         match m.ft {
-            FileType::Directory => push_children(root, &mut stack, &name, readable)?,
-            FileType::RegularFile if readable.is_some_and(|c| !may_read(root, &name, &m, c)) => {}
+            FileType::Directory if readable => push_children(root, &mut stack, &name)?,
+            FileType::RegularFile if source && !readable && root.open_read(&name).is_err() => {}
             FileType::RegularFile if m.nlink <= 1 || seen.insert((m.dev, m.ino)) => {
                 check.add(&name, m.size, m.mtime_ns, m.mode)
             }
@@ -84,25 +83,15 @@ fn check_walk(root: &Root, after: &[u8], readable: Option<&Creds>) -> Result<u64
     Ok(check.value())
 }
 
-/// Whether the file `name` would be read by a sender with `creds` (as
-/// its walk decides: [`Creds::may_read`], confirmed by opening).
-fn may_read(root: &Root, name: &[u8], m: &super::pack::Meta, creds: &Creds) -> bool {
-    creds.may_read(m.uid, m.gid, m.mode) || root.open_read(name).is_ok()
-}
-
-/// Queue the entries of directory `dir` so that they pop in name order;
-/// for a source (`readable`), one that may not be listed holds nothing.
-fn push_children(
-    root: &Root,
-    stack: &mut Vec<(Vec<u8>, lightpath_sys::root::Stat)>,
-    dir: &[u8],
-    readable: Option<&Creds>,
-) -> Result<(), VfileError> {
-    let list = match root.read_dir(dir) {
+/// Queue the entries of directory `dir` so that they pop in name order,
+/// each with whether this process may read (list) it. A directory beneath
+/// the root that may not be listed holds nothing.
+fn push_children(root: &Root, stack: &mut Vec<(Vec<u8>, Stat, bool)>, dir: &[u8]) -> Result<(), VfileError> {
+    let list = match root.read_dir_readable(dir) {
         Ok(list) => list,
-        Err(e) if readable.is_some() && !dir.is_empty() && super::pack::denied(&e) => return Ok(()),
+        Err(e) if !dir.is_empty() && super::pack::denied(&e) => return Ok(()),
         Err(e) => return Err(VfileError::io("listing", dir, e)),
     };
-    stack.extend(list.into_iter().rev().map(|(child, st)| (join(dir, &child), st)));
+    stack.extend(list.into_iter().rev().map(|(child, st, ok)| (join(dir, &child), st, ok)));
     Ok(())
 }

@@ -5,7 +5,6 @@ use super::reader::{PackReader, ReadCache};
 use super::{join, stat_ns, HeldCheck, VfileError};
 use lightpath_proto::manifest::{show, Encoder, Entry, Kind, Limits, MODE_MASK};
 use lightpath_proto::unreadable::Unreadables;
-use lightpath_sys::privs::Creds;
 use lightpath_sys::root::{FileType, Root, Stat};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -383,8 +382,6 @@ pub(super) struct Meta {
     pub dev: u64,
     pub ino: u64,
     pub nlink: u64,
-    pub uid: u32,
-    pub gid: u32,
 }
 
 #[allow(clippy::unnecessary_cast)]
@@ -397,8 +394,6 @@ pub(super) fn meta(st: &Stat) -> Meta {
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,
         nlink: st.st_nlink as u64,
-        uid: st.st_uid as u32,
-        gid: st.st_gid as u32,
     }
 }
 
@@ -407,6 +402,8 @@ struct Node {
     src: Vec<u8>,
     name: Vec<u8>,
     meta: Meta,
+    /// Whether this process may read it (list it, a directory).
+    readable: bool,
 }
 
 struct Walker<'a> {
@@ -420,8 +417,6 @@ struct Walker<'a> {
     /// The files left out so far, while [`PackOptions::check`] is to be
     /// compared (`None` once it was).
     held_check: Option<HeldCheck>,
-    /// Who this process is, for [`Walker::unreadable`].
-    creds: Creds,
 }
 
 impl<'a> Walker<'a> {
@@ -435,7 +430,6 @@ impl<'a> Walker<'a> {
             links: HashMap::new(),
             stats: PackStats::default(),
             held_check: sh.opts.check.and(sh.opts.after.as_ref()).map(|_| HeldCheck::default()),
-            creds: Creds::current(),
         }
     }
 
@@ -457,12 +451,13 @@ impl<'a> Walker<'a> {
         let mut stack = Vec::new();
         if src.is_empty() {
             // The root's own contents: one that may not be listed fails.
-            let list = self.sh.root.read_dir(b"").map_err(|e| VfileError::io("listing", b"", e))?;
+            let list = self.sh.root.read_dir_readable(b"").map_err(|e| VfileError::io("listing", b"", e))?;
             push_list(&mut stack, b"", b"", list);
         } else {
             let st = self.sh.root.lstat(&src).map_err(|e| VfileError::io("reading", &src, e))?;
             let name = src.rsplit(|&b| b == b'/').next().unwrap_or_default().to_vec();
-            stack.push(Node { src, name, meta: meta(&st) });
+            // An item named by the client: one that may not be read fails.
+            stack.push(Node { src, name, meta: meta(&st), readable: true });
         }
         while let Some(n) = stack.pop() {
             if self.sh.cancelled.load(Ordering::Relaxed) {
@@ -476,9 +471,14 @@ impl<'a> Walker<'a> {
     }
 
     /// Queue what the directory `n` holds (its entry went): one this
-    /// process may not list is left empty, with a warning.
+    /// process may not list (read and search) is left empty, with a
+    /// warning.
     fn push_listable(&mut self, stack: &mut Vec<Node>, n: &Node) -> Result<(), VfileError> {
-        match self.sh.root.read_dir(&n.src) {
+        if !n.readable {
+            self.left_out(n, &format!("cannot list: {}", lightpath_sys::root::denied()));
+            return Ok(());
+        }
+        match self.sh.root.read_dir_readable(&n.src) {
             Ok(list) => push_list(stack, &n.src, &n.name, list),
             Err(e) if denied(&e) => self.left_out(n, &format!("cannot list: {e}")),
             Err(e) => return Err(VfileError::io("listing", &n.src, e)),
@@ -486,13 +486,12 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 
-    /// Whether the regular file `n` is one this process may not read
-    /// (its permission bits say so, and opening it fails): it is left
-    /// out, with a warning. One the bits allow is not opened here; should
-    /// its read fail, the transfer fails.
+    /// Whether the regular file `n` is one this process may not read (as
+    /// its listing found: [`Root::read_dir_readable`]): it is left out,
+    /// with a warning saying why opening it fails. Should a file found
+    /// readable fail to open later, the transfer fails.
     fn unreadable(&mut self, n: &Node) -> bool {
-        let m = n.meta;
-        if self.creds.may_read(m.uid, m.gid, m.mode) {
+        if n.readable {
             return false;
         }
         match self.sh.root.open_read(&n.src) {
@@ -626,9 +625,9 @@ impl<'a> Walker<'a> {
 
 /// Queue the entries `list` of the directory `src` (manifest name `name`)
 /// so that they pop in name order.
-fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>, Stat)>) {
-    for (child, st) in list.into_iter().rev() {
-        stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st) });
+fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>, Stat, bool)>) {
+    for (child, st, readable) in list.into_iter().rev() {
+        stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st), readable });
     }
 }
 

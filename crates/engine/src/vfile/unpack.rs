@@ -3,14 +3,14 @@
 
 use super::chunk::{Chunk, Spares};
 use super::writer::{self, FileSlot, Piece, Pool, WorkCtx, APPLY_MODE};
-use super::{split, split_ns, system_time, VfileError};
+use super::{split, split_ns, VfileError};
 use crate::io::Sink;
 use crate::progress::HeldSoFar;
 use lightpath_proto::manifest::{show, Decoder, Entry, Kind, Limits};
 use lightpath_proto::RangeSet;
 use lightpath_sys::root::Root;
 use std::collections::BTreeMap;
-use std::fs::{FileTimes, Permissions};
+use std::fs::Permissions;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
@@ -508,9 +508,7 @@ impl Unpacker {
     fn set_dir_meta(&self, dirs: &[DirMade]) -> Result<(), VfileError> {
         for DirMade { path, mode, mtime_ns, .. } in dirs.iter().rev() {
             let io = |e| VfileError::io("setting the metadata of", path, e);
-            let d = self.root().open_dir_strict(path).map_err(io)?;
-            d.set_permissions(Permissions::from_mode(mode & APPLY_MODE)).map_err(io)?;
-            d.set_times(FileTimes::new().set_modified(system_time(*mtime_ns))).map_err(io)?;
+            self.root().set_dir_meta_strict(path, mode & APPLY_MODE, split_ns(*mtime_ns)).map_err(io)?;
         }
         Ok(())
     }
