@@ -109,14 +109,11 @@ impl Reply {
     /// This reply (a failure, or a tree receiver's perf marker) saying
     /// also what the receiver holds. A path too long for a control line is
     /// left out: the tree goes whole.
-    pub fn with_held(mut self, held: &Held) -> Reply {
-        let Some(line) = held.line() else { return self };
-        if self.lines.len() <= 1 {
-            return Reply::multi(self.code, self.text(), [line]);
+    pub fn with_held(self, held: &Held) -> Reply {
+        match held.line() {
+            Some(line) => self.with_lines(vec![line]),
+            None => self,
         }
-        let end = self.lines.len() - 1;
-        self.lines.insert(end, line);
-        self
     }
 
     /// What a [`Reply::with_held`] says the receiver holds, its line taken
@@ -141,13 +138,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ReplyParser;
-
-    fn parsed(r: &Reply) -> Reply {
-        let wire = String::from_utf8(r.encode()).unwrap();
-        let mut p = ReplyParser::new();
-        wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last().unwrap()
-    }
+    use crate::reply::through_the_wire as parsed;
 
     #[test]
     fn held_travels_in_a_failure_reply_and_is_taken_out() {

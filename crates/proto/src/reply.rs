@@ -70,15 +70,21 @@ impl Reply {
     /// line (the wire carried the manifest too; a third-party client's
     /// summary counts these). `None`: the reply as it is.
     pub fn with_data_bytes(self, n: Option<u64>) -> Reply {
-        let Some(n) = n else { return self };
-        let line = format!("{n} {DATA_BYTES}");
-        if self.lines.len() <= 1 {
-            return Reply::multi(self.code, self.text(), [line]);
+        match n {
+            Some(n) => self.with_lines(vec![format!("{n} {DATA_BYTES}")]),
+            None => self,
         }
-        let mut r = self;
-        let end = r.lines.len() - 1;
-        r.lines.insert(end, line);
-        r
+    }
+
+    /// This reply with `lines` added before its last (a single-line reply
+    /// becomes a multi-line one, its text first).
+    pub(crate) fn with_lines(mut self, lines: Vec<String>) -> Reply {
+        if self.lines.len() <= 1 {
+            return Reply::multi(self.code, self.text(), lines);
+        }
+        let end = self.lines.len() - 1;
+        self.lines.splice(end..end, lines);
+        self
     }
 
     /// What a [`Reply::with_data_bytes`] says (`None`: not said, or not a `226`).
@@ -147,6 +153,14 @@ impl Reply {
         out.push_str(&format!("{} {}\r\n", self.code, self.lines[n - 1]));
         out.into_bytes()
     }
+}
+
+/// `r` as a client reads it back from the wire (tests).
+#[cfg(test)]
+pub(crate) fn through_the_wire(r: &Reply) -> Reply {
+    let wire = String::from_utf8(r.encode()).unwrap();
+    let mut p = ReplyParser::new();
+    wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last().unwrap()
 }
 
 /// The continuation line of [`Reply::with_data_bytes`] after its count.
@@ -302,9 +316,7 @@ mod tests {
             wire,
             "226-Transfer Complete: 5 files.\r\n 2 special file(s) skipped (FIFOs, devices, sockets are not copied).\r\n226 End.\r\n"
         );
-        let mut p = ReplyParser::new();
-        let got = wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last();
-        let got = got.unwrap();
+        let got = through_the_wire(&r);
         assert!(got.is_ok());
         assert_eq!((got.files_completed(), got.special_files_skipped()), (Some(5), 2));
         assert_eq!(Reply::tree_complete(Some(5), 0), Reply::transfer_complete(Some(5)));
@@ -318,9 +330,7 @@ mod tests {
         let r = Reply::tree_complete(Some(5), 2).with_data_bytes(Some(1_275_000));
         let wire = String::from_utf8(r.encode()).unwrap();
         assert!(wire.ends_with(" 1275000 bytes of file data.\r\n226 End.\r\n"), "{wire}");
-        let mut p = ReplyParser::new();
-        let got = wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last();
-        let got = got.unwrap();
+        let got = through_the_wire(&r);
         assert_eq!(
             (got.files_completed(), got.special_files_skipped(), got.data_bytes()),
             (Some(5), 2, Some(1_275_000))

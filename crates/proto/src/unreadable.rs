@@ -78,16 +78,11 @@ impl Unreadables {
 impl Reply {
     /// This (final, `226`) reply of a tree saying also what its walk could
     /// not read; none: the reply as it is.
-    pub fn with_unreadable(mut self, u: &Unreadables) -> Reply {
+    pub fn with_unreadable(self, u: &Unreadables) -> Reply {
         if u.is_empty() {
             return self;
         }
-        if self.lines.len() <= 1 {
-            return Reply::multi(self.code, self.text(), u.lines());
-        }
-        let end = self.lines.len() - 1;
-        self.lines.splice(end..end, u.lines());
-        self
+        self.with_lines(u.lines())
     }
 
     /// What a [`Reply::with_unreadable`] says (empty: nothing, or a reply
@@ -107,13 +102,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ReplyParser;
-
-    fn parsed(r: &Reply) -> Reply {
-        let wire = String::from_utf8(r.encode()).unwrap();
-        let mut p = ReplyParser::new();
-        wire.split("\r\n").filter(|l| !l.is_empty()).filter_map(|l| p.handle_line(l).unwrap()).last().unwrap()
-    }
+    use crate::reply::through_the_wire as parsed;
 
     #[test]
     fn unreadable_entries_travel_in_a_tree_reply() {

@@ -294,9 +294,7 @@ impl Allowed {
     /// link, which leads to that very file and nowhere else. Nothing is
     /// allowed when `/proc` is not there.
     fn of(fd: &OwnedFd, is_dir: bool) -> Allowed {
-        use std::os::fd::AsRawFd;
-        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        Allowed::at(rustix::fs::CWD, link.as_str(), AtFlags::empty(), is_dir)
+        Allowed::at(rustix::fs::CWD, fd_link(fd).as_str(), AtFlags::empty(), is_dir)
     }
 }
 
@@ -410,10 +408,9 @@ impl Root {
     /// give its directories mode 0): it is opened `O_PATH` and changed
     /// through its `/proc/self/fd` link, which leads to it alone.
     pub fn set_dir_meta_strict(&self, rel: &[u8], mode: u32, (sec, nsec): (i64, u32)) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT)?;
-        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let link = fd_link(&fd);
         rustix::fs::chmodat(rustix::fs::CWD, link.as_str(), Mode::from_raw_mode(mode), AtFlags::empty())?;
         let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
         let mtime = rustix::fs::Timespec { tv_sec: sec, tv_nsec: nsec.into() };
@@ -480,6 +477,28 @@ fn mkdir_in(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<bool> {
     }
 }
 
+/// Make the directory `name` of `dir` (never a symlink) `u+rwx` if this
+/// process owns it and it is not: through an `O_PATH` descriptor and its
+/// `/proc/self/fd` link, which lead to that directory alone.
+fn let_owner_in(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o700 == 0o700 {
+        return Ok(());
+    }
+    let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
+    Ok(rustix::fs::chmodat(rustix::fs::CWD, fd_link(&fd).as_str(), mode, AtFlags::empty())?)
+}
+
+/// The `/proc/self/fd` link of `fd`, which leads to its file alone (an
+/// `O_PATH` descriptor's too): what changes a file by descriptor where
+/// no call takes one.
+fn fd_link(fd: &OwnedFd) -> String {
+    use std::os::fd::AsRawFd;
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
 /// One path component: not empty, `.`, `..`, and without `/`.
 fn component(name: &[u8]) -> io::Result<&OsStr> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
@@ -541,8 +560,17 @@ impl Root {
 
 impl StrictDir {
     /// Like [`Root::mkdir_strict`] for the entry `name` of this directory.
+    /// An existing directory this process owns but may not write or
+    /// search in (an earlier copy of a tree gave it its source's mode 0,
+    /// say) is made `u+rwx`, as one made here is while a tree is written:
+    /// the caller gives it its mode once the tree is complete.
     pub fn mkdir(&self, name: &[u8], mode: u32) -> io::Result<bool> {
-        mkdir_in(&self.fd, component(name)?, mode)
+        let name = component(name)?;
+        let made = mkdir_in(&self.fd, name, mode)?;
+        if !made {
+            let_owner_in(&self.fd, name)?;
+        }
+        Ok(made)
     }
 
     /// A temporary file for the entry `name` of this directory (see

@@ -64,6 +64,12 @@ pub(super) fn temp_path(path: &[u8]) -> Vec<u8> {
 /// retry would resume from: it was there). A refused rename fails its
 /// file, naming the temporary file, which is then removed too.
 pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], results: &mut [Result<u64, ClientError>]) {
+    // A transfer the batch gave up (its source failed a file) left the
+    // session out of step, and GCT closes one after an ABOR: the renames
+    // went on a dead connection, failed, and the files were removed (a
+    // third-party audit lost readable files beside unreadable ones). One
+    // that cannot be reopened fails them below.
+    let _ = d.reopen_if_out_of_step().await;
     let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
     let moves: Vec<(Vec<u8>, Vec<u8>)> = done.iter().map(|&i| (path(&temps[i]), path(&batch[i]))).collect();
     keep_meta(d, done.iter().map(|&i| (&temps[i], &batch[i]))).await;
