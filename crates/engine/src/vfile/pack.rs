@@ -451,7 +451,7 @@ impl<'a> Walker<'a> {
         let mut stack = Vec::new();
         if src.is_empty() {
             // The root's own contents: one that may not be listed fails.
-            let list = self.sh.root.read_dir_readable(b"").map_err(|e| VfileError::io("listing", b"", e))?;
+            let list = self.sh.root.read_dir_readable(b"").map_err(|e| VfileError::io("listing", b".", e))?;
             push_list(&mut stack, b"", b"", list);
         } else {
             let st = self.sh.root.lstat(&src).map_err(|e| VfileError::io("reading", &src, e))?;
