@@ -355,3 +355,24 @@ fn disk_filling_up_during_a_tree_download_fails_it_cleanly() {
         assert_same_file(&tree.join(f), &disk.0.join("tree").join(f));
     }
 }
+
+/// A STOR that comes with the close of the control connection, before
+/// any data connection (a third-party client that gave the transfer up:
+/// its source refused the file): the server ends it at once with 426. It
+/// started the transfer after the reader had seen the close, and waited
+/// for a data connection that would never come: the session hung, and
+/// the client waited 2 s for a reply before it went on.
+#[test]
+fn a_stor_that_comes_with_the_close_ends_at_once() {
+    let (_d, root, _local) = root_and_local();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let _data_addr = c.pasv();
+    c.send(b"STOR x");
+    c.w.shutdown(std::net::Shutdown::Write).unwrap();
+    // The reader's timeout (20 s) stands for "never".
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 426, "{text}");
+    assert!(!root.join("x").exists(), "nothing stored");
+}

@@ -31,7 +31,19 @@ const HOLD_MAX: usize = 64 << 10;
 /// Pipelined commands queued at most (back-pressure beyond).
 const QUEUE: usize = 64;
 
-type Current = Arc<Mutex<Option<Arc<Control>>>>;
+type Current = Arc<Mutex<Running>>;
+
+/// The transfer running now, if any, as the reader task sees it.
+#[derive(Debug, Default)]
+struct Running {
+    ctl: Option<Arc<Control>>,
+    /// The control connection is gone: a transfer the session loop starts
+    /// from a command still queued is lost at once. Without it, a STOR
+    /// read together with the client's close waited for a data connection
+    /// that would never come (a third-party client that gave the transfer
+    /// up waited 2 s for the reply, then went on).
+    gone: bool,
+}
 
 struct Session {
     ctx: Arc<ServerCtx>,
@@ -141,7 +153,9 @@ async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Lin
         }
     }
     // The control connection is gone: stop whatever transfer runs (an
-    // upload may keep what it wrote: `crate::partial`).
+    // upload may keep what it wrote: `crate::partial`), and any that
+    // starts from a command read before.
+    current.lock().unwrap_or_else(|e| e.into_inner()).gone = true;
     stop(&current, Control::lose);
 }
 
@@ -162,7 +176,7 @@ async fn forward(lb: &mut LineBuffer, tx: &mpsc::Sender<Line>, current: &Current
 /// Stop the running transfer, if any, the way `how` says: cancelled at
 /// an ABOR, lost with the control connection.
 fn stop(current: &Current, how: fn(&Control)) {
-    if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+    if let Some(c) = current.lock().unwrap_or_else(|e| e.into_inner()).ctl.as_ref() {
         how(c);
     }
 }
@@ -391,9 +405,15 @@ impl Session {
         // The replies so far go now; the data channel may take a round trip.
         self.write_held().await?;
         let ctl = Arc::new(Control::new());
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(ctl.clone());
+        {
+            let mut running = self.current.lock().unwrap_or_else(|e| e.into_inner());
+            if running.gone {
+                ctl.lose();
+            }
+            running.ctl = Some(ctl.clone());
+        }
         let r = self.run_transfer(t, ctl).await;
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).ctl = None;
         r
     }
 
