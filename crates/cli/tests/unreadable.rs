@@ -68,8 +68,18 @@ fn assert_went_on_past_them(src: &Path, dst: &Path, (code, err): (i32, String)) 
     assert!(err.contains("3 file(s) copied, 3 failed"), "{err}");
 }
 
+/// A scratch directory's `root` (for a server) and `local/tree` made by
+/// [`tree_with_locks`], the source of an upload.
+fn local_tree_with_locks() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let (d, root, local) = root_and_local();
+    let src = local.join("tree");
+    tree_with_locks(&src);
+    (d, root, src)
+}
+
 /// `lightpath cp -q -r ARGS` as the `gftp` user: exit code and stderr.
 fn cp_r_as_gftp(args: &[&str]) -> (i32, String) {
+    assert_eq!(lightpath_sys::privs::euid(), 0, "this test runs the client as gftp with setpriv (CI runs as root)");
     let out = Command::new("setpriv")
         .args(["--reuid", "gftp", "--regid", "gftp", "--clear-groups", LP, "cp", "-q", "-r"])
         .args(args)
@@ -112,10 +122,7 @@ fn a_third_party_tree_goes_on_past_what_the_source_may_not_read() {
 
 #[test]
 fn a_tree_upload_goes_on_past_what_the_client_may_not_read() {
-    assert_eq!(lightpath_sys::privs::euid(), 0, "this test runs the client as gftp with setpriv (CI runs as root)");
-    let (_d, root, local) = root_and_local();
-    let src = local.join("tree");
-    tree_with_locks(&src);
+    let (_d, root, src) = local_tree_with_locks();
     let (_s, port) = gftp_server(&root);
     let args = [format!("{}/", src.display()), format!("ftp://127.0.0.1:{port}/up/")];
     let r = cp_r_as_gftp(&[&args[0], &args[1]]);
@@ -131,10 +138,7 @@ fn a_tree_upload_goes_on_past_what_the_client_may_not_read() {
 /// with a refusal, and the client lists the rest.
 #[test]
 fn file_by_file_trees_with_gct_go_on_past_what_may_not_be_read() {
-    assert_eq!(lightpath_sys::privs::euid(), 0, "this test runs the client as gftp with setpriv (CI runs as root)");
-    let (_d, root, local) = root_and_local();
-    let src = local.join("tree");
-    tree_with_locks(&src);
+    let (_d, root, src) = local_tree_with_locks();
     let (_g, port) = gct_server(&root);
     let up = root.join("up");
     let r = cp_r_as_gftp(&[&format!("{}/", src.display()), &format!("ftp://127.0.0.1:{port}{}/", up.display())]);

@@ -193,12 +193,7 @@ pub async fn copy(
     };
     let unlisted = std::mem::take(&mut plan.unlisted);
     let mut out = run_workers(plan, opts, sopts, (lister, dst_session), root).await?;
-    out.extend(unlisted.into_iter().map(|u| FileResult {
-        src: describe(&u.src),
-        dst: describe(&u.dst),
-        result: Err(ClientError::LeftOut(u.why)),
-        files: Some(1),
-    }));
+    out.extend(unlisted.into_iter().map(|u| u.failed(ClientError::LeftOut)));
     Ok(out)
 }
 

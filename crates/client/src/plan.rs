@@ -53,7 +53,22 @@ pub struct Unlisted {
     pub why: String,
 }
 
+impl Unlisted {
+    /// A failed result for it, with the error `e` makes of why.
+    pub(crate) fn failed(self, e: impl FnOnce(String) -> ClientError) -> crate::job::FileResult {
+        let (src, dst) = (describe(&self.src), describe(&self.dst));
+        crate::job::FileResult { src, dst, result: Err(e(self.why)), files: Some(1) }
+    }
+}
+
 impl Plan {
+    /// Leave out the directory `src` (bound for `dst`), which could not be
+    /// listed for `why`, with a warning.
+    fn leave_out(&mut self, src: Location, dst: Location, why: String) {
+        tracing::warn!("{}: {why}; left out", describe(&src));
+        self.unlisted.push(Unlisted { src, dst, why });
+    }
+
     /// Total bytes.
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|i| i.size).sum()
@@ -223,12 +238,19 @@ pub(crate) async fn tree_files(
 /// entries reached): else why not.
 pub(crate) fn listable(dir: &std::path::Path) -> Result<(), ClientError> {
     let first = std::fs::read_dir(dir).map(|mut l| l.next().and_then(Result::ok));
-    let reach = |e: std::fs::DirEntry| match std::fs::symlink_metadata(e.path()) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e),
-        _ => Ok(()), // reached (or gone since it was listed)
-    };
-    let probe = first.and_then(|f| f.map_or(Ok(()), reach));
+    let probe = first.and_then(|f| reachable(f.as_ref()));
     probe.map_err(|e| ClientError::Local(format!("{}: cannot list: {e}", dir.display())))
+}
+
+/// Whether `first`, an entry of a directory just read, can be reached: a
+/// directory readable but not searchable lists names whose files cannot
+/// be, and it cannot be listed either. Its entry gone since it was read
+/// (or none) is fine.
+fn reachable(first: Option<&std::fs::DirEntry>) -> std::io::Result<()> {
+    match first.map(|e| std::fs::symlink_metadata(e.path())) {
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e),
+        _ => Ok(()),
+    }
 }
 
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
@@ -236,20 +258,13 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
     let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
     while let Some((dir, t)) = queue.pop_front() {
         let denied = |e: &std::io::Error| dir != root && e.kind() == std::io::ErrorKind::PermissionDenied;
-        // A directory readable but not searchable lists names whose files
-        // cannot be reached: it cannot be listed either.
         let listed = std::fs::read_dir(&dir).and_then(|l| {
             let entries: Vec<_> = l.filter_map(Result::ok).collect();
-            match entries.first().map(|e| std::fs::symlink_metadata(e.path())) {
-                Some(Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e),
-                _ => Ok(entries),
-            }
+            reachable(entries.first()).map(|()| entries)
         });
         let mut entries = match listed {
             Err(e) if denied(&e) => {
-                let why = format!("cannot list: {e}");
-                tracing::warn!("{}: {why}; left out", dir.display());
-                plan.unlisted.push(Unlisted { src: Location::Local(dir), dst: t, why });
+                plan.leave_out(Location::Local(dir), t, format!("cannot list: {e}"));
                 continue;
             }
             r => r.map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?,
@@ -477,6 +492,23 @@ async fn walk_remote(
     Ok(())
 }
 
+/// Why a directory beneath a remote tree's root is left out when its
+/// listing failed with `e` (`None`: the walk fails): the server refused
+/// to list it (permission denied), or its name cannot be sent to this
+/// server (GCT drops the bytes outside printable ASCII:
+/// `ControlConn::check`).
+fn unlistable(e: &ClientError) -> Option<String> {
+    match e {
+        ClientError::Usage(why) => Some(why.clone()),
+        ClientError::Refused { code: 500.., reply, .. } => {
+            // GCT's refusal spans lines (GridFTP-Errno, ...): one, here.
+            let reply: Vec<&str> = reply.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "End.").collect();
+            Some(format!("cannot list: {}", reply.join(" ")))
+        }
+        _ => None,
+    }
+}
+
 /// Take directories from the walk until it is done (or failed).
 async fn list_all(s: &mut Session, sh: &Shared) {
     loop {
@@ -512,24 +544,12 @@ async fn list_one(s: &mut Session, sh: &Shared) {
     w.busy -= 1;
     match listed {
         Ok(entries) => add_entries(&mut w, &dir, &t, entries),
-        // A directory beneath the tree's root that the server refuses to
-        // list (permission denied) is left out; the rest goes on.
-        // So is one whose name this server cannot be sent (GCT drops the
-        // bytes outside printable ASCII: `ControlConn::check`).
-        Err(ClientError::Usage(why)) if w.beneath_root(&dir) => {
-            tracing::warn!("{}: {why}; left out", dir.display());
-            w.plan.unlisted.push(Unlisted { src: Location::Remote(dir), dst: t, why });
-        }
-        Err(ClientError::Refused { code: 500.., reply, .. }) if w.beneath_root(&dir) => {
-            // GCT's refusal spans lines (GridFTP-Errno, ...): one, here.
-            let reply: Vec<&str> = reply.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "End.").collect();
-            let why = format!("cannot list: {}", reply.join(" "));
-            tracing::warn!("{}: {why}; left out", dir.display());
-            w.plan.unlisted.push(Unlisted { src: Location::Remote(dir), dst: t, why });
-        }
-        Err(e) => {
-            w.error.get_or_insert(e);
-        }
+        Err(e) => match unlistable(&e).filter(|_| w.beneath_root(&dir)) {
+            Some(why) => w.plan.leave_out(Location::Remote(dir), t, why),
+            None => {
+                w.error.get_or_insert(e);
+            }
+        },
     }
     drop(w);
     sh.1.notify_waiters();

@@ -554,11 +554,8 @@ pub(crate) async fn verify_tree(
     // them as this walk did, left them out and reported them (not all by
     // name); else they are told here.
     let unlisted = if left_out { Vec::new() } else { unlisted };
-    let not_checked = |u: crate::plan::Unlisted| {
-        let e = ClientError::Local(format!("--verify could not check what it holds: {}", u.why));
-        FileResult { src: describe(&u.src), dst: describe(&u.dst), result: Err(e), files: Some(1) }
-    };
-    failed.extend(unlisted.into_iter().map(not_checked));
+    let not_checked = |why| ClientError::Local(format!("--verify could not check what it holds: {why}"));
+    failed.extend(unlisted.into_iter().map(|u| u.failed(not_checked)));
     Ok(failed)
 }
 

@@ -8,7 +8,7 @@
 //! when they differ the tree changed between the runs, on either side, and
 //! the resume is refused ([`super::VfileError::HeldChanged`]).
 
-use super::pack::{meta, walk_order};
+use super::pack::{is_denied, meta, refused, walk_order};
 use super::{join, VfileError};
 use lightpath_sys::root::{FileType, Root, Stat};
 use sha2::{Digest, Sha256};
@@ -73,7 +73,7 @@ fn check_walk(root: &Root, after: &[u8], source: bool) -> Result<u64, VfileError
         let m = meta(&st);
         match m.ft {
             FileType::Directory if readable => push_children(root, &mut stack, &name)?,
-            FileType::RegularFile if source && !readable && root.open_read(&name).is_err() => {}
+            FileType::RegularFile if source && refused(root, &name, readable).is_some() => {}
             FileType::RegularFile if m.nlink <= 1 || seen.insert((m.dev, m.ino)) => {
                 check.add(&name, m.size, m.mtime_ns, m.mode)
             }
@@ -89,7 +89,7 @@ fn check_walk(root: &Root, after: &[u8], source: bool) -> Result<u64, VfileError
 fn push_children(root: &Root, stack: &mut Vec<(Vec<u8>, Stat, bool)>, dir: &[u8]) -> Result<(), VfileError> {
     let list = match root.read_dir_readable(dir) {
         Ok(list) => list,
-        Err(e) if !dir.is_empty() && super::pack::denied(&e) => return Ok(()),
+        Err(e) if !dir.is_empty() && is_denied(&e) => return Ok(()),
         Err(e) => return Err(VfileError::io("listing", dir, e)),
     };
     stack.extend(list.into_iter().rev().map(|(child, st, ok)| (join(dir, &child), st, ok)));

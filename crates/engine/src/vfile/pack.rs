@@ -480,7 +480,7 @@ impl<'a> Walker<'a> {
         }
         match self.sh.root.read_dir_readable(&n.src) {
             Ok(list) => push_list(stack, &n.src, &n.name, list),
-            Err(e) if denied(&e) => self.left_out(n, &format!("cannot list: {e}")),
+            Err(e) if is_denied(&e) => self.left_out(n, &format!("cannot list: {e}")),
             Err(e) => return Err(VfileError::io("listing", &n.src, e)),
         }
         Ok(())
@@ -491,15 +491,12 @@ impl<'a> Walker<'a> {
     /// with a warning saying why opening it fails. Should a file found
     /// readable fail to open later, the transfer fails.
     fn unreadable(&mut self, n: &Node) -> bool {
-        if n.readable {
-            return false;
-        }
-        match self.sh.root.open_read(&n.src) {
-            Ok(_) => false,
-            Err(e) => {
+        match refused(&self.sh.root, &n.src, n.readable) {
+            Some(e) => {
                 self.left_out(n, &format!("cannot open: {e}"));
                 true
             }
+            None => false,
         }
     }
 
@@ -632,6 +629,17 @@ fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>,
 }
 
 /// Whether `e` says this process may not do what it tried.
-pub(super) fn denied(e: &std::io::Error) -> bool {
+pub(super) fn is_denied(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::PermissionDenied
+}
+
+/// Why the regular file `src` is left out of a tree, if it is: its
+/// listing found it not `readable` ([`Root::read_dir_readable`]) and
+/// opening it fails too. The walk and a source's resume check
+/// ([`super::source_check`]) both judge by this, so they agree.
+pub(super) fn refused(root: &Root, src: &[u8], readable: bool) -> Option<std::io::Error> {
+    if readable {
+        return None;
+    }
+    root.open_read(src).err()
 }
