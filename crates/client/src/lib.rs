@@ -83,6 +83,12 @@ pub enum ClientError {
         /// What the server said, or why it said nothing.
         then: Box<ClientError>,
     },
+    /// A file of a tree this client sends changed (was written to,
+    /// replaced or removed) while it was read: the tree is tried again,
+    /// and the file left out of the try after a second change
+    /// ([`crate::vfile::TreeHeld`]).
+    #[error("{0}")]
+    SourceChanged(String),
     /// A tree's sender could not read this file or directory (permission
     /// denied) and left it out; the rest of the tree was copied.
     #[error("not copied: {0}")]
@@ -155,6 +161,7 @@ impl ClientError {
                 }
             }
             ClientError::Data { transient, .. } => *transient,
+            ClientError::SourceChanged(_) => true,
             _ => false,
         }
     }

@@ -122,8 +122,9 @@ fn settle_resume(
 /// their transfer commands in errors. When one side fails, the other's
 /// transfer is given up (waiting at most [`crate::session::ABORT_WAIT`]
 /// for it) and the failure that came first, the cause, is the error.
-/// `note` sees the destination's failure reply before it becomes the
-/// error, and may take lines out of it ([`Reply::take_held`]).
+/// `note` sees a failure reply of either side before it becomes the
+/// error, and may take lines out of it ([`Reply::take_held`] from the
+/// destination's, [`Reply::take_changed`] from the source's).
 pub(crate) async fn watch(
     s: &mut Session,
     d: &mut Session,
@@ -154,7 +155,8 @@ pub(crate) async fn watch(
                 }
             },
         }
-        if let Some(r) = s_fin.as_ref().filter(|r| !r.is_ok()) {
+        if let Some(r) = s_fin.as_mut().filter(|r| !r.is_ok()) {
+            note(r);
             let e = s.ctl.unexpected(verbs.0, r);
             return Err(stop_other(d, verbs.1, d_fin.is_none(), e, &mut note).await);
         }

@@ -11,8 +11,9 @@ use crate::{ClientError, Location};
 use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
-use lightpath_proto::command::{opts_vret, opts_vsto_resume, MAX_VRET_AFTER};
+use lightpath_proto::command::{opts_vret, opts_vret_skip, opts_vsto_resume, MAX_VRET_AFTER};
 use lightpath_proto::held::TreeRoot;
+use lightpath_proto::server_pi::MAX_VRET_SKIP;
 use lightpath_proto::unreadable::Unreadables;
 use lightpath_proto::Reply;
 use lightpath_sys::root::Root;
@@ -63,7 +64,8 @@ pub async fn get_tree(
         (dc, r)
     });
     let keeping = held.keep_from(ctl.clone());
-    let r = s.finish_job_with_reply(job, &ctl, "VRET").await;
+    let note = |r: &mut Reply| held.note_reply(r);
+    let r = s.finish_job_noting_failure(job, &ctl, "VRET", note).await;
     if let Some(k) = keeping {
         k.abort();
         let _ = k.await; // a note being written is, before the run's end
@@ -199,12 +201,43 @@ pub struct TreeHeld {
     /// What the sender of the try that completed the tree could not read
     /// and left out ([`Reply::unreadable`]): each is reported as failed.
     pub(crate) unreadable: Unreadables,
+    /// Files that changed while being read (a file written to as the tree
+    /// went), by manifest path, with the tries they failed. The next try
+    /// reads such a file anew; after a second change it is left out, and
+    /// reported as not copied, so that a file written to all the time (a
+    /// log) does not fail the whole tree.
+    pub(crate) changed: std::collections::BTreeMap<Vec<u8>, u32>,
+    /// The last try failed on such a file, read at most twice and with
+    /// room left to leave it out: the retry does not count against
+    /// `--retries` (each file costs at most two tries, so a directory of
+    /// logs goes through as one log does).
+    pub(crate) fresh_change: bool,
 }
 
 impl TreeHeld {
     /// Nothing held: the tree goes whole (the note keeper stays).
     pub(crate) fn start_over(&mut self) {
-        *self = TreeHeld { keeper: self.keeper.take(), ..TreeHeld::default() };
+        let changed = std::mem::take(&mut self.changed);
+        *self = TreeHeld { keeper: self.keeper.take(), changed, ..TreeHeld::default() };
+    }
+
+    /// The file at manifest path `path` changed while being read.
+    fn note_changed(&mut self, path: Vec<u8>) {
+        let room = self.to_skip().len() < MAX_VRET_SKIP;
+        let n = self.changed.entry(path).or_default();
+        *n += 1;
+        self.fresh_change = *n <= 2 && room;
+    }
+
+    /// Whether the try that just failed failed on a file that changed,
+    /// one to be read again or left out next ([`TreeHeld::changed`]).
+    pub(crate) fn take_fresh_change(&mut self) -> bool {
+        std::mem::take(&mut self.fresh_change)
+    }
+
+    /// The files the next try leaves out: those that changed on two tries.
+    fn to_skip(&self) -> Vec<Vec<u8>> {
+        self.changed.iter().filter(|(_, &n)| n >= 2).map(|(p, _)| p.clone()).take(MAX_VRET_SKIP).collect()
     }
 
     /// With `--partial`, a download's task that notes what this try holds
@@ -251,6 +284,9 @@ impl TreeHeld {
         if let Some(after) = self.after.as_deref().filter(|a| a.len() <= MAX_VRET_AFTER) {
             s.ctl.queue_optional(opts_vret(after, self.check)).await?;
         }
+        for path in self.to_skip().iter().filter(|p| p.len() <= MAX_VRET_AFTER) {
+            s.ctl.queue_optional(opts_vret_skip(path)).await?;
+        }
         Ok(())
     }
 
@@ -277,17 +313,25 @@ impl TreeHeld {
     }
 
     /// Once `s`'s replies are read: warn if it refused the `OPTS VRET
-    /// After=` (an older server), which sends the whole tree.
+    /// After=` (an older server), which sends the whole tree, or an `OPTS
+    /// VRET Skip=` (a server older still), which reads the file again.
     fn say_if_refused(s: &mut Session) {
-        if let Some(why) = s.ctl.take_refused_optional("OPTS VRET") {
+        if let Some(why) = s.ctl.take_refused_optional("OPTS VRET After") {
             tracing::warn!("{}: resuming the tree refused ({why}); it goes whole", s.ctl.name);
+        }
+        while let Some(why) = s.ctl.take_refused_optional("OPTS VRET Skip") {
+            tracing::warn!("{}: leaving out a file that changes as it is read refused ({why})", s.ctl.name);
         }
     }
 
-    /// Add what a receiving server's failure reply says it holds, taking
-    /// that line out of the reply ([`Reply::take_held`]).
+    /// Add what a receiving server's failure reply says it holds, and the
+    /// file a sending server's says changed while being read, taking those
+    /// lines out of the reply ([`Reply::take_held`], [`Reply::take_changed`]).
     fn note_reply(&mut self, r: &mut Reply) {
         self.note(r.take_held());
+        if let Some(path) = r.take_changed() {
+            self.note_changed(path);
+        }
     }
 
     /// Add what a failed try left (`None`: nothing new). A try that left
@@ -387,9 +431,11 @@ pub async fn put_tree(
     }
     let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
     let ctl = s.opts.control();
-    let (c2, after) = (ctl.clone(), held.after.clone());
+    let opts = PackOptions { after: held.after.clone(), skip: held.to_skip(), ..PackOptions::default() };
+    let (c2, changed) = (ctl.clone(), ChangedFile::default());
+    let changed2 = changed.clone();
     let job = tokio::task::spawn_blocking(move || {
-        let r = send_tree(&mut dc, (&dir, after), streams, block, &c2, go_rx);
+        let r = send_tree(&mut dc, (&dir, opts), streams, block, (&c2, &changed2), go_rx);
         (
             dc,
             r.map(|(bytes, n)| {
@@ -429,41 +475,54 @@ pub async fn put_tree(
         held.unchecked |= held.after != before;
     }
     held.unreadable = ctl.unreadable();
-    r.map(|(bytes, _)| bytes)
+    let changed = changed.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match changed {
+        // Whatever the server said of it, the cause is the file here: the
+        // tree goes again ([`ClientError::SourceChanged`]).
+        Some((path, why)) if r.is_err() => {
+            held.note_changed(path);
+            Err(ClientError::SourceChanged(why))
+        }
+        _ => r.map(|(bytes, _)| bytes),
+    }
 }
 
-/// Pack the tree in `dir` (leaving out the files up to `after` in walk
-/// order, which the server holds) and send it once the server took the
-/// VSTO (`go`).
+/// Where a tree's send puts the file that failed it by changing while
+/// being read ([`VfileError::Changed`]): its manifest path and the message.
+type ChangedFile = Arc<Mutex<Option<(Vec<u8>, String)>>>;
+
+/// Pack the tree in `dir` (leaving out what `opts` says: the files up to
+/// `after` in walk order, which the server holds, and those to `skip`)
+/// and send it once the server took the VSTO (`go`).
 fn send_tree(
     dc: &mut DataChannel,
-    (dir, after): (&Path, Option<Vec<u8>>),
+    (dir, opts): (&Path, PackOptions),
     streams: u32,
     block: u64,
-    ctl: &Control,
+    ends: (&Control, &ChangedFile),
     go: std::sync::mpsc::Receiver<bool>,
 ) -> Result<(u64, u64), ClientError> {
     let root = Root::open(dir).map_err(|e| ClientError::Local(format!("{}: {e}", dir.display())))?;
-    let pk = pack(Arc::new(root), vec![Vec::new()], PackOptions { after, ..PackOptions::default() })
-        .map_err(|e| ClientError::Local(e.to_string()))?;
+    let pk = pack(Arc::new(root), vec![Vec::new()], opts).map_err(|e| ClientError::Local(e.to_string()))?;
     dc.prepare_send(streams)?;
     if !go.recv().unwrap_or(false) {
         pk.cancel();
         return Err(ClientError::Local("server refused the tree".into()));
     }
-    let sent = send_pack(dc, &pk, block, ctl);
-    outcome(sent, pk.wait(), dir, ctl)
+    let sent = send_pack(dc, &pk, block, ends.0);
+    outcome(sent, pk.wait(), dir, ends)
 }
 
 /// Bytes and files sent, or the cause of the failure ([`pack_outcome`]
 /// says which). Special files the walk left out are named one by one in
 /// the walk's warnings; this adds the count. What it could not read goes
-/// to `ctl` ([`Control::set_unreadable`]).
+/// to `ctl` ([`Control::set_unreadable`]), a file that changed while being
+/// read to `changed`.
 fn outcome(
     sent: Result<u64, EngineError>,
     walk: Result<PackStats, VfileError>,
     dir: &Path,
-    ctl: &Control,
+    (ctl, changed): (&Control, &ChangedFile),
 ) -> Result<(u64, u64), ClientError> {
     match pack_outcome(sent, walk) {
         Ok((bytes, stats)) => {
@@ -476,7 +535,13 @@ fn outcome(
             Ok((stats.bytes, stats.files + stats.held))
         }
         Err(PackFailure::Send(e)) => Err(e.into()),
-        Err(PackFailure::Pack(e)) => Err(ClientError::Local(format!("{}: {e}", dir.display()))),
+        Err(PackFailure::Pack(e)) => {
+            if let VfileError::Changed(path) = &e {
+                // The tree's name goes before the message where it is shown.
+                *changed.lock().unwrap_or_else(|p| p.into_inner()) = Some((path.clone(), e.to_string()));
+            }
+            Err(ClientError::Local(format!("{}: {e}", dir.display())))
+        }
     }
 }
 
@@ -532,8 +597,12 @@ pub(crate) async fn verify_tree(
     target: &Location,
     alg: &str,
     (mut s, mut d): (Option<&mut Session>, Option<&mut Session>),
-    left_out: bool,
+    unreadable: &Unreadables,
 ) -> Result<Vec<FileResult>, ClientError> {
+    let left_out = !unreadable.is_empty();
+    // Named as left out (read, but changed on every try): reported once.
+    let named: std::collections::HashSet<String> =
+        unreadable.named.iter().map(|u| describe(&join(src, &u.path))).collect();
     let (items, unlisted) = crate::plan::tree_files(src, target, s.as_deref_mut()).await?;
     tracing::info!(files = items.len(), alg, "verifying the tree's files");
     let srcs: Vec<&Location> = items.iter().map(|i| &i.src).collect();
@@ -541,9 +610,10 @@ pub(crate) async fn verify_tree(
     let (a, b) = tokio::join!(digests(alg, &srcs, s), digests(alg, &dsts, d.as_deref_mut()));
     let mut failed = Vec::new();
     for (i, (a, b)) in items.iter().zip(a.into_iter().zip(b)) {
-        if left_out && a.is_err() && b.is_err() {
-            // Not readable at the source and not here: one the tree's
-            // sender left out, reported as such (not all by name).
+        if left_out && ((a.is_err() && b.is_err()) || named.contains(&describe(&i.src))) {
+            // One the tree's sender left out (not readable at the source
+            // and not here, or named so), reported as such (not all by
+            // name).
             continue;
         }
         let Err(e) = compare_digests(alg, a, b) else { continue };
@@ -686,7 +756,8 @@ mod tests {
     }
 
     fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> String {
-        outcome(sent, walk, Path::new("/data/tree"), &Control::new()).expect_err("the upload failed").to_string()
+        let ends = (&Control::new(), &ChangedFile::default());
+        outcome(sent, walk, Path::new("/data/tree"), ends).expect_err("the upload failed").to_string()
     }
 
     /// A file that shrank while being sent: the send failed reading it and

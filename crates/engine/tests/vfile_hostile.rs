@@ -208,17 +208,22 @@ enum Change {
     /// A large file is rewritten in place (same size, new mtime) after its
     /// first block was read.
     RewrittenLate,
+    /// A small file is removed before its data is read.
+    RemovedEarly,
 }
 
 impl Change {
     fn before_read(self) -> bool {
-        matches!(self, Change::ShrinksEarly | Change::GrowsEarly)
+        matches!(self, Change::ShrinksEarly | Change::GrowsEarly | Change::RemovedEarly)
     }
 
     fn apply(self, p: &std::path::Path) {
+        if matches!(self, Change::RemovedEarly) {
+            return fs::remove_file(p).unwrap();
+        }
         let f = File::options().write(true).open(p).unwrap();
         match self {
-            Change::ShrinksEarly | Change::ShrinksLate => f.set_len(5_000).unwrap(),
+            Change::ShrinksEarly | Change::ShrinksLate | Change::RemovedEarly => f.set_len(5_000).unwrap(),
             Change::GrowsEarly => f.set_len(f.metadata().unwrap().len() + 1).unwrap(),
             Change::RewrittenLate => {
                 use std::os::unix::fs::FileExt;
@@ -269,8 +274,9 @@ fn send_until_a_read_fails(s: &Scratch, pack: &Pack, how: Change) -> (Sent, Vfil
     }
 }
 
-/// A file that shrinks, grows or is rewritten in place after the walk
-/// listed it fails the pack with an error naming it, also once the sender cancels the still running walk
+/// A file that shrinks, grows, is rewritten in place or removed after the
+/// walk listed it fails the pack with an error naming it (by its manifest
+/// path, which a retry may ask to leave out), also once the sender cancels the still running walk
 /// (as `send_pack` does when a send fails): `Aborted` must not hide the
 /// cause. The receiver never publishes the file under its name.
 #[test]
@@ -281,18 +287,19 @@ fn a_file_changing_while_sent_fails_the_pack_naming_it() {
         (Change::ShrinksLate, 100_000),
         (Change::GrowsEarly, 8_000),
         (Change::RewrittenLate, 100_000),
+        (Change::RemovedEarly, 8_000),
     ];
     for (how, size) in cases {
         let s = Scratch::new();
         let pack = pack_file_a_and_a_tree(&s, 13, size);
         let (sent, e) = send_until_a_read_fails(&s, &pack, how);
-        assert!(matches!(&e, VfileError::Changed(p) if p == "a"), "{how:?}: {e}");
+        assert!(matches!(&e, VfileError::Changed(p) if p == b"a"), "{how:?}: {e}");
         assert_eq!(pack.total(), None, "{how:?}: the walk is still running");
         pack.cancel();
         let e = pack.next_item(10_000).unwrap_err();
-        assert!(matches!(&e, VfileError::Changed(p) if p == "a"), "{how:?}: other senders see {e}");
+        assert!(matches!(&e, VfileError::Changed(p) if p == b"a"), "{how:?}: other senders see {e}");
         let e = pack.wait().unwrap_err();
-        assert!(matches!(&e, VfileError::Changed(p) if p == "a"), "{how:?}: the pack failed with {e}");
+        assert!(matches!(&e, VfileError::Changed(p) if p == b"a"), "{how:?}: the pack failed with {e}");
         assert_eq!(e.to_string(), "a changed while being read");
         let u = Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 30, ..Default::default() }).unwrap();
         u.manifest_bytes(&sent.manifest).unwrap();
@@ -349,7 +356,7 @@ fn send_pack_reports_the_file_that_shrank() {
     let e = sent.unwrap_err().to_string();
     assert!(e.contains("a changed while being read"), "{e}");
     let e = pack.wait().unwrap_err();
-    assert!(matches!(&e, VfileError::Changed(p) if p == "a"), "{e}");
+    assert!(matches!(&e, VfileError::Changed(p) if p == b"a"), "{e}");
     assert!(got.is_err(), "the receiver saw no EOD: {got:?}");
     drop(sink);
     assert_a_not_published(&s, "send_pack");

@@ -65,6 +65,11 @@ pub enum Opts {
     /// this manifest path, in the walk's order, from an earlier try or run
     /// (docs/manifest.md).
     Vret(crate::held::TreeResume),
+    /// `OPTS VRET Skip=<hex>;` (lightpath): the next VRET leaves out the
+    /// regular file at this manifest path, and names it among the entries
+    /// it could not read; the client asks so of a file that changed while
+    /// being read on two tries (docs/manifest.md). Repeated for several.
+    VretSkip(Vec<u8>),
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]` (lightpath): the mode and
     /// mtime of the tree's own directory, for the next VSTO to apply.
     Vsto(crate::held::TreeRoot),
@@ -438,6 +443,12 @@ pub fn opts_vret(after: &[u8], check: Option<u64>) -> Vec<u8> {
     opts_resume("VRET", after, check)
 }
 
+/// `OPTS VRET Skip=<hex>;`: the next VRET leaves out the file at the
+/// manifest path `path` ([`Opts::VretSkip`]).
+pub fn opts_vret_skip(path: &[u8]) -> Vec<u8> {
+    format!("OPTS VRET Skip={};", crate::held::hex(path)).into_bytes()
+}
+
 /// `OPTS VSTO After=<hex>;Check=<16 hex>;`: an upload resumed from an
 /// earlier run, `check` being the sender's check of the files up to
 /// `after` ([`Opts::VstoResume`]).
@@ -470,7 +481,18 @@ fn one_or_two<'a>(rest: &'a str, first: &str, second: &str) -> Option<(&'a str, 
 /// optionally `Check=<16 hex digits>;`, and nothing else.
 fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
+    if let Some((v, None)) = one_or_two(rest, "skip", "") {
+        return parse_path(v).map(Opts::VretSkip).ok_or_else(bad);
+    }
     parse_resume(rest).map(Opts::Vret).ok_or_else(bad)
+}
+
+/// A manifest path of 1 to [`MAX_VRET_AFTER`] bytes, in hex.
+fn parse_path(v: &str) -> Option<Vec<u8>> {
+    if v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
+        return None;
+    }
+    crate::held::unhex(v).filter(|p| !p.is_empty())
 }
 
 /// An [`Opts::VstoResume`] (its `Check=` required) or the tree root's
@@ -486,10 +508,7 @@ fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
 /// `After=<hex>;[Check=<16 hex>;]` ([`parse_opts_vret`]).
 fn parse_resume(rest: &str) -> Option<crate::held::TreeResume> {
     let (v, check) = one_or_two(rest, "after", "check")?;
-    if v.is_empty() || v.len() > 2 * MAX_VRET_AFTER {
-        return None;
-    }
-    let after = crate::held::unhex(v)?;
+    let after = parse_path(v)?;
     let check = match check {
         None => None,
         Some(c) if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => Some(u64::from_str_radix(c, 16).ok()?),
@@ -691,6 +710,12 @@ mod tests {
             b"OPTS VRET After=61;Check=0000000000000001",
             b"OPTS VRET After=61;Check=0000000000000001;Check=0000000000000001;",
             b"OPTS VRET After=61;Other=1;",
+            b"OPTS VRET Skip=;",
+            b"OPTS VRET Skip=6;",
+            b"OPTS VRET Skip=61",
+            b"OPTS VRET Skip=61;After=62;",
+            b"OPTS VRET After=61;Skip=62;",
+            b"OPTS VRET Skip=61;Check=0000000000000001;",
             b"OPTS VSTO Mode=;",
             b"OPTS VSTO Mode=8;",
             b"OPTS VSTO Mode=17777;",
@@ -740,6 +765,18 @@ mod tests {
         let long = vec![b'x'; MAX_VRET_AFTER];
         assert!(Command::parse(&opts_vret(&long, Some(7))).is_ok());
         assert!(Command::parse(&opts_vret(&[long, vec![b'y']].concat(), None)).is_err());
+    }
+
+    /// A file the next VRET leaves out: any bytes, up to the length of
+    /// `After=`.
+    #[test]
+    fn opts_vret_skip_carries_any_path_bytes() {
+        let path = b"a b/\n\xff\x00;=/f".to_vec();
+        assert_eq!(Command::parse(&opts_vret_skip(&path)).unwrap(), Command::Opts(Opts::VretSkip(path)));
+        assert_eq!(Command::parse(b"OPTS VRET skip=61;").unwrap(), Command::Opts(Opts::VretSkip(b"a".to_vec())));
+        let long = vec![b'x'; MAX_VRET_AFTER];
+        assert!(Command::parse(&opts_vret_skip(&long)).is_ok());
+        assert!(Command::parse(&opts_vret_skip(&[long, vec![b'y']].concat())).is_err());
     }
 
     /// An upload resumed across runs: the same path and check as a VRET's,

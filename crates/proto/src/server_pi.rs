@@ -49,6 +49,9 @@ pub enum Mode {
     Extended,
 }
 
+/// The most files one VRET is asked to leave out (`OPTS VRET Skip=`).
+pub const MAX_VRET_SKIP: usize = 64;
+
 /// Per-session transfer settings that apply to the next transfer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransferSettings {
@@ -66,6 +69,9 @@ pub struct TransferSettings {
     /// `OPTS VRET After=`: where the next VRET resumes, consumed by the
     /// next transfer as REST is.
     pub vret_after: Option<crate::held::TreeResume>,
+    /// `OPTS VRET Skip=`: files the next VRET leaves out (at most
+    /// [`MAX_VRET_SKIP`]), consumed by the next transfer.
+    pub vret_skip: Vec<Vec<u8>>,
     /// `OPTS VSTO Mode=`: the tree's own directory, for the next VSTO,
     /// consumed by the next transfer.
     pub vsto_root: Option<crate::held::TreeRoot>,
@@ -83,6 +89,7 @@ impl Default for TransferSettings {
             retr_markers: None,
             block_size: None,
             vret_after: None,
+            vret_skip: Vec::new(),
             vsto_root: None,
             vsto_after: None,
         }
@@ -572,6 +579,14 @@ impl ServerPi {
                 self.settings.vret_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
             }
+            Opts::VretSkip(path) if self.settings.vret_skip.len() >= MAX_VRET_SKIP => self.reply(
+                501,
+                format!("OPTS VRET: at most {MAX_VRET_SKIP} files skipped; {} refused.", crate::manifest::show(&path)),
+            ),
+            Opts::VretSkip(path) => {
+                self.settings.vret_skip.push(path);
+                self.reply(200, "OPTS Command Successful.");
+            }
             Opts::VstoResume(resume) => {
                 self.settings.vsto_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
@@ -669,6 +684,10 @@ impl ServerPi {
         }
         let mut settings = self.settings.clone();
         settings.vret_after = self.settings.vret_after.take().filter(|_| kind == TransferKind::VfileRetr);
+        settings.vret_skip = std::mem::take(&mut self.settings.vret_skip);
+        if kind != TransferKind::VfileRetr {
+            settings.vret_skip.clear();
+        }
         settings.vsto_root = self.settings.vsto_root.take().filter(|_| kind == TransferKind::VfileStor);
         settings.vsto_after = self.settings.vsto_after.take().filter(|_| kind == TransferKind::VfileStor);
         let dir_only = raw.len() > 1 && raw.ends_with(b"/");

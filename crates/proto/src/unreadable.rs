@@ -99,6 +99,42 @@ impl Reply {
     }
 }
 
+/// A tree's failure (`450`) saying which file changed while being read:
+///
+/// ```text
+/// 450-/data/tree: logs/run.log changed while being read
+///  Changed 6c6f67732f72756e2e6c6f67
+/// 450 End.
+/// ```
+///
+/// The client tries the tree again, and leaves out of the try after that
+/// a file that changed twice (`OPTS VRET Skip=`, docs/manifest.md).
+const CHANGED: &str = "Changed ";
+
+impl Reply {
+    /// This failure naming the file (manifest path) that changed while
+    /// being read, on a line of its own, in hex.
+    pub fn with_changed(self, path: &[u8]) -> Reply {
+        self.with_lines(vec![format!("{CHANGED}{}", hex(path))])
+    }
+
+    /// What a [`Reply::with_changed`] says, its line taken out (the rest is
+    /// the reply a user is shown). Only from a `450`.
+    pub fn take_changed(&mut self) -> Option<Vec<u8>> {
+        if self.code != 450 || self.lines.len() < 3 {
+            return None;
+        }
+        let end = self.lines.len() - 1;
+        let named = |l: &String| unhex(l.trim_start().strip_prefix(CHANGED)?).filter(|p| !p.is_empty());
+        let (i, path) = (1..end).find_map(|i| Some((i, named(&self.lines[i])?)))?;
+        self.lines.remove(i);
+        if self.lines.len() == 2 {
+            self.lines.pop(); // back to the single line it was
+        }
+        Some(path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +197,20 @@ mod tests {
             let got = Reply::multi(226, "Transfer Complete: 1 files.", body(bad)).unreadable();
             assert_eq!((got.count, got.named.len()), (1, 0), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_file_that_changed_travels_in_a_450() {
+        let name = b"logs/r\xffn.log";
+        let mut r = parsed(&Reply::new(450, "/t: logs/r?n.log changed while being read").with_changed(name));
+        assert_eq!(r.take_changed().as_deref(), Some(&name[..]));
+        assert_eq!(r.lines, vec!["/t: logs/r?n.log changed while being read".to_string()], "back to one line");
+        assert_eq!(r.take_changed(), None);
+        // Only a 450 says it; a line that does not parse stays.
+        let mut other = parsed(&Reply::new(451, "x").with_changed(name));
+        assert_eq!(other.take_changed(), None);
+        let mut bad = parsed(&Reply::multi(450, "x", vec!["Changed zz".into()]));
+        assert_eq!(bad.take_changed(), None);
+        assert_eq!(bad.lines.len(), 3);
     }
 }

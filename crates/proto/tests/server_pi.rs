@@ -382,6 +382,26 @@ fn opts_vret_after_is_consumed_by_the_next_transfer_and_kept_by_a_vret_only() {
     assert_eq!(codes(&s.send(b"OPTS VRET After=6;\r\n")), [501]);
 }
 
+/// Files a VRET is asked to leave out: gathered until the next transfer,
+/// which takes them (a VRET only keeps them), at most MAX_VRET_SKIP.
+#[test]
+fn opts_vret_skip_gathers_names_for_the_next_vret_only() {
+    use lightpath_proto::server_pi::MAX_VRET_SKIP;
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VRET Skip=61;\r\nOPTS VRET Skip=622f63;\r\n")), [200, 200, 200]);
+    let skip = one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_skip;
+    assert_eq!(skip, vec![b"a".to_vec(), b"b/c".to_vec()]);
+    assert!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_skip.is_empty(), "consumed");
+    s.send(b"OPTS VRET Skip=61;\r\n");
+    assert!(one_transfer(&s.send(b"RETR /f\r\n")).settings.vret_skip.is_empty());
+    assert!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_skip.is_empty(), "consumed by the RETR");
+    for _ in 0..MAX_VRET_SKIP {
+        assert_eq!(codes(&s.send(b"OPTS VRET Skip=61;\r\n")), [200]);
+    }
+    assert_eq!(codes(&s.send(b"OPTS VRET Skip=61;\r\n")), [501]);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_skip.len(), MAX_VRET_SKIP);
+}
+
 #[test]
 fn opts_vsto_after_is_consumed_by_the_next_transfer_and_kept_by_a_vsto_only() {
     let mut s = Session::logged_in(cfg(false, false));

@@ -62,7 +62,8 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
     let resume = |items: &[Vec<u8>]| t.settings.vret_after.clone().filter(|_| items.len() == 1);
     let prepared = packed.and_then(|(sub, items)| {
         let (after, check) = resume(&items).map_or((None, None), |r| (Some(r.after), r.check));
-        let opts = PackOptions { after, check, ..PackOptions::default() };
+        let skip = t.settings.vret_skip.clone();
+        let opts = PackOptions { after, check, skip, ..PackOptions::default() };
         pack(Arc::new(sub), items, opts).map_err(|e| Reply::new(451, format!("{}: {e}", t.path.display())))
     });
     let pk = match prepared {
@@ -105,6 +106,13 @@ fn outcome(
     pack_outcome(sent, walk).map_err(|f| match f {
         PackFailure::Send(e) => data_reply(e),
         PackFailure::Pack(e @ VfileError::HeldChanged(_)) => Reply::new(554, format!("{}: {e}", path.display())),
+        // A file written to as the tree went may read whole on the next
+        // try: 450 (file busy), which a client tries again, resuming after
+        // the files it holds; 451 would end the copy.
+        PackFailure::Pack(VfileError::Changed(name)) => {
+            let e = VfileError::Changed(name.clone());
+            Reply::new(450, format!("{}: {e}", path.display())).with_changed(&name)
+        }
         PackFailure::Pack(e) => Reply::new(451, format!("{}: {e}", path.display())),
     })
 }
@@ -262,9 +270,12 @@ mod tests {
     fn the_file_that_changed_is_named_not_the_walks_abort() {
         let why = || VfileError::Changed("sub/f".into());
         let sent = Err(EngineError::io("reading source", io::Error::from(why())));
-        let r = fail(sent, Err(why()));
-        assert_eq!(r.code, 451);
+        let mut r = fail(sent, Err(why()));
+        // 450: the client tries again, and leaves out a file that changes
+        // on two tries (it reads the name from the reply's own line).
+        assert_eq!(r.code, 450);
         assert!(r.text().contains("sub/f changed while being read"), "{}", r.text());
+        assert_eq!(r.take_changed().as_deref(), Some(&b"sub/f"[..]));
         // Had only the send known it, its error (which names the file) wins.
         let sent = Err(EngineError::io("reading source", io::Error::from(why())));
         let r = fail(sent, Err(VfileError::Aborted));

@@ -11,6 +11,7 @@ use crate::{ClientError, Location};
 use lightpath_proto::unreadable::Unreadables;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A directory copy as one virtual file (VRET/VSTO) when every remote end
 /// offers `LPVF`. `None`: not applicable, copy file by file. With
@@ -66,7 +67,7 @@ pub(super) async fn try_tree(
     let left_out = left_out(src, &target, &unreadable);
     if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
         let ends = (lister.as_mut(), dst_s.as_mut());
-        match crate::vfile::verify_tree(src, &target, alg, ends, !unreadable.is_empty()).await {
+        match crate::vfile::verify_tree(src, &target, alg, ends, &unreadable).await {
             Ok(failed) => out.extend(failed),
             Err(e) => out[0].result = Err(e),
         }
@@ -88,7 +89,12 @@ pub(super) async fn try_tree(
 /// them), and one standing for those it counted but did not name.
 fn left_out(src: &Location, target: &Location, u: &Unreadables) -> Vec<FileResult> {
     let remote = matches!(src, Location::Remote(_));
-    let why = |w: &str| if remote { format!("the source server could not read it ({w})") } else { w.to_string() };
+    let why = |w: &str| match w {
+        // Not unreadable: written to all the time ([`crate::vfile::TreeHeld`]).
+        lightpath_engine::vfile::SKIPPED => format!("it {w}"),
+        w if remote => format!("the source server could not read it ({w})"),
+        w => w.to_string(),
+    };
     let failed = |src, dst, why, n| FileResult { src, dst, result: Err(ClientError::LeftOut(why)), files: Some(n) };
     let mut out: Vec<FileResult> = (u.named.iter())
         .map(|x| failed(describe(&join(src, &x.path)), describe(&join(target, &x.path)), why(&x.why), 1))
@@ -162,12 +168,15 @@ impl TreeEnds<'_> {
                 continue;
             }
             let cancelled = self.sopts.cancel.load(std::sync::atomic::Ordering::Relaxed);
-            if !e.is_transient() || tries >= self.retries || cancelled {
+            // A file that changed as it was read costs no retry (at most
+            // two each, [`crate::vfile::TreeHeld::changed`]); `--retries 0` still stops.
+            let free = held.take_fresh_change() && self.retries > 0;
+            if !e.is_transient() || (tries >= self.retries && !free) || cancelled {
                 crate::partial::tree::end(self.src, self.target, &held, true, self.sopts.keep_interrupted);
                 return Some((r, Unreadables::default()));
             }
-            tries += 1;
-            let wait = self.wait_to_retry(tries, e, &held);
+            tries += u32::from(!free);
+            let wait = self.wait_to_retry((tries, free), e, &held);
             retry::pause(wait, &self.sopts.cancel).await;
         }
     }
@@ -192,14 +201,21 @@ impl TreeEnds<'_> {
     }
 
     /// The pause before retry `tries` after `e`, said with what is held.
-    fn wait_to_retry(&self, tries: u32, e: &ClientError, held: &crate::vfile::TreeHeld) -> std::time::Duration {
-        let wait = if retry::at_once(tries, e) { std::time::Duration::ZERO } else { retry::wait_after(tries) };
+    /// A file that changed (`free`) is read again after [`retry::wait_after`]`(1)`:
+    /// one being saved may be whole by then.
+    fn wait_to_retry(&self, (tries, free): (u32, bool), e: &ClientError, held: &crate::vfile::TreeHeld) -> Duration {
+        let wait = match (free, retry::at_once(tries, e)) {
+            (true, _) => retry::wait_after(1),
+            (false, true) => Duration::ZERO,
+            (false, false) => retry::wait_after(tries),
+        };
         let (what, n, when) = (describe(self.src), self.retries, retry::when(wait));
         let from = match held.files {
             0 => "from the start".to_string(),
             k => format!("leaving out the {k} files held"),
         };
-        tracing::warn!("{what}: {e}; trying the tree again {when}, {from} (retry {tries} of {n})");
+        let count = if free { "not counted as a retry".to_string() } else { format!("retry {tries} of {n}") };
+        tracing::warn!("{what}: {e}; trying the tree again {when}, {from} ({count})");
         wait
     }
 

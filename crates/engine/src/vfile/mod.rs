@@ -29,7 +29,7 @@ mod unpack;
 mod writer;
 
 pub use check::{held_check, source_check, HeldCheck};
-pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats};
+pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats, SKIPPED};
 pub use reader::PackReader;
 pub use unpack::{Held, UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
 
@@ -90,9 +90,10 @@ pub enum VfileError {
         /// Bytes it should have.
         size: u64,
     },
-    /// A file shrank or was replaced between the walk and the read.
-    #[error("{0} changed while being read")]
-    Changed(String),
+    /// A file changed (was written to, replaced or removed) between the
+    /// walk and the read: its manifest path.
+    #[error("{} changed while being read", show(.0))]
+    Changed(Vec<u8>),
     /// A resume across runs whose held files differ between the ends
     /// ([`PackOptions::check`]): the tree changed up to this path.
     #[error("the tree changed since the transfer this resumes (in the files up to {0})")]

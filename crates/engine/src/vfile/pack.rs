@@ -43,6 +43,10 @@ pub struct PackOptions {
     /// [`VfileError::HeldChanged`] when they differ, before any file's
     /// data goes.
     pub check: Option<u64>,
+    /// Regular files left out by manifest path, as unreadable ones are
+    /// (named in [`PackStats::unreadable`]): files that changed while
+    /// being read on earlier tries (`OPTS VRET Skip=`).
+    pub skip: Vec<Vec<u8>>,
 }
 
 impl Default for PackOptions {
@@ -57,6 +61,7 @@ impl Default for PackOptions {
             limits: Limits::default(),
             after: None,
             check: None,
+            skip: Vec::new(),
         }
     }
 }
@@ -99,6 +104,8 @@ pub(crate) struct Extent {
     pub size: u64,
     /// Path beneath the packing root (not the manifest name).
     pub src: Arc<[u8]>,
+    /// The manifest name.
+    pub name: Arc<[u8]>,
     pub dev: u64,
     pub ino: u64,
     /// The mtime the walk saw: the file read must still have it.
@@ -108,6 +115,11 @@ pub(crate) struct Extent {
 impl Extent {
     pub fn end(&self) -> u64 {
         self.start + self.size
+    }
+
+    /// The error saying this file changed since the walk.
+    pub fn changed(&self) -> VfileError {
+        VfileError::Changed(self.name.to_vec())
     }
 }
 
@@ -533,6 +545,10 @@ impl<'a> Walker<'a> {
     }
 
     fn file(&mut self, n: &Node) -> Result<(), VfileError> {
+        if self.sh.opts.skip.contains(&n.name) {
+            self.left_out(n, SKIPPED);
+            return Ok(());
+        }
         if self.unreadable(n) {
             return Ok(());
         }
@@ -557,8 +573,8 @@ impl<'a> Walker<'a> {
         }
         self.stats.files += 1;
         let offset = self.enc.next_offset();
-        let src = n.src.as_slice().into();
-        let x = Extent { start: offset, size: m.size, src, dev: m.dev, ino: m.ino, mtime_ns: m.mtime_ns };
+        let (src, name) = (n.src.as_slice().into(), n.name.as_slice().into());
+        let x = Extent { start: offset, size: m.size, src, name, dev: m.dev, ino: m.ino, mtime_ns: m.mtime_ns };
         let kind = Kind::File { size: m.size, offset };
         self.emit(Entry { path: n.name.clone(), kind, mode, mtime_ns }, Some(x))
     }
@@ -627,6 +643,9 @@ fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>,
         stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st), readable });
     }
 }
+
+/// Why a file of [`PackOptions::skip`] is left out.
+pub const SKIPPED: &str = "changed while being read, on two tries";
 
 /// Whether `e` says this process may not do what it tried.
 pub(super) fn is_denied(e: &std::io::Error) -> bool {

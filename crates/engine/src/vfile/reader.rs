@@ -4,7 +4,6 @@
 use super::pack::{Extent, Shared};
 use super::VfileError;
 use crate::io::Source;
-use lightpath_proto::manifest::show;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
@@ -148,7 +147,7 @@ impl PackReader {
         let mut v = Vec::with_capacity(x.size as usize);
         (&f).take(x.size).read_to_end(&mut v).map_err(|e| VfileError::io("reading", &x.src, e))?;
         if v.len() as u64 != x.size {
-            return Err(VfileError::Changed(show(&x.src)));
+            return Err(x.changed());
         }
         unchanged(&f, x)?;
         let v = Arc::new(v);
@@ -169,10 +168,13 @@ impl PackReader {
 
     /// Open the file of an extent; it must still be the file the walk saw.
     fn open_checked(&self, x: &Extent) -> Result<File, VfileError> {
-        let f = self.sh.root.open_read(&x.src).map_err(|e| VfileError::io("opening", &x.src, e))?;
+        let f = self.sh.root.open_read(&x.src).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => x.changed(), // removed since the walk
+            _ => VfileError::io("opening", &x.src, e),
+        })?;
         let m = f.metadata().map_err(|e| VfileError::io("reading", &x.src, e))?;
         if m.dev() != x.dev || m.ino() != x.ino || !as_walked(&m, x) {
-            return Err(VfileError::Changed(show(&x.src)));
+            return Err(x.changed());
         }
         Ok(f)
     }
@@ -186,7 +188,7 @@ impl PackReader {
 fn unchanged(f: &File, x: &Extent) -> Result<(), VfileError> {
     let m = f.metadata().map_err(|e| VfileError::io("reading", &x.src, e))?;
     if !as_walked(&m, x) {
-        return Err(VfileError::Changed(show(&x.src)));
+        return Err(x.changed());
     }
     Ok(())
 }
@@ -198,7 +200,7 @@ fn as_walked(m: &std::fs::Metadata, x: &Extent) -> bool {
 
 fn shrank(x: &Extent, e: io::Error) -> VfileError {
     if e.kind() == io::ErrorKind::UnexpectedEof {
-        VfileError::Changed(show(&x.src))
+        x.changed()
     } else {
         VfileError::io("reading", &x.src, e)
     }
