@@ -94,5 +94,11 @@ mod tests {
         );
         assert!(!EngineError::Protocol("overlapping block".into()).is_transient());
         assert!(!EngineError::Aborted.is_transient());
+        // A tree's data that ran ahead of the manifest chunk a stalled
+        // stream held: tried again; a tree that broke the rules is not.
+        let tree = |e: crate::vfile::VfileError| EngineError::io("writing data", io::Error::from(e));
+        assert!(tree(crate::vfile::VfileError::ParkLimit(512 << 20)).is_transient());
+        let short = crate::vfile::VfileError::Incomplete { count: 1, path: "a".into(), got: 1, size: 2 };
+        assert!(!tree(short).is_transient());
     }
 }

@@ -127,6 +127,12 @@ impl From<VfileError> for io::Error {
         match &e {
             VfileError::Io { source, .. } => io::Error::new(source.kind(), e.to_string()),
             VfileError::Aborted => io::Error::new(io::ErrorKind::Interrupted, e.to_string()),
+            // Data ran ahead of a manifest chunk because the stream that
+            // carries the chunk stalled (seen once in five copies of the
+            // Linux tree over the 95 ms path): a network failure, which
+            // a retry gets past (`EngineError::is_transient`), resuming
+            // after the files complete.
+            VfileError::ParkLimit(_) => io::Error::new(io::ErrorKind::TimedOut, e.to_string()),
             _ => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
         }
     }
