@@ -148,6 +148,24 @@ fn every_file_written_to_all_the_time_is_left_out_without_spending_the_retries()
     assert_eq!(names(&local.join("t")).len(), BEFORE, "{:?}", names(&local.join("t")));
 }
 
+/// A live file with a second name (a hard link) changes under both: it
+/// costs two tries, not four, and both names are reported.
+#[test]
+fn a_live_file_is_left_out_under_all_its_names_at_once() {
+    let (_d, root, local) = root_and_local();
+    tree(&root.join("t"), 64 << 20);
+    std::fs::hard_link(root.join("t").join(LIVE), root.join("t/z-link")).unwrap();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let _a = appending(root.join("t").join(LIVE));
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", local.display())]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.matches("trying the tree again").count(), 2, "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
+    assert_eq!(failed.len(), 2, "{err}");
+    assert!(failed.iter().any(|l| l.contains("/z-link -> ")), "{err}");
+    assert_eq!(names(&local.join("t")).len(), BEFORE, "{:?}", names(&local.join("t")));
+}
+
 /// Changed once after the walk (a file saved during the copy): the next
 /// try reads it as it is now, and the tree is whole.
 #[test]

@@ -382,26 +382,30 @@ fn named_items_pack_under_their_last_component() {
 }
 
 /// `PackOptions::skip` (files that changed on two tries) leaves a file out
-/// by its manifest name, not its path beneath the packing root, and names
-/// it with the unreadable ones, saying why; the rest of the tree goes.
+/// by its manifest name, not its path beneath the packing root, and its
+/// other names with it; it names them with the unreadable ones, saying
+/// why; the rest of the tree goes.
 #[test]
 fn a_skipped_file_is_left_out_and_named() {
     let _dog = Watchdog::new();
     let s = Scratch::new();
     fs::create_dir_all(s.p("src/x/tree/sub")).unwrap();
     fs::write(s.p("src/x/tree/sub/f"), b"written to all the time").unwrap();
+    fs::hard_link(s.p("src/x/tree/sub/f"), s.p("src/x/tree/sub/z-link")).unwrap();
     fs::write(s.p("src/x/tree/g"), b"still").unwrap();
     let skip = vec![b"tree/sub/f".to_vec()];
     let pack = vfile::pack(s.root("src"), vec![b"x/tree".to_vec()], PackOptions { skip, ..PackOptions::default() });
     let pack = pack.unwrap();
     let sent = send_all(&pack, &mut Rng(5), 1 << 20);
     let stats = pack.wait().unwrap();
-    assert_eq!((stats.files, stats.unreadable.count), (1, 1));
+    assert_eq!((stats.files, stats.hardlinks, stats.unreadable.count), (1, 0, 2));
     assert_eq!(stats.unreadable.named[0].path, b"tree/sub/f");
     assert_eq!(stats.unreadable.named[0].why, vfile::SKIPPED);
+    assert_eq!(stats.unreadable.named[1].path, b"tree/sub/z-link");
     let u = Unpacker::new(s.root("dst"), UnpackOptions::default()).unwrap();
     deliver(&u, scramble(sent, &mut Rng(6))).unwrap();
     u.finish().unwrap();
     assert_eq!(fs::read(s.p("dst/tree/g")).unwrap(), b"still");
     assert!(s.p("dst/tree/sub").is_dir() && !s.p("dst/tree/sub/f").exists());
+    assert!(!s.p("dst/tree/sub/z-link").exists());
 }

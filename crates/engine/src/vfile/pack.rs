@@ -425,6 +425,8 @@ struct Walker<'a> {
     pending: Vec<Extent>,
     pending_data: u64,
     links: HashMap<(u64, u64), Vec<u8>>,
+    /// Files with several names left out by one of them ([`Walker::skipped`]).
+    skipped_links: std::collections::HashSet<(u64, u64)>,
     stats: PackStats,
     /// The files left out so far, while [`PackOptions::check`] is to be
     /// compared (`None` once it was).
@@ -440,6 +442,7 @@ impl<'a> Walker<'a> {
             pending: Vec::new(),
             pending_data: 0,
             links: HashMap::new(),
+            skipped_links: Default::default(),
             stats: PackStats::default(),
             held_check: sh.opts.check.and(sh.opts.after.as_ref()).map(|_| HeldCheck::default()),
         }
@@ -545,7 +548,7 @@ impl<'a> Walker<'a> {
     }
 
     fn file(&mut self, n: &Node) -> Result<(), VfileError> {
-        if self.sh.opts.skip.contains(&n.name) {
+        if self.skipped(n) {
             self.left_out(n, SKIPPED);
             return Ok(());
         }
@@ -577,6 +580,21 @@ impl<'a> Walker<'a> {
         let x = Extent { start: offset, size: m.size, src, name, dev: m.dev, ino: m.ino, mtime_ns: m.mtime_ns };
         let kind = Kind::File { size: m.size, offset };
         self.emit(Entry { path: n.name.clone(), kind, mode, mtime_ns }, Some(x))
+    }
+
+    /// Whether the file `n` is left out ([`PackOptions::skip`]): it is
+    /// named there, or it is another name of a file named there (which
+    /// changes with it; a file's first name in the walk is the one a
+    /// change is reported under).
+    fn skipped(&mut self, n: &Node) -> bool {
+        let inode = (n.meta.dev, n.meta.ino);
+        if self.sh.opts.skip.contains(&n.name) {
+            if n.meta.nlink > 1 {
+                self.skipped_links.insert(inode);
+            }
+            return true;
+        }
+        n.meta.nlink > 1 && self.skipped_links.contains(&inode)
     }
 
     /// Whether the receiver holds the file `name` from an earlier try.
