@@ -78,7 +78,10 @@ pub struct CpArgs {
     /// Times a file that failed for a transient reason (a broken
     /// connection, a server that went away or answered 4xx) is tried
     /// again, after 1 s, 2 s, 4 s... (at most 30 s); a download resumes
-    /// from the bytes it received. 0: fail at once.
+    /// from the bytes it received. A tree copied as one virtual file is
+    /// also tried again when one of its files changes while it is read
+    /// (not counted here: the file is read once more, then left out). 0:
+    /// fail at once.
     #[arg(long, default_value_t = 3, env = "LIGHTPATH_RETRIES")]
     pub retries: u32,
     /// Keep a download that fails for good (its retries spent) or is
