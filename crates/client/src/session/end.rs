@@ -235,12 +235,38 @@ pub(crate) fn with_local_cause<T>(mut e: ClientError, data: &Result<T, ClientErr
             *here = DataEnd::Failed;
             return ClientError::HereFailed { local: l, then: Box::new(e) };
         }
-        ClientError::Refused { reply, here, .. } => {
-            reply.push_str(&format!(" (here: {l})"));
+        ClientError::Refused { reply, here, code, .. } => {
+            // A 450 says the server's file was busy (a tree's file that
+            // changed as it was read): our end only saw the data stop.
+            if *code != 450 {
+                reply.push_str(&format!(" (here: {l})"));
+            }
             *here = DataEnd::Broke;
         }
         ClientError::Control(_, why) => why.push_str(&format!(" (here: {l})")),
         _ => {}
     }
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16) -> ClientError {
+        let reply = "/t: log changed while being read".to_string();
+        ClientError::Refused { server: "s".into(), cmd: "VRET /t".into(), reply, code, here: DataEnd::Fine }
+    }
+
+    /// Our end's transient failure goes beside a server's refusal, but not
+    /// beside a 450 (a file that changed there), which it only follows.
+    #[test]
+    fn a_local_consequence_is_not_shown_beside_a_busy_file() {
+        let local: Result<(), ClientError> = Err(ClientError::Data { msg: "peer closed".into(), transient: true });
+        let busy = with_local_cause(refused(450), &local);
+        assert!(matches!(&busy, ClientError::Refused { here: DataEnd::Broke, .. }), "{busy:?}");
+        assert!(busy.is_transient() && !busy.to_string().contains("here:"), "{busy}");
+        let other = with_local_cause(refused(426), &local).to_string();
+        assert!(other.contains("(here: data channel: peer closed)"), "{other}");
+    }
 }
