@@ -121,17 +121,10 @@ impl Reply {
     /// a preliminary reply (a marker), and only the first such line; one
     /// that does not parse stays.
     pub fn take_held(&mut self) -> Option<Held> {
-        if !(self.is_error() || self.is_preliminary()) || self.lines.len() < 3 {
+        if !(self.is_error() || self.is_preliminary()) {
             return None;
         }
-        let end = self.lines.len() - 1;
-        let i = (1..end).find(|&i| self.lines[i].trim_start().starts_with(PREFIX))?;
-        let held = Held::parse(&self.lines[i])?;
-        self.lines.remove(i);
-        if self.lines.len() == 2 {
-            self.lines.pop(); // back to the single line it was
-        }
-        Some(held)
+        self.take_line(PREFIX, Held::parse)
     }
 }
 

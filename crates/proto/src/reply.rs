@@ -76,6 +76,24 @@ impl Reply {
         }
     }
 
+    /// The first continuation line of this multi-line reply that starts
+    /// with `prefix`, as `parse` reads it, taken out (the rest is the reply
+    /// a user is shown); one that does not parse stays. A reply left with
+    /// its text alone is single-line again.
+    pub(crate) fn take_line<T>(&mut self, prefix: &str, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        if self.lines.len() < 3 {
+            return None;
+        }
+        let end = self.lines.len() - 1;
+        let i = (1..end).find(|&i| self.lines[i].trim_start().starts_with(prefix))?;
+        let got = parse(&self.lines[i])?;
+        self.lines.remove(i);
+        if self.lines.len() == 2 {
+            self.lines.pop(); // back to the single line it was
+        }
+        Some(got)
+    }
+
     /// This reply with `lines` added before its last (a single-line reply
     /// becomes a multi-line one, its text first).
     pub(crate) fn with_lines(mut self, lines: Vec<String>) -> Reply {

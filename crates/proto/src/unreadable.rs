@@ -119,19 +119,13 @@ impl Reply {
     }
 
     /// What a [`Reply::with_changed`] says, its line taken out (the rest is
-    /// the reply a user is shown). Only from a `450`.
+    /// the reply a user is shown). Only from a `450`, and only the first
+    /// such line; one that does not parse stays.
     pub fn take_changed(&mut self) -> Option<Vec<u8>> {
-        if self.code != 450 || self.lines.len() < 3 {
+        if self.code != 450 {
             return None;
         }
-        let end = self.lines.len() - 1;
-        let named = |l: &String| unhex(l.trim_start().strip_prefix(CHANGED)?).filter(|p| !p.is_empty());
-        let (i, path) = (1..end).find_map(|i| Some((i, named(&self.lines[i])?)))?;
-        self.lines.remove(i);
-        if self.lines.len() == 2 {
-            self.lines.pop(); // back to the single line it was
-        }
-        Some(path)
+        self.take_line(CHANGED, |l| unhex(l.trim_start().strip_prefix(CHANGED)?).filter(|p| !p.is_empty()))
     }
 }
 

@@ -109,9 +109,8 @@ fn outcome(
         // A file written to as the tree went may read whole on the next
         // try: 450 (file busy), which a client tries again, resuming after
         // the files it holds; 451 would end the copy.
-        PackFailure::Pack(VfileError::Changed(name)) => {
-            let e = VfileError::Changed(name.clone());
-            Reply::new(450, format!("{}: {e}", path.display())).with_changed(&name)
+        PackFailure::Pack(ref e @ VfileError::Changed(ref name)) => {
+            Reply::new(450, format!("{}: {e}", path.display())).with_changed(name)
         }
         PackFailure::Pack(e) => Reply::new(451, format!("{}: {e}", path.display())),
     })
