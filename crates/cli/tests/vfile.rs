@@ -110,6 +110,50 @@ fn recursive_downloads_speculate_safely() {
     assert!(!local.join("copied").is_dir());
 }
 
+/// A VSTO whose manifest chunks come twice, at both manifest offsets and
+/// in any order (a copy before its original, one chunk as a copy only
+/// until its original follows): the server takes each byte once and
+/// rebuilds the tree. FEAT says it does (`LPVF-COPIES`).
+#[test]
+fn manifest_chunks_that_come_twice_are_taken_once() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let mut m = Vec::new();
+    encode_header(&mut m);
+    for (i, name) in [&b"a"[..], b"b"].into_iter().enumerate() {
+        let e =
+            Entry { path: name.to_vec(), kind: Kind::File { size: 3, offset: 3 * i as u64 }, mode: 0o644, mtime_ns: 0 };
+        encode_entry_unchecked(&e, &mut m);
+    }
+    encode_end_unchecked(Summary { entries: 2, total: 6 }, &mut m);
+    let mut c = Raw::login(port);
+    assert!(c.cmd("FEAT").1.contains("LPVF-COPIES 2"));
+    assert_eq!(c.cmd("MODE E").0, 200);
+    let addr = c.pasv();
+    c.send(b"VSTO dst");
+    let mut dc = TcpStream::connect(addr).unwrap();
+    assert_eq!(c.reply().0, 150);
+    let (base, copy) = (lightpath_engine::vfile_chan::MANIFEST_BASE, lightpath_engine::vfile_chan::MANIFEST_COPY_BASE);
+    let cut = 11;
+    let block = |at: u64, b: &[u8]| [&BlockHeader::data(at, b.len() as u64).encode()[..], b].concat();
+    let wire = [
+        block(copy + cut as u64, &m[cut..]),
+        block(base, &m[..cut]),
+        block(base + cut as u64, &m[cut..]),
+        block(copy, &m[..cut]),
+        block(0, b"aaabbb"),
+        BlockHeader::eof_eod(1).encode().to_vec(),
+    ]
+    .concat();
+    dc.write_all(&wire).unwrap();
+    drop(dc);
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 226, "{text}");
+    assert_eq!(std::fs::read(root.join("dst/a")).unwrap(), b"aaa");
+    assert_eq!(std::fs::read(root.join("dst/b")).unwrap(), b"bbb");
+}
+
 #[test]
 fn hostile_manifest_is_refused_and_nothing_escapes() {
     let d = scratch();
@@ -230,4 +274,47 @@ fn a_trees_summary_counts_its_files_bytes() {
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t/"), &format!("ftp://127.0.0.1:{pb}/third/")]);
     assert!(code == 0 && err.contains(said), "third party: {err}");
     assert_same_tree(&tree, &d.path().join("third"));
+}
+
+/// Every `manifest_repeated: N` a `-v` log shows (`UnpackStats`).
+fn repeated(log: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap();
+    let key = "manifest_repeated: ";
+    text.match_indices(key)
+        .map(|(i, _)| text[i + key.len()..].chars().take_while(char::is_ascii_digit).collect::<String>())
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// Between lightpath peers each manifest chunk goes twice, on two of the
+/// streams, in every direction: the receiver's stats count the copies it
+/// dropped (`OPTS VRET Copies=2;` for a download and a third-party
+/// source, FEAT `LPVF-COPIES` for an upload and a third-party
+/// destination). One stream carries each chunk once.
+#[test]
+fn manifest_chunks_go_twice_between_lightpath_peers() {
+    let d = scratch();
+    let (a, b, local) = (open_dir(&d.path().join("a")), open_dir(&d.path().join("b")), open_dir(&d.path().join("l")));
+    make_tree(&a.join("tree"), 300, 9);
+    let (la, lb, lc) = (d.path().join("a.log"), d.path().join("b.log"), d.path().join("c.log"));
+    let (_sa, pa) = logged_server(&a, &la, &[]);
+    let (_sb, pb) = logged_server(&b, &lb, &[]);
+    let u = |port: u16, p: &str| format!("ftp://127.0.0.1:{port}/{p}");
+    let cp_v = |args: &[&str]| {
+        let log = std::fs::File::create(&lc).unwrap();
+        let ok = std::process::Command::new(LP).args(["-v", "cp", "-q", "-r"]).args(args).stderr(log).status().unwrap();
+        assert!(ok.success(), "{}", std::fs::read_to_string(&lc).unwrap());
+    };
+    cp_v(&["-p", "4", &u(pa, "tree"), &format!("{}/", local.display())]);
+    assert_same_tree(&a.join("tree"), &local.join("tree"));
+    assert!(matches!(repeated(&lc)[..], [n] if n > 0), "download: {:?}", repeated(&lc));
+    cp_v(&["-p", "4", &local.join("tree").display().to_string(), &u(pa, "up")]);
+    assert_same_tree(&a.join("tree"), &a.join("up"));
+    assert!(matches!(repeated(&la)[..], [n] if n > 0), "upload: {:?}", repeated(&la));
+    cp_v(&["-p", "4", &u(pa, "tree"), &u(pb, "third")]);
+    assert_same_tree(&a.join("tree"), &b.join("third"));
+    assert!(matches!(repeated(&lb)[..], [n] if n > 0), "third party: {:?}", repeated(&lb));
+    cp_v(&["-p", "1", &u(pa, "tree"), &format!("{}/one", local.display())]);
+    assert_same_tree(&a.join("tree"), &local.join("one"));
+    assert_eq!(repeated(&lc), [0], "one stream: each chunk once");
 }

@@ -317,6 +317,10 @@ impl Session {
     /// `dir_only`: the server refuses a file). The replies are read later.
     pub(crate) async fn send_vret(&mut self, tree: &[u8], dir_only: bool) -> Result<(), ClientError> {
         self.prepare_get().await?;
+        // We take each manifest chunk twice (on two streams); a server
+        // that does not know the option sends it once.
+        let copies = lightpath_proto::manifest::MAX_COPIES;
+        self.ctl.queue_optional(lightpath_proto::command::opts_vret_copies(copies)).await?;
         let t = tree.strip_suffix(b"/").filter(|t| !t.is_empty()).unwrap_or(tree);
         let mut cmd = b"VRET ".to_vec();
         cmd.extend_from_slice(t);

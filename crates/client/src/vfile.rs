@@ -11,8 +11,9 @@ use crate::{ClientError, Location};
 use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
 use lightpath_engine::vfile_chan::{pack_outcome, recv_opts, send_pack, PackFailure, VfileSink};
 use lightpath_engine::{Control, DataChannel, EngineError};
-use lightpath_proto::command::{opts_vret, opts_vret_skip, opts_vsto_resume, MAX_VRET_AFTER};
+use lightpath_proto::command::{opts_vret, opts_vret_copies, opts_vret_skip, opts_vsto_resume, MAX_VRET_AFTER};
 use lightpath_proto::held::TreeRoot;
+use lightpath_proto::manifest::MAX_COPIES;
 use lightpath_proto::server_pi::MAX_VRET_SKIP;
 use lightpath_proto::unreadable::Unreadables;
 use lightpath_proto::Reply;
@@ -322,6 +323,9 @@ impl TreeHeld {
         while let Some(why) = s.ctl.take_refused_optional("OPTS VRET Skip") {
             tracing::warn!("{}: leaving out a file that changes as it is read refused ({why})", s.ctl.name);
         }
+        if let Some(why) = s.ctl.take_refused_optional("OPTS VRET Copies") {
+            tracing::debug!("{}: manifest copies refused ({why}): each chunk comes once", s.ctl.name);
+        }
     }
 
     /// Add what a receiving server's failure reply says it holds, and the
@@ -425,6 +429,8 @@ pub async fn put_tree(
         s.ctl.send(&verb("VSTO", rpath)).await?;
     }
     let (streams, block) = (s.streams(), s.opts.block);
+    // A server that says it takes them gets each manifest chunk twice.
+    let copies = s.feat.lpvf_copies.min(MAX_COPIES);
     let mut dc = s.take_dc();
     if let Some(addr) = pasv {
         dc.connect_to(vec![addr]);
@@ -435,7 +441,7 @@ pub async fn put_tree(
     let (c2, changed) = (ctl.clone(), ChangedFile::default());
     let changed2 = changed.clone();
     let job = tokio::task::spawn_blocking(move || {
-        let r = send_tree(&mut dc, (&dir, opts), streams, block, (&c2, &changed2), go_rx);
+        let r = send_tree(&mut dc, (&dir, opts), streams, (block, copies), (&c2, &changed2), go_rx);
         (
             dc,
             r.map(|(bytes, n)| {
@@ -498,7 +504,7 @@ fn send_tree(
     dc: &mut DataChannel,
     (dir, opts): (&Path, PackOptions),
     streams: u32,
-    block: u64,
+    (block, copies): (u64, u8),
     ends: (&Control, &ChangedFile),
     go: std::sync::mpsc::Receiver<bool>,
 ) -> Result<(u64, u64), ClientError> {
@@ -509,7 +515,7 @@ fn send_tree(
         pk.cancel();
         return Err(ClientError::Local("server refused the tree".into()));
     }
-    let sent = send_pack(dc, &pk, block, ends.0);
+    let sent = send_pack(dc, &pk, block, copies, ends.0);
     outcome(sent, pk.wait(), dir, ends)
 }
 
@@ -565,6 +571,9 @@ pub async fn tpt_tree(
     let port = port.unwrap_or_else(|| format!("EPRT {}", lightpath_proto::hostport::format_eprt(addr)));
     s.ctl.queue(&port).await?;
     held.ask_to_leave_out(s).await?;
+    if d.feat.lpvf_copies >= MAX_COPIES {
+        s.ctl.queue_optional(opts_vret_copies(MAX_COPIES)).await?;
+    }
     send_root(d, root).await?;
     d.ctl.send(&verb("VSTO", dpath)).await?;
     s.ctl.send(&verb("VRET", spath)).await?;

@@ -142,6 +142,11 @@ impl DataChannel {
         self.endpoint = Some(Endpoint::Connect(addrs));
     }
 
+    /// How many connections are cached (prepared for the next transfer).
+    pub fn cached_count(&self) -> usize {
+        self.cached.len()
+    }
+
     /// Forget cached connections (after errors, or on a new endpoint).
     pub fn drop_cache(&mut self) {
         self.cached.clear();

@@ -47,6 +47,10 @@ pub struct OutBlock<'a> {
     pub len: u64,
     /// Where the payload comes from.
     pub payload: Payload<'a>,
+    /// Blocks that share a key are copies of one another (a manifest chunk
+    /// sent twice): no connection sends two of them, so that one stalled
+    /// stream does not hold them all.
+    pub apart: Option<u64>,
 }
 
 /// Where the sender threads get their blocks.
@@ -100,7 +104,7 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
             Some(f) => Payload::File(f.clone(), off),
             None => Payload::Read(src, off),
         };
-        Ok(Some(OutBlock { wire_offset: off - plan.wire_base, len, payload }))
+        Ok(Some(OutBlock { wire_offset: off - plan.wire_base, len, payload, apart: None }))
     };
     crate::iothreads::send_blocks(conns, &supplier, src.device(), ctl)
 }

@@ -42,7 +42,7 @@ impl Supply<'static> for Stalled {
         }
         *left -= 1;
         let payload = Payload::Bytes(vec![(*left % 251) as u8; self.len as usize]);
-        Ok(Some(OutBlock { wire_offset: *left * self.len, len: self.len, payload }))
+        Ok(Some(OutBlock { wire_offset: *left * self.len, len: self.len, payload, apart: None }))
     }
     fn wait(&self, timeout: Duration) {
         let name = std::thread::current().name().unwrap_or("?").to_string();

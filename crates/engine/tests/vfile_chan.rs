@@ -44,7 +44,10 @@ fn manifest_stays_ordered_across_eight_streams() {
     let tmp = tempfile::tempdir().unwrap();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     tree(&src, 1500);
+    let data: u64 = files(&src).iter().map(|(_, b)| b.len() as u64).sum();
     for round in 0..4 {
+        // Rounds 2 and 3 send each manifest chunk twice, on two streams.
+        let copies = 1 + u8::from(round >= 2);
         let out = dst.join(format!("r{round}"));
         std::fs::create_dir_all(&out).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -55,16 +58,21 @@ fn manifest_stays_ordered_across_eight_streams() {
         let pk = pack(Arc::new(Root::open(&src).unwrap()), vec![Vec::new()], opts).unwrap();
         let sink =
             VfileSink::new(Unpacker::new(Arc::new(Root::open(&out).unwrap()), UnpackOptions::default()).unwrap());
+        let rx_ctl = Control::new();
         std::thread::scope(|s| {
             let h = s.spawn(|| {
                 tx_dc.prepare_send(8).unwrap();
-                send_pack(&mut tx_dc, &pk, 4096, &Control::new()).unwrap()
+                send_pack(&mut tx_dc, &pk, 4096, copies, &Control::new()).unwrap()
             });
             rx_dc.prepare_recv().unwrap();
-            rx_dc.recv_e(&sink, &recv_opts(Duration::from_secs(30)), &Control::new()).unwrap();
+            rx_dc.recv_e(&sink, &recv_opts(Duration::from_secs(30)), &rx_ctl).unwrap();
             h.join().unwrap();
         });
-        sink.finish().unwrap();
+        let stats = sink.finish().unwrap();
         assert_eq!(files(&src), files(&out), "round {round}");
+        let manifest = rx_ctl.bytes() - data - stats.manifest_repeated;
+        assert!(manifest > 0);
+        let repeated = if copies == 2 { manifest } else { 0 };
+        assert_eq!(stats.manifest_repeated, repeated, "round {round}: each manifest byte {copies} times, one kept");
     }
 }

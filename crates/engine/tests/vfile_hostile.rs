@@ -347,7 +347,7 @@ fn send_pack_reports_the_file_that_shrank() {
     let (sent, got) = std::thread::scope(|sc| {
         let h = sc.spawn(|| {
             tx.prepare_send(4).unwrap();
-            send_pack(&mut tx, &pack, 10_000, &Control::new())
+            send_pack(&mut tx, &pack, 10_000, 1, &Control::new())
         });
         rx.prepare_recv().unwrap();
         let got = rx.recv_e(&sink, &recv_opts(Duration::from_secs(30)), &Control::new());

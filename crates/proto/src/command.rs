@@ -70,6 +70,12 @@ pub enum Opts {
     /// it could not read; the client asks so of a file that changed while
     /// being read on two tries (docs/manifest.md). Repeated for several.
     VretSkip(Vec<u8>),
+    /// `OPTS VRET Copies=<n>;` (lightpath): the receiver of the next VRET
+    /// takes each manifest chunk up to `n` times (1 to
+    /// [`crate::manifest::MAX_COPIES`]), so the sender may put a copy on a
+    /// second stream: one stalled stream then holds no entries back
+    /// (docs/manifest.md).
+    VretCopies(u8),
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]` (lightpath): the mode and
     /// mtime of the tree's own directory, for the next VSTO to apply.
     Vsto(crate::held::TreeRoot),
@@ -449,6 +455,12 @@ pub fn opts_vret_skip(path: &[u8]) -> Vec<u8> {
     format!("OPTS VRET Skip={};", crate::held::hex(path)).into_bytes()
 }
 
+/// `OPTS VRET Copies=<n>;`: the receiver of the next VRET takes each
+/// manifest chunk up to `n` times ([`Opts::VretCopies`]).
+pub fn opts_vret_copies(n: u8) -> Vec<u8> {
+    format!("OPTS VRET Copies={n};").into_bytes()
+}
+
 /// `OPTS VSTO After=<hex>;Check=<16 hex>;`: an upload resumed from an
 /// earlier run, `check` being the sender's check of the files up to
 /// `after` ([`Opts::VstoResume`]).
@@ -483,6 +495,16 @@ fn parse_opts_vret(rest: &str) -> Result<Opts, CommandError> {
     let bad = || CommandError::Syntax(format!("bad OPTS VRET: {:.64}", rest));
     if let Some((v, None)) = one_or_two(rest, "skip", "") {
         return parse_path(v).map(Opts::VretSkip).ok_or_else(bad);
+    }
+    if let Some((v, None)) = one_or_two(rest, "copies", "") {
+        let ok = |n: &u8| (1..=crate::manifest::MAX_COPIES).contains(n);
+        return v
+            .parse()
+            .ok()
+            .filter(ok)
+            .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))
+            .map(Opts::VretCopies)
+            .ok_or_else(bad);
     }
     parse_resume(rest).map(Opts::Vret).ok_or_else(bad)
 }
@@ -777,6 +799,19 @@ mod tests {
         let long = vec![b'x'; MAX_VRET_AFTER];
         assert!(Command::parse(&opts_vret_skip(&long)).is_ok());
         assert!(Command::parse(&opts_vret_skip(&[long, vec![b'y']].concat())).is_err());
+    }
+
+    /// Manifest copies: 1 to MAX_COPIES, decimal digits only.
+    #[test]
+    fn opts_vret_copies_takes_one_to_max_copies() {
+        use crate::manifest::MAX_COPIES;
+        assert_eq!(Command::parse(&opts_vret_copies(2)).unwrap(), Command::Opts(Opts::VretCopies(2)));
+        assert_eq!(Command::parse(b"OPTS VRET copies=1;").unwrap(), Command::Opts(Opts::VretCopies(1)));
+        for bad in ["Copies=0;", "Copies=3;", "Copies=+2;", "Copies=2", "Copies=;", "Copies=2;Skip=61;", "Copies=02x;"]
+        {
+            assert!(Command::parse(format!("OPTS VRET {bad}").as_bytes()).is_err(), "{bad}");
+        }
+        assert!(Command::parse(&opts_vret_copies(MAX_COPIES + 1)).is_err());
     }
 
     /// An upload resumed across runs: the same path and check as a VRET's,

@@ -7,6 +7,9 @@ use crate::reply::Reply;
 pub const LIGHTPATH_FEAT: &str = "LIGHTPATH";
 /// The large virtual file (VRET/VSTO), with the manifest version.
 pub const LPVF_FEAT: &str = "LPVF";
+/// FEAT label: `LPVF-COPIES <n>`, the server takes each manifest chunk of
+/// a VSTO up to `n` times (see [`crate::manifest::MAX_COPIES`]).
+pub const LPVF_COPIES_FEAT: &str = "LPVF-COPIES";
 /// Data connections opened ahead (`DCON`), with the port they go to.
 pub const DCON_FEAT: &str = "DCON";
 
@@ -37,6 +40,9 @@ pub struct Features {
     pub lightpath: Option<String>,
     /// `LPVF <manifest version>`: the peer speaks VRET/VSTO.
     pub lpvf: Option<u8>,
+    /// `LPVF-COPIES <n>`: a VSTO may carry each manifest chunk up to `n`
+    /// times (0: once only).
+    pub lpvf_copies: u8,
     /// `DCON <port>`: where data connections opened ahead go.
     pub dcon: Option<u16>,
     /// `MFMT`: a file's modification time can be set.
@@ -83,6 +89,7 @@ impl Features {
             }
             LIGHTPATH_FEAT => self.lightpath = Some(arg.trim().to_string()),
             LPVF_FEAT => self.lpvf = arg.trim().parse().ok(),
+            LPVF_COPIES_FEAT => self.lpvf_copies = arg.trim().parse().unwrap_or(0),
             // Not a privileged port: a server must not aim our hellos at
             // its host's ssh or mail daemon (PASV replies are held to the same).
             DCON_FEAT => self.dcon = arg.trim().parse().ok().filter(|&p| p >= 1024),
@@ -123,9 +130,13 @@ mod tests {
 
     #[test]
     fn lightpath_feat_with_dcon() {
-        let lines = [" LIGHTPATH 0.1.0", " LPVF 1", " DCON 2912"].map(String::from);
+        let lines = [" LIGHTPATH 0.1.0", " LPVF 1", " LPVF-COPIES 2", " DCON 2912"].map(String::from);
         let f = Features::from_reply(&Reply::multi(211, "Extensions supported", lines));
         assert_eq!((f.lightpath.as_deref(), f.lpvf, f.dcon), (Some("0.1.0"), Some(1), Some(2912)));
+        assert_eq!(f.lpvf_copies, 2);
+        for (line, n) in [(" LPVF 1", 0), (" LPVF-COPIES x", 0), (" LPVF-COPIES 1", 1)] {
+            assert_eq!(Features::from_reply(&Reply::multi(211, "x", [line.to_string()])).lpvf_copies, n, "{line}");
+        }
         for bad in [" DCON 0", " DCON", " DCON 70000", " DCON x", " DCON 22", " DCON 1023"] {
             let f = Features::from_reply(&Reply::multi(211, "x", [bad.to_string()]));
             assert_eq!(f.dcon, None, "{bad}");

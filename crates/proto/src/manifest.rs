@@ -32,6 +32,11 @@ use std::fmt;
 pub const MAGIC: [u8; 4] = *b"LPVF";
 /// The format version this module reads and writes.
 pub const VERSION: u8 = 1;
+/// Most copies of each manifest chunk a sender may put on the wire (on
+/// different streams) when its receiver said it takes them (`OPTS VRET
+/// Copies=`, FEAT `LPVF-COPIES`): the receiver keeps the first and drops
+/// the rest.
+pub const MAX_COPIES: u8 = 2;
 /// Length of the stream header.
 pub const HEADER_LEN: usize = 8;
 /// Fixed part of an entry record, tag included.

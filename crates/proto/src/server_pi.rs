@@ -10,7 +10,7 @@
 //! are answered in order.
 
 use crate::command::{CksumArgs, Command, CommandError, Opts, Restart, Site};
-use crate::feat::{DCON_FEAT, LIGHTPATH_FEAT, LPVF_FEAT};
+use crate::feat::{DCON_FEAT, LIGHTPATH_FEAT, LPVF_COPIES_FEAT, LPVF_FEAT};
 use crate::line::Line;
 use crate::reply::Reply;
 use crate::vpath::VPath;
@@ -72,6 +72,9 @@ pub struct TransferSettings {
     /// `OPTS VRET Skip=`: files the next VRET leaves out (at most
     /// [`MAX_VRET_SKIP`]), consumed by the next transfer.
     pub vret_skip: Vec<Vec<u8>>,
+    /// `OPTS VRET Copies=`: how many times the next VRET may send each
+    /// manifest chunk (1 unless asked), consumed by the next transfer.
+    pub vret_copies: u8,
     /// `OPTS VSTO Mode=`: the tree's own directory, for the next VSTO,
     /// consumed by the next transfer.
     pub vsto_root: Option<crate::held::TreeRoot>,
@@ -90,6 +93,7 @@ impl Default for TransferSettings {
             block_size: None,
             vret_after: None,
             vret_skip: Vec::new(),
+            vret_copies: 1,
             vsto_root: None,
             vsto_after: None,
         }
@@ -452,6 +456,7 @@ impl ServerPi {
         ];
         lines.push(format!("{LIGHTPATH_FEAT} {}", self.cfg.version));
         lines.push(format!("{LPVF_FEAT} {}", crate::manifest::VERSION));
+        lines.push(format!("{LPVF_COPIES_FEAT} {}", crate::manifest::MAX_COPIES));
         if let Some(port) = self.cfg.dcon_port {
             lines.push(format!("{DCON_FEAT} {port}"));
         }
@@ -587,6 +592,10 @@ impl ServerPi {
                 self.settings.vret_skip.push(path);
                 self.reply(200, "OPTS Command Successful.");
             }
+            Opts::VretCopies(n) => {
+                self.settings.vret_copies = n;
+                self.reply(200, "OPTS Command Successful.");
+            }
             Opts::VstoResume(resume) => {
                 self.settings.vsto_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
@@ -685,8 +694,10 @@ impl ServerPi {
         let mut settings = self.settings.clone();
         settings.vret_after = self.settings.vret_after.take().filter(|_| kind == TransferKind::VfileRetr);
         settings.vret_skip = std::mem::take(&mut self.settings.vret_skip);
+        settings.vret_copies = std::mem::replace(&mut self.settings.vret_copies, 1);
         if kind != TransferKind::VfileRetr {
             settings.vret_skip.clear();
+            settings.vret_copies = 1;
         }
         settings.vsto_root = self.settings.vsto_root.take().filter(|_| kind == TransferKind::VfileStor);
         settings.vsto_after = self.settings.vsto_after.take().filter(|_| kind == TransferKind::VfileStor);

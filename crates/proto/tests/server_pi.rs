@@ -262,6 +262,7 @@ fn feat_parses_back_into_features() {
     assert_eq!(f.cksm, ["ADLER32", "MD5"]);
     assert!(f.has_cksm("md5") && !f.has_cksm("SHA1"));
     assert_eq!(f.lightpath.as_deref(), Some("9.8.7"));
+    assert_eq!((f.lpvf, f.lpvf_copies), (Some(1), lightpath_proto::manifest::MAX_COPIES));
 }
 
 // -------------------------------------------------------------- read-only
@@ -400,6 +401,19 @@ fn opts_vret_skip_gathers_names_for_the_next_vret_only() {
     }
     assert_eq!(codes(&s.send(b"OPTS VRET Skip=61;\r\n")), [501]);
     assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_skip.len(), MAX_VRET_SKIP);
+}
+
+/// Manifest copies: for the next VRET only; any other transfer drops them.
+#[test]
+fn opts_vret_copies_holds_for_the_next_vret_only() {
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VRET Copies=2;\r\n")), [200, 200]);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_copies, 2);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_copies, 1, "consumed");
+    s.send(b"OPTS VRET Copies=2;\r\n");
+    assert_eq!(one_transfer(&s.send(b"RETR /f\r\n")).settings.vret_copies, 1);
+    assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vret_copies, 1, "consumed by the RETR");
+    assert_eq!(codes(&s.send(b"OPTS VRET Copies=3;\r\n")), [501]);
 }
 
 #[test]

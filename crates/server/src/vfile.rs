@@ -74,7 +74,7 @@ pub fn send(root: &Root, dc: &mut DataChannel, t: &Transfer, ctl: &Control, read
         Ok(reused) => drop(ready.send(Ok(reused))),
         Err(e) => return fail_early(ready, Reply::new(425, format!("Can't open data connection: {e}"))),
     }
-    let sent = send_pack(dc, &pk, DEFAULT_BLOCK, ctl);
+    let sent = send_pack(dc, &pk, DEFAULT_BLOCK, t.settings.vret_copies, ctl);
     let (bytes, stats) = outcome(sent, pk.wait(), &t.path)?;
     let skipped = stats.skipped + hidden.load(Ordering::Relaxed);
     // The reply counts the tree's regular files, those the receiver held too.

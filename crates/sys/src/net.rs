@@ -220,6 +220,15 @@ pub fn tcp_pacing_rate(sock: &impl AsFd) -> io::Result<Option<u64>> {
     Ok(Some(r).filter(|&r| r != 0 && r != u64::MAX))
 }
 
+/// How long this socket's bytes not yet sent (`tcpi_notsent_bytes`) take
+/// to leave at its pacing rate (`tcpi_pacing_rate`); `None` while it has
+/// no pacing rate.
+pub fn tcp_unsent_time(sock: &impl AsFd) -> io::Result<Option<std::time::Duration>> {
+    let info = tcp_info(sock)?;
+    let rate = Some(info.tcpi_pacing_rate).filter(|&r| r != 0 && r != u64::MAX);
+    Ok(rate.map(|r| std::time::Duration::from_secs_f64(f64::from(info.tcpi_notsent_bytes) / r as f64)))
+}
+
 /// Set `TCP_NOTSENT_LOWAT` (see [`SockOpts::notsent_lowat`]).
 pub fn set_notsent_lowat(sock: &impl AsFd, bytes: u32) -> io::Result<()> {
     socket2::SockRef::from(sock).set_tcp_notsent_lowat(bytes)

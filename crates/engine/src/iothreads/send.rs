@@ -28,6 +28,8 @@ struct Ready {
     hdr: [u8; HEADER_LEN],
     len: u64,
     body: Body,
+    /// [`OutBlock::apart`], and when the block was made ready.
+    apart: Option<(u64, Instant)>,
 }
 
 enum Body {
@@ -101,7 +103,7 @@ impl Job {
                 Body::Mem(buf)
             }
         };
-        Ok(Ready { hdr, len: b.len, body })
+        Ok(Ready { hdr, len: b.len, body, apart: b.apart.map(|k| (k, Instant::now())) })
     }
 }
 
@@ -156,6 +158,7 @@ fn register(conns: &[TcpStream], job: &Arc<Job>, reg: &Registration) -> Result<(
             cur: None,
             done: false,
             lowat: Lowat::default(),
+            apart: [None; APART_KEPT],
         }));
     }
     Ok(())
@@ -197,14 +200,21 @@ fn drive<'s, 'e, 'b: 's>(
             s.spawn(move || fetch(job, reg, supplier));
         }
         let pending = st.supplier_pending && job.room_for_batch(&st);
+        // Blocks the connections passed over (`take_ready`) go to any of
+        // them once they waited: give the waiting ones another turn then.
+        let passed_over = !st.ready.is_empty() && std::mem::take(&mut st.net_waiting);
         drop(st);
+        if passed_over {
+            reg.poke();
+        }
         if pending {
             // This thread waits for the source, not a shared disk thread.
             supplier.wait(PARK);
             job.lock().supplier_pending = false;
             continue;
         }
-        job.notify.park(PARK).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
+        let wait = if passed_over { APART_DRAIN } else { PARK };
+        job.notify.park(wait).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
     }
 }
 
@@ -279,6 +289,46 @@ fn fetched(st: &mut State, reg: &Registration, r: Result<Option<Ready>>) -> bool
     go_on
 }
 
+/// The first ready block this connection may take: any without an
+/// [`OutBlock::apart`] key; one with a key if it took no copy of it and
+/// either its unsent bytes leave within [`APART_DRAIN`] (`drains`, asked
+/// once) or the block waited [`APART_DRAIN`] already. A manifest chunk
+/// behind megabytes of data on a stream paced at a few Mbit/s (the 95 ms
+/// lab's slowest streams held 3-4 MB at 3-10 Mbit/s after their losses)
+/// would hold the tree's entries back for seconds. `taken` is updated.
+fn take_ready(
+    ready: &mut VecDeque<Ready>,
+    taken: &mut [Option<u64>; APART_KEPT],
+    drains: impl FnOnce() -> bool,
+) -> Option<Ready> {
+    let mut drains = Some(drains);
+    let mut fast = None;
+    let mut may = |b: &Ready| match b.apart {
+        None => true,
+        Some((k, _)) if taken.contains(&Some(k)) => false,
+        Some((_, since)) if since.elapsed() >= APART_DRAIN => true,
+        Some(_) => *fast.get_or_insert_with(|| drains.take().is_some_and(|d| d())),
+    };
+    let i = ready.iter().position(&mut may)?;
+    let b = ready.remove(i)?;
+    if let Some((k, _)) = b.apart {
+        taken.rotate_right(1);
+        taken[0] = Some(k);
+    }
+    Some(b)
+}
+
+/// How soon a connection's unsent bytes must leave for it to take a block
+/// with an [`OutBlock::apart`] key, and how long such a block waits for one
+/// that does before any connection may take it.
+const APART_DRAIN: Duration = Duration::from_millis(50);
+
+/// Whether `stream`'s unsent bytes leave within [`APART_DRAIN`] (yes when
+/// the kernel cannot tell).
+fn drains_soon(stream: &mio::net::TcpStream) -> bool {
+    lightpath_sys::net::tcp_unsent_time(stream).ok().flatten().is_none_or(|t| t <= APART_DRAIN)
+}
+
 /// One connection's block in progress: `pos` bytes of header + payload written.
 struct Cur {
     ready: Ready,
@@ -294,7 +344,14 @@ struct SendConn {
     cur: Option<Cur>,
     done: bool,
     lowat: Lowat,
+    /// The [`OutBlock::apart`] keys of the last blocks that had one, that
+    /// this connection took: it leaves their copies to the others.
+    apart: [Option<u64>; APART_KEPT],
 }
+
+/// How many [`SendConn::apart`] keys a connection remembers (copies are
+/// made ready together, so the last few are the ones still waiting).
+const APART_KEPT: usize = 4;
 
 /// A sending connection's unsent bound ([`lightpath_plan::notsent_bound`]),
 /// fitted to its pacing rate at most every [`LOWAT_EVERY`].
@@ -331,12 +388,12 @@ impl SendConn {
         }
     }
 
-    fn next(&self) -> Next {
+    fn next(&mut self) -> Next {
         let mut st = self.job.lock();
         if st.stopped {
             return Next::Stop;
         }
-        if let Some(b) = st.ready.pop_front() {
+        if let Some(b) = take_ready(&mut st.ready, &mut self.apart, || drains_soon(&self.stream)) {
             // Room for a batch: the management thread may start a task (a
             // running one wakes it as it ends).
             if st.outstanding == 0 && self.job.room_for_batch(&st) {
@@ -345,7 +402,7 @@ impl SendConn {
             }
             return Next::Block(b);
         }
-        if st.supplier_done && st.outstanding == 0 {
+        if st.supplier_done && st.outstanding == 0 && st.ready.is_empty() {
             return Next::Trailer;
         }
         st.net_waiting = true;
@@ -354,7 +411,7 @@ impl SendConn {
 
     fn trailer(&self) -> Ready {
         let h = if self.index == 0 { BlockHeader::eof_eod(self.streams) } else { BlockHeader::eod() };
-        Ready { hdr: h.encode(), len: 0, body: Body::Mem(BlockBuf::Heap(Vec::new())) }
+        Ready { hdr: h.encode(), len: 0, body: Body::Mem(BlockBuf::Heap(Vec::new())), apart: None }
     }
 
     /// Write some of the current block (header, then payload); a write of
@@ -473,5 +530,55 @@ impl Conn for SendConn {
 
     fn end(&mut self) -> (usize, bool) {
         (self.index, self.done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(apart: Option<(u64, Instant)>) -> Ready {
+        Ready { hdr: [0; HEADER_LEN], len: 0, body: Body::Mem(BlockBuf::Heap(Vec::new())), apart }
+    }
+
+    fn keys(q: &VecDeque<Ready>) -> Vec<Option<u64>> {
+        q.iter().map(|b| b.apart.map(|(k, _)| k)).collect()
+    }
+
+    #[test]
+    fn a_connection_leaves_copies_of_what_it_took_to_the_others() {
+        let now = Instant::now();
+        let mut q: VecDeque<Ready> = [Some((7, now)), Some((7, now)), None, Some((9, now))].map(ready).into();
+        let (mut a, mut b) = ([None; APART_KEPT], [None; APART_KEPT]);
+        let k = |r: Option<Ready>| r.and_then(|r| r.apart.map(|(k, _)| k));
+        assert_eq!(k(take_ready(&mut q, &mut a, || true)), Some(7));
+        assert!(take_ready(&mut q, &mut a, || true).is_some_and(|r| r.apart.is_none()), "the data block, not 7's copy");
+        assert_eq!(k(take_ready(&mut q, &mut a, || true)), Some(9));
+        assert!(take_ready(&mut q, &mut a, || true).is_none(), "only 7's copy is left");
+        assert_eq!(keys(&q), [Some(7)]);
+        assert_eq!(k(take_ready(&mut q, &mut b, || true)), Some(7), "another connection takes it");
+    }
+
+    #[test]
+    fn a_slow_connection_takes_such_blocks_only_once_they_waited() {
+        let (now, old) = (Instant::now(), Instant::now() - APART_DRAIN);
+        let mut q: VecDeque<Ready> = [Some((1, now)), Some((3, now)), None, Some((2, old))].map(ready).into();
+        let mut asked = 0;
+        let mut slow = || {
+            asked += 1;
+            false
+        };
+        let mut taken = [None; APART_KEPT];
+        let first = take_ready(&mut q, &mut taken, &mut slow).unwrap();
+        assert!(first.apart.is_none(), "passes the fresh ones over for data");
+        let second = take_ready(&mut q, &mut taken, &mut slow).unwrap();
+        assert_eq!(second.apart.map(|(k, _)| k), Some(2), "one that waited goes to anyone");
+        assert!(take_ready(&mut q, &mut taken, &mut slow).is_none());
+        assert_eq!(asked, 3, "asked once per look");
+        assert_eq!(keys(&q), [Some(1), Some(3)]);
+        let mut fast = [None; APART_KEPT];
+        assert!(take_ready(&mut q, &mut fast, || true).is_some(), "a connection that drains soon takes them");
+        assert!(take_ready(&mut q, &mut fast, || true).is_some());
+        assert!(q.is_empty());
     }
 }

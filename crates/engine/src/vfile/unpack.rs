@@ -131,6 +131,9 @@ pub struct UnpackStats {
     pub bytes: u64,
     /// Most data that was held at once ahead of its manifest entries.
     pub parked_peak: u64,
+    /// Manifest bytes that came more than once (copies sent on a second
+    /// stream, see `vfile_chan`), dropped; set by the channel's sink.
+    pub manifest_repeated: u64,
 }
 
 #[derive(Debug, Default)]
