@@ -346,6 +346,7 @@ impl Session {
     pub async fn drop_speculation(&mut self) -> Result<(), ClientError> {
         let Some(tree) = self.spec_vret.take() else { return Ok(()) };
         let _ = self.ctl.flush().await; // MODE E/OPTS/PORT: a plain peer may refuse some
+        let _ = self.ctl.take_refused_optional("OPTS VRET Copies"); // nothing to say
         let r = self.ctl.reply().await?;
         tracing::debug!(tree = %String::from_utf8_lossy(&tree), code = r.code, "speculative VRET refused");
         if r.is_preliminary() {

@@ -47,10 +47,22 @@ pub struct OutBlock<'a> {
     pub len: u64,
     /// Where the payload comes from.
     pub payload: Payload<'a>,
-    /// Blocks that share a key are copies of one another (a manifest chunk
-    /// sent twice): no connection sends two of them, so that one stalled
-    /// stream does not hold them all.
-    pub apart: Option<u64>,
+    /// A block to keep off slow streams, and apart from its copies: see
+    /// [`Apart`].
+    pub apart: Option<Apart>,
+}
+
+/// A block that must not wait behind much unsent data (a manifest chunk):
+/// a connection whose unsent bytes need long to leave passes it over for a
+/// while. Blocks that share `key` are `copies` copies of one another: no
+/// connection sends two of them, so that one stalled stream does not hold
+/// them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Apart {
+    /// Shared by a block's copies (a manifest chunk's offset).
+    pub key: u64,
+    /// How many blocks share the key (1: no copies).
+    pub copies: u8,
 }
 
 /// Where the sender threads get their blocks.

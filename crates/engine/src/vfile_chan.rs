@@ -16,11 +16,11 @@
 //! yet (the receiving client, sharing two cores with the emulator, fell up
 //! to 280 MB behind). The data of those entries waited parked: in eight
 //! Linux-tree downloads up to 317 MB, and once over the 512 MiB limit,
-//! which failed that try; with copies, 48-97 MB.
+//! which failed that try; with copies, 48-129 MB.
 
 use crate::error::{EngineError, Result};
 use crate::io::Sink;
-use crate::modee::{OutBlock, Payload, RecvOpts, Supply};
+use crate::modee::{Apart, OutBlock, Payload, RecvOpts, Supply};
 use crate::progress::Control;
 use crate::vfile::{Pack, PackItem, PackReader, PackStats, UnpackStats, Unpacker, VfileError};
 use crate::DataChannel;
@@ -40,15 +40,18 @@ pub const MANIFEST_COPY_BASE: u64 = MANIFEST_BASE + (1 << 61);
 
 /// Send `pack` on the prepared MODE E connections of `dc`, each manifest
 /// chunk `copies` times (at most [`lightpath_proto::manifest::MAX_COPIES`],
-/// on different connections; once on a single connection).
+/// on different connections; once on fewer than three).
 ///
 /// Each stream thread takes one item ([`Pack::next_item`]) and writes it
-/// before taking the next, so a manifest chunk is made ready before any
-/// data it covers, and never sits behind such data on its own stream.
+/// before taking the next. A manifest chunk is made ready before any data
+/// it covers; a stream with much unsent data passes it over for up to
+/// 50 ms and may take such data meanwhile, which the receiver parks.
 pub fn send_pack(dc: &mut DataChannel, pack: &Pack, block: u64, copies: u8, ctl: &Control) -> Result<u64> {
     let reader = pack.reader();
     ctl.set_data_path(crate::DataPath::Tree);
-    let copy = copies >= 2 && dc.cached_count() >= 2;
+    // Not on two streams: copies that only the other may take would fill
+    // the job's slots and tie the fast stream to the slow one.
+    let copy = copies >= 2 && dc.cached_count() >= 3;
     let supply = PackSupply { pack, reader: &reader, block, copy, pending: Mutex::new(None) };
     let r = dc.send_blocks_e(&supply, ctl);
     if r.is_err() {
@@ -75,7 +78,7 @@ impl<'a> Supply<'a> for PackSupply<'a> {
     fn next(&self) -> io::Result<Option<OutBlock<'a>>> {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, bytes)) = pending.take() {
-            return Ok(Some(manifest_block(MANIFEST_COPY_BASE, at, bytes)));
+            return Ok(Some(manifest_block(MANIFEST_COPY_BASE, at, bytes, 2)));
         }
         let Poll::Ready(item) = self.pack.try_next_item(self.block)? else {
             return Err(io::ErrorKind::WouldBlock.into());
@@ -85,7 +88,7 @@ impl<'a> Supply<'a> for PackSupply<'a> {
                 if self.copy {
                     *pending = Some((at, bytes.clone()));
                 }
-                manifest_block(MANIFEST_BASE, at, bytes)
+                manifest_block(MANIFEST_BASE, at, bytes, 1 + u8::from(self.copy))
             }
             PackItem::Data { offset, len } => {
                 OutBlock { wire_offset: offset, len, payload: Payload::Read(self.reader, offset), apart: None }
@@ -97,10 +100,11 @@ impl<'a> Supply<'a> for PackSupply<'a> {
     }
 }
 
-/// The manifest chunk at `at`, at wire offsets from `base`; its copies
-/// share a key ([`OutBlock::apart`]), the chunk's offset.
-fn manifest_block<'a>(base: u64, at: u64, bytes: Vec<u8>) -> OutBlock<'a> {
-    OutBlock { wire_offset: base + at, len: bytes.len() as u64, payload: Payload::Bytes(bytes), apart: Some(at) }
+/// The manifest chunk at `at`, at wire offsets from `base`, one of
+/// `copies`; they share a key ([`Apart`]), the chunk's offset.
+fn manifest_block<'a>(base: u64, at: u64, bytes: Vec<u8>, copies: u8) -> OutBlock<'a> {
+    let apart = Some(Apart { key: at, copies });
+    OutBlock { wire_offset: base + at, len: bytes.len() as u64, payload: Payload::Bytes(bytes), apart }
 }
 
 /// Why a pack's transfer failed.

@@ -183,9 +183,10 @@ impl Job {
 
     /// Reserve the block's range; returns where it is written.
     fn claim(&self, h: &BlockHeader) -> Result<u64> {
-        let end = h.offset + h.count;
+        let overflow = || EngineError::Protocol("block offset overflows".into());
+        let end = h.offset.checked_add(h.count).ok_or_else(overflow)?;
         let start = self.base.checked_add(h.offset).filter(|&s| s.checked_add(h.count).is_some());
-        let start = start.ok_or_else(|| EngineError::Protocol("block offset overflows".into()))?;
+        let start = start.ok_or_else(overflow)?;
         if start + h.count > self.max_offset {
             return Err(EngineError::Protocol(format!("block {}-{} beyond the allowed size", h.offset, end)));
         }

@@ -9,14 +9,14 @@
 use super::net::{Conn, Turn};
 use super::{dup_nonblocking, engine, restore_blocking, stop_with, Registration, DISK_TASKS_PER_JOB};
 use crate::error::{EngineError, Result};
-use crate::modee::{OutBlock, Payload, Supplier};
+use crate::modee::{Apart, OutBlock, Payload, Supplier};
 use crate::pool::{BlockBuf, BufferPool};
 use crate::progress::Control;
 use lightpath_proto::modee::HEADER_LEN;
 use lightpath_proto::BlockHeader;
 use lightpath_sys::net::Waker;
 use lightpath_sys::scoped::Scope;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
@@ -29,7 +29,7 @@ struct Ready {
     len: u64,
     body: Body,
     /// [`OutBlock::apart`], and when the block was made ready.
-    apart: Option<(u64, Instant)>,
+    apart: Option<(Apart, Instant)>,
 }
 
 enum Body {
@@ -52,6 +52,9 @@ struct State {
     net_waiting: bool,
     /// The supplier said `WouldBlock`: no disk task until it may have more.
     supplier_pending: bool,
+    /// The connections that took copies of an [`Apart`] key, until all
+    /// its copies are taken.
+    apart_takers: HashMap<u64, Vec<usize>>,
 }
 
 /// What the network threads and disk tasks share about one send.
@@ -68,9 +71,21 @@ impl Job {
     /// fewer with few connections) into the free slots. The management
     /// thread is woken to start one only then: waking it for every block
     /// taken cost a wake-up per block, and another as each task ended.
+    ///
+    /// Blocks with an [`Apart`] (manifest chunks, small) that wait for a
+    /// connection that may take them count for nothing, up to half the
+    /// slots: a fast connection that took the originals keeps sending data
+    /// while their copies wait for a slow one.
     fn room_for_batch(&self, st: &State) -> bool {
         let batch = FETCH_BATCH.min(self.slots / 2).max(1);
-        !st.supplier_done && st.outstanding + st.ready.len() + batch <= self.slots
+        !st.supplier_done && self.held(st) + batch <= self.slots
+    }
+
+    /// The slots in use: blocks being fetched or ready, less the waiting
+    /// [`Apart`] blocks that count for nothing.
+    fn held(&self, st: &State) -> usize {
+        let apart = st.ready.iter().filter(|b| b.apart.is_some()).count().min(self.slots / 2);
+        st.outstanding + st.ready.len() - apart
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -132,6 +147,7 @@ pub(crate) fn send_blocks(
         last_progress: Instant::now(),
         net_waiting: false,
         supplier_pending: false,
+        apart_takers: HashMap::new(),
     };
     let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone(), slots: 2 * conns.len() });
     let reg = Registration::new(eng);
@@ -158,7 +174,6 @@ fn register(conns: &[TcpStream], job: &Arc<Job>, reg: &Registration) -> Result<(
             cur: None,
             done: false,
             lowat: Lowat::default(),
-            apart: [None; APART_KEPT],
         }));
     }
     Ok(())
@@ -202,7 +217,11 @@ fn drive<'s, 'e, 'b: 's>(
         let pending = st.supplier_pending && job.room_for_batch(&st);
         // Blocks the connections passed over (`take_ready`) go to any of
         // them once they waited: give the waiting ones another turn then.
-        let passed_over = !st.ready.is_empty() && std::mem::take(&mut st.net_waiting);
+        // So do connections that waited while only such blocks were left,
+        // once the last is gone: nothing else would wake them for their
+        // trailers.
+        let ended = st.supplier_done && st.outstanding == 0;
+        let passed_over = (!st.ready.is_empty() || ended) && std::mem::take(&mut st.net_waiting);
         drop(st);
         if passed_over {
             reg.poke();
@@ -240,12 +259,7 @@ fn fetch(job: &Job, reg: &Registration, supplier: &Supplier) {
             r.map_err(|e| EngineError::io("reading source", e)).and_then(|b| b.map(|b| job.make_ready(b)).transpose());
         let mut st = job.lock();
         let go_on = fetched(&mut st, reg, r);
-        if !go_on
-            || i + 1 >= FETCH_BATCH
-            || st.supplier_done
-            || st.stopped
-            || st.outstanding + st.ready.len() >= job.slots
-        {
+        if !go_on || i + 1 >= FETCH_BATCH || st.supplier_done || st.stopped || job.held(&st) >= job.slots {
             // The management thread starts the next task, if there is room
             // for one; else a connection wakes it when there is.
             let wake = st.stopped || job.room_for_batch(&st);
@@ -289,31 +303,35 @@ fn fetched(st: &mut State, reg: &Registration, r: Result<Option<Ready>>) -> bool
     go_on
 }
 
-/// The first ready block this connection may take: any without an
-/// [`OutBlock::apart`] key; one with a key if it took no copy of it and
-/// either its unsent bytes leave within [`APART_DRAIN`] (`drains`, asked
-/// once) or the block waited [`APART_DRAIN`] already. A manifest chunk
-/// behind megabytes of data on a stream paced at a few Mbit/s (the 95 ms
-/// lab's slowest streams held 3-4 MB at 3-10 Mbit/s after their losses)
-/// would hold the tree's entries back for seconds. `taken` is updated.
+/// The first ready block connection `me` may take: any without an
+/// [`Apart`]; one with an `Apart` if it took no copy of it (`takers`,
+/// updated) and either its unsent bytes leave within [`APART_DRAIN`]
+/// (`drains`, asked once) or the block waited [`APART_DRAIN`] already. A
+/// manifest chunk behind megabytes of data on a stream paced at a few
+/// Mbit/s (the 95 ms lab's slowest streams held 3-4 MB at 3-10 Mbit/s
+/// after their losses) would hold the tree's entries back for seconds.
 fn take_ready(
     ready: &mut VecDeque<Ready>,
-    taken: &mut [Option<u64>; APART_KEPT],
+    takers: &mut HashMap<u64, Vec<usize>>,
+    me: usize,
     drains: impl FnOnce() -> bool,
 ) -> Option<Ready> {
     let mut drains = Some(drains);
     let mut fast = None;
     let mut may = |b: &Ready| match b.apart {
         None => true,
-        Some((k, _)) if taken.contains(&Some(k)) => false,
+        Some((a, _)) if takers.get(&a.key).is_some_and(|t| t.contains(&me)) => false,
         Some((_, since)) if since.elapsed() >= APART_DRAIN => true,
         Some(_) => *fast.get_or_insert_with(|| drains.take().is_some_and(|d| d())),
     };
     let i = ready.iter().position(&mut may)?;
     let b = ready.remove(i)?;
-    if let Some((k, _)) = b.apart {
-        taken.rotate_right(1);
-        taken[0] = Some(k);
+    if let Some((a, _)) = b.apart.filter(|(a, _)| a.copies > 1) {
+        let t = takers.entry(a.key).or_default();
+        t.push(me);
+        if t.len() >= usize::from(a.copies) {
+            takers.remove(&a.key);
+        }
     }
     Some(b)
 }
@@ -344,14 +362,7 @@ struct SendConn {
     cur: Option<Cur>,
     done: bool,
     lowat: Lowat,
-    /// The [`OutBlock::apart`] keys of the last blocks that had one, that
-    /// this connection took: it leaves their copies to the others.
-    apart: [Option<u64>; APART_KEPT],
 }
-
-/// How many [`SendConn::apart`] keys a connection remembers (copies are
-/// made ready together, so the last few are the ones still waiting).
-const APART_KEPT: usize = 4;
 
 /// A sending connection's unsent bound ([`lightpath_plan::notsent_bound`]),
 /// fitted to its pacing rate at most every [`LOWAT_EVERY`].
@@ -389,15 +400,18 @@ impl SendConn {
     }
 
     fn next(&mut self) -> Next {
-        let mut st = self.job.lock();
-        if st.stopped {
+        let mut g = self.job.lock();
+        if g.stopped {
             return Next::Stop;
         }
-        if let Some(b) = take_ready(&mut st.ready, &mut self.apart, || drains_soon(&self.stream)) {
+        let st = &mut *g;
+        if let Some(b) = take_ready(&mut st.ready, &mut st.apart_takers, self.index, || drains_soon(&self.stream)) {
             // Room for a batch: the management thread may start a task (a
-            // running one wakes it as it ends).
-            if st.outstanding == 0 && self.job.room_for_batch(&st) {
-                drop(st);
+            // running one wakes it as it ends). The last block gone, it
+            // sends any connection still waiting to its trailer.
+            let last = st.ready.is_empty() && st.supplier_done && st.net_waiting;
+            if last || (st.outstanding == 0 && self.job.room_for_batch(st)) {
+                drop(g);
                 self.job.notify.wake();
             }
             return Next::Block(b);
@@ -538,25 +552,38 @@ mod tests {
     use super::*;
 
     fn ready(apart: Option<(u64, Instant)>) -> Ready {
+        let apart = apart.map(|(key, t)| (Apart { key, copies: 2 }, t));
         Ready { hdr: [0; HEADER_LEN], len: 0, body: Body::Mem(BlockBuf::Heap(Vec::new())), apart }
     }
 
     fn keys(q: &VecDeque<Ready>) -> Vec<Option<u64>> {
-        q.iter().map(|b| b.apart.map(|(k, _)| k)).collect()
+        q.iter().map(|b| b.apart.map(|(a, _)| a.key)).collect()
+    }
+
+    fn key(r: Option<Ready>) -> Option<u64> {
+        r.and_then(|r| r.apart.map(|(a, _)| a.key))
     }
 
     #[test]
     fn a_connection_leaves_copies_of_what_it_took_to_the_others() {
         let now = Instant::now();
         let mut q: VecDeque<Ready> = [Some((7, now)), Some((7, now)), None, Some((9, now))].map(ready).into();
-        let (mut a, mut b) = ([None; APART_KEPT], [None; APART_KEPT]);
-        let k = |r: Option<Ready>| r.and_then(|r| r.apart.map(|(k, _)| k));
-        assert_eq!(k(take_ready(&mut q, &mut a, || true)), Some(7));
-        assert!(take_ready(&mut q, &mut a, || true).is_some_and(|r| r.apart.is_none()), "the data block, not 7's copy");
-        assert_eq!(k(take_ready(&mut q, &mut a, || true)), Some(9));
-        assert!(take_ready(&mut q, &mut a, || true).is_none(), "only 7's copy is left");
-        assert_eq!(keys(&q), [Some(7)]);
-        assert_eq!(k(take_ready(&mut q, &mut b, || true)), Some(7), "another connection takes it");
+        // Many keys taken in between do not make it forget.
+        q.extend((100..120).map(|k| ready(Some((k, now)))));
+        let mut takers = HashMap::new();
+        assert_eq!(key(take_ready(&mut q, &mut takers, 0, || true)), Some(7));
+        assert!(take_ready(&mut q, &mut takers, 0, || true).is_some_and(|r| r.apart.is_none()), "data, not 7's copy");
+        for k in [9, 100, 101, 102, 103, 104, 105] {
+            assert_eq!(key(take_ready(&mut q, &mut takers, 0, || true)), Some(k));
+        }
+        while take_ready(&mut q, &mut takers, 0, || true).is_some() {}
+        assert_eq!(keys(&q), [Some(7)], "only 7's copy is left");
+        assert_eq!(key(take_ready(&mut q, &mut takers, 1, || true)), Some(7), "another connection takes it");
+        assert!(!takers.contains_key(&7), "forgotten once both copies went");
+        let mut one: VecDeque<Ready> = [None].map(ready).into();
+        one[0].apart = Some((Apart { key: 5, copies: 1 }, now));
+        assert!(take_ready(&mut one, &mut takers, 0, || true).is_some());
+        assert!(!takers.contains_key(&5), "a block without copies is not remembered");
     }
 
     #[test]
@@ -568,17 +595,15 @@ mod tests {
             asked += 1;
             false
         };
-        let mut taken = [None; APART_KEPT];
-        let first = take_ready(&mut q, &mut taken, &mut slow).unwrap();
+        let mut takers = HashMap::new();
+        let first = take_ready(&mut q, &mut takers, 0, &mut slow).unwrap();
         assert!(first.apart.is_none(), "passes the fresh ones over for data");
-        let second = take_ready(&mut q, &mut taken, &mut slow).unwrap();
-        assert_eq!(second.apart.map(|(k, _)| k), Some(2), "one that waited goes to anyone");
-        assert!(take_ready(&mut q, &mut taken, &mut slow).is_none());
+        assert_eq!(key(take_ready(&mut q, &mut takers, 0, &mut slow)), Some(2), "one that waited goes to anyone");
+        assert!(take_ready(&mut q, &mut takers, 0, &mut slow).is_none());
         assert_eq!(asked, 3, "asked once per look");
         assert_eq!(keys(&q), [Some(1), Some(3)]);
-        let mut fast = [None; APART_KEPT];
-        assert!(take_ready(&mut q, &mut fast, || true).is_some(), "a connection that drains soon takes them");
-        assert!(take_ready(&mut q, &mut fast, || true).is_some());
+        assert!(take_ready(&mut q, &mut takers, 1, || true).is_some(), "a connection that drains soon takes them");
+        assert!(take_ready(&mut q, &mut takers, 1, || true).is_some());
         assert!(q.is_empty());
     }
 }
