@@ -110,6 +110,17 @@ fn recursive_downloads_speculate_safely() {
     assert!(!local.join("copied").is_dir());
 }
 
+/// `VSTO dst` in MODE E on a logged-in raw session: the data connection,
+/// once the server said 150.
+fn vsto_dst(c: &mut Raw) -> TcpStream {
+    assert_eq!(c.cmd("MODE E").0, 200);
+    let addr = c.pasv();
+    c.send(b"VSTO dst");
+    let dc = TcpStream::connect(addr).unwrap();
+    assert_eq!(c.reply().0, 150);
+    dc
+}
+
 /// A VSTO whose manifest chunks come twice, at both manifest offsets and
 /// in any order (a copy before its original, one chunk as a copy only
 /// until its original follows): the server takes each byte once and
@@ -129,11 +140,7 @@ fn manifest_chunks_that_come_twice_are_taken_once() {
     encode_end_unchecked(Summary { entries: 2, total: 6 }, &mut m);
     let mut c = Raw::login(port);
     assert!(c.cmd("FEAT").1.contains("LPVF-COPIES 2"));
-    assert_eq!(c.cmd("MODE E").0, 200);
-    let addr = c.pasv();
-    c.send(b"VSTO dst");
-    let mut dc = TcpStream::connect(addr).unwrap();
-    assert_eq!(c.reply().0, 150);
+    let mut dc = vsto_dst(&mut c);
     let (base, copy) = (lightpath_engine::vfile_chan::MANIFEST_BASE, lightpath_engine::vfile_chan::MANIFEST_COPY_BASE);
     let cut = 11;
     let block = |at: u64, b: &[u8]| [&BlockHeader::data(at, b.len() as u64).encode()[..], b].concat();
@@ -166,11 +173,7 @@ fn hostile_manifest_is_refused_and_nothing_escapes() {
     encode_entry_unchecked(&evil, &mut m);
     encode_end_unchecked(Summary { entries: 1, total: 4 }, &mut m);
     let mut c = Raw::login(port);
-    assert_eq!(c.cmd("MODE E").0, 200);
-    let addr = c.pasv();
-    c.send(b"VSTO dst");
-    let mut dc = TcpStream::connect(addr).unwrap();
-    assert_eq!(c.reply().0, 150);
+    let mut dc = vsto_dst(&mut c);
     let base = lightpath_engine::vfile_chan::MANIFEST_BASE;
     let wire = [
         &BlockHeader::data(base, m.len() as u64).encode()[..],

@@ -216,8 +216,12 @@ pub fn tcp_peer_wscale(sock: &impl AsFd) -> io::Result<u8> {
 /// The rate (bytes/s) at which the kernel paces this socket's sends
 /// (`TCP_INFO`'s `tcpi_pacing_rate`); `None` while it has none.
 pub fn tcp_pacing_rate(sock: &impl AsFd) -> io::Result<Option<u64>> {
-    let r = tcp_info(sock)?.tcpi_pacing_rate;
-    Ok(Some(r).filter(|&r| r != 0 && r != u64::MAX))
+    Ok(pacing_rate(&tcp_info(sock)?))
+}
+
+/// `tcpi_pacing_rate`, unless it is unset (0) or unlimited (`u64::MAX`).
+fn pacing_rate(info: &libc::tcp_info) -> Option<u64> {
+    Some(info.tcpi_pacing_rate).filter(|&r| r != 0 && r != u64::MAX)
 }
 
 /// How long this socket's bytes not yet sent (`tcpi_notsent_bytes`) take
@@ -225,8 +229,7 @@ pub fn tcp_pacing_rate(sock: &impl AsFd) -> io::Result<Option<u64>> {
 /// no pacing rate.
 pub fn tcp_unsent_time(sock: &impl AsFd) -> io::Result<Option<std::time::Duration>> {
     let info = tcp_info(sock)?;
-    let rate = Some(info.tcpi_pacing_rate).filter(|&r| r != 0 && r != u64::MAX);
-    Ok(rate.map(|r| std::time::Duration::from_secs_f64(f64::from(info.tcpi_notsent_bytes) / r as f64)))
+    Ok(pacing_rate(&info).map(|r| std::time::Duration::from_secs_f64(f64::from(info.tcpi_notsent_bytes) / r as f64)))
 }
 
 /// Set `TCP_NOTSENT_LOWAT` (see [`SockOpts::notsent_lowat`]).

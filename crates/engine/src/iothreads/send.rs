@@ -306,7 +306,8 @@ fn fetched(st: &mut State, reg: &Registration, r: Result<Option<Ready>>) -> bool
 /// The first ready block connection `me` may take: any without an
 /// [`Apart`]; one with an `Apart` if it took no copy of it (`takers`,
 /// updated) and either its unsent bytes leave within [`APART_DRAIN`]
-/// (`drains`, asked once) or the block waited [`APART_DRAIN`] already. A
+/// (`drains`, asked at most once) or the block waited [`APART_DRAIN`]
+/// already. A
 /// manifest chunk behind megabytes of data on a stream paced at a few
 /// Mbit/s (the 95 ms lab's slowest streams held 3-4 MB at 3-10 Mbit/s
 /// after their losses) would hold the tree's entries back for seconds.
@@ -314,15 +315,14 @@ fn take_ready(
     ready: &mut VecDeque<Ready>,
     takers: &mut HashMap<u64, Vec<usize>>,
     me: usize,
-    drains: impl FnOnce() -> bool,
+    mut drains: impl FnMut() -> bool,
 ) -> Option<Ready> {
-    let mut drains = Some(drains);
     let mut fast = None;
     let mut may = |b: &Ready| match b.apart {
         None => true,
         Some((a, _)) if takers.get(&a.key).is_some_and(|t| t.contains(&me)) => false,
         Some((_, since)) if since.elapsed() >= APART_DRAIN => true,
-        Some(_) => *fast.get_or_insert_with(|| drains.take().is_some_and(|d| d())),
+        Some(_) => *fast.get_or_insert_with(&mut drains),
     };
     let i = ready.iter().position(&mut may)?;
     let b = ready.remove(i)?;
