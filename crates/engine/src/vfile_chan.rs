@@ -149,13 +149,21 @@ struct Reassembly {
 
 impl Reassembly {
     /// Manifest bytes at `off`, to wait until the bytes before them came.
-    /// Bytes that came before (a copy, or a chunk that overlaps one) are
-    /// dropped: the first to come stands.
+    /// Bytes already handed on are dropped unread. A chunk at the offset
+    /// of one still waiting (its copy) must agree with it where they
+    /// overlap, or the manifest is refused: both come from the same
+    /// sender, so a difference is its fault, and which one arrived first
+    /// must not decide the tree. The longer of the two is kept.
     fn add(&mut self, off: u64, buf: &[u8]) -> io::Result<()> {
         let skip = self.next.saturating_sub(off).min(buf.len() as u64);
         let (off, buf) = (off + skip, &buf[skip as usize..]);
         self.repeated += skip;
-        let waiting = self.early.get(&off).map_or(0, Vec::len);
+        let waiting = self.early.get(&off).map_or(&[][..], Vec::as_slice);
+        let common = waiting.len().min(buf.len());
+        if waiting[..common] != buf[..common] {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "manifest chunk and its copy differ"));
+        }
+        let waiting = waiting.len();
         if buf.len() <= waiting {
             self.repeated += buf.len() as u64;
             return Ok(());
@@ -282,5 +290,16 @@ mod tests {
         assert_eq!(reassemble(&[(2, b"cdefghij"), (2, b"cd"), (0, b"ab")]), want);
         // Nothing before the first byte: nothing out.
         assert!(reassemble(&[(1, b"bc"), (1, b"bc")]).is_empty());
+    }
+
+    #[test]
+    fn a_copy_that_disagrees_with_the_waiting_chunk_is_refused() {
+        for (first, second) in [(&b"cd"[..], &b"cX"[..]), (b"cd", b"cXefgh"), (b"cdefgh", b"Xd")] {
+            let mut m = Reassembly::default();
+            m.add(2, first).unwrap();
+            let e = m.add(2, second).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+            assert!(e.to_string().contains("differ"), "{e}");
+        }
     }
 }

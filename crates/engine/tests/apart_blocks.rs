@@ -55,6 +55,11 @@ fn copies_arrive_and_the_transfer_ends_when_a_copy_is_last() {
     for round in 0..20 {
         let supply = Pairs { next: Mutex::new(0), pairs: 8 };
         let (mut s, mut r) = pair(3);
+        // A sender that stalls then fails on its own idle limit instead of
+        // leaving the test to hang.
+        for c in &s {
+            c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        }
         let sink = MemorySink::new(1 << 30);
         let opts = RecvOpts { base: 0, max_offset: 1 << 40, idle: Duration::from_secs(5) };
         std::thread::scope(|sc| {
