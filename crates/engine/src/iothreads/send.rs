@@ -311,17 +311,22 @@ fn fetched(st: &mut State, reg: &Registration, r: Result<Option<Ready>>) -> bool
 /// manifest chunk behind megabytes of data on a stream paced at a few
 /// Mbit/s (the 95 ms lab's slowest streams held 3-4 MB at 3-10 Mbit/s
 /// after their losses) would hold the tree's entries back for seconds.
+/// With more copies than `streams`, each connection takes one of the
+/// first `streams` and the rest start a new round: a key is remembered
+/// for at most `streams` takers, so no copy waits for a connection that
+/// does not exist. A lone connection takes such blocks at once: no other
+/// could send them sooner.
 fn take_ready(
     ready: &mut VecDeque<Ready>,
     takers: &mut HashMap<u64, Vec<usize>>,
-    me: usize,
+    (me, streams): (usize, usize),
     mut drains: impl FnMut() -> bool,
 ) -> Option<Ready> {
     let mut fast = None;
     let mut may = |b: &Ready| match b.apart {
         None => true,
         Some((a, _)) if takers.get(&a.key).is_some_and(|t| t.contains(&me)) => false,
-        Some((_, since)) if since.elapsed() >= APART_DRAIN => true,
+        Some((_, since)) if streams < 2 || since.elapsed() >= APART_DRAIN => true,
         Some(_) => *fast.get_or_insert_with(&mut drains),
     };
     let i = ready.iter().position(&mut may)?;
@@ -329,7 +334,7 @@ fn take_ready(
     if let Some((a, _)) = b.apart.filter(|(a, _)| a.copies > 1) {
         let t = takers.entry(a.key).or_default();
         t.push(me);
-        if t.len() >= usize::from(a.copies) {
+        if t.len() >= usize::from(a.copies).min(streams) {
             takers.remove(&a.key);
         }
     }
@@ -405,7 +410,9 @@ impl SendConn {
             return Next::Stop;
         }
         let st = &mut *g;
-        if let Some(b) = take_ready(&mut st.ready, &mut st.apart_takers, self.index, || drains_soon(&self.stream)) {
+        if let Some(b) = take_ready(&mut st.ready, &mut st.apart_takers, (self.index, self.streams as usize), || {
+            drains_soon(&self.stream)
+        }) {
             // Room for a batch: the management thread may start a task (a
             // running one wakes it as it ends). The last block gone, it
             // sends any connection still waiting to its trailer.
@@ -571,19 +578,44 @@ mod tests {
         // Many keys taken in between do not make it forget.
         q.extend((100..120).map(|k| ready(Some((k, now)))));
         let mut takers = HashMap::new();
-        assert_eq!(key(take_ready(&mut q, &mut takers, 0, || true)), Some(7));
-        assert!(take_ready(&mut q, &mut takers, 0, || true).is_some_and(|r| r.apart.is_none()), "data, not 7's copy");
+        assert_eq!(key(take_ready(&mut q, &mut takers, (0, 2), || true)), Some(7));
+        assert!(
+            take_ready(&mut q, &mut takers, (0, 2), || true).is_some_and(|r| r.apart.is_none()),
+            "data, not 7's copy"
+        );
         for k in [9, 100, 101, 102, 103, 104, 105] {
-            assert_eq!(key(take_ready(&mut q, &mut takers, 0, || true)), Some(k));
+            assert_eq!(key(take_ready(&mut q, &mut takers, (0, 2), || true)), Some(k));
         }
-        while take_ready(&mut q, &mut takers, 0, || true).is_some() {}
+        while take_ready(&mut q, &mut takers, (0, 2), || true).is_some() {}
         assert_eq!(keys(&q), [Some(7)], "only 7's copy is left");
-        assert_eq!(key(take_ready(&mut q, &mut takers, 1, || true)), Some(7), "another connection takes it");
+        assert_eq!(key(take_ready(&mut q, &mut takers, (1, 2), || true)), Some(7), "another connection takes it");
         assert!(!takers.contains_key(&7), "forgotten once both copies went");
         let mut one: VecDeque<Ready> = [None].map(ready).into();
         one[0].apart = Some((Apart { key: 5, copies: 1 }, now));
-        assert!(take_ready(&mut one, &mut takers, 0, || true).is_some());
+        assert!(take_ready(&mut one, &mut takers, (0, 2), || true).is_some());
         assert!(!takers.contains_key(&5), "a block without copies is not remembered");
+    }
+
+    #[test]
+    fn copies_beyond_the_connections_start_a_new_round() {
+        let now = Instant::now();
+        let mut q: VecDeque<Ready> = [Some((4, now)); 3].map(ready).into();
+        q.iter_mut().for_each(|b| b.apart = Some((Apart { key: 4, copies: 3 }, now)));
+        let mut takers = HashMap::new();
+        assert_eq!(key(take_ready(&mut q, &mut takers, (0, 2), || true)), Some(4));
+        assert!(take_ready(&mut q, &mut takers, (0, 2), || true).is_none(), "not two of one round");
+        assert_eq!(key(take_ready(&mut q, &mut takers, (1, 2), || true)), Some(4));
+        assert_eq!(key(take_ready(&mut q, &mut takers, (0, 2), || true)), Some(4), "the third is not stuck");
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_lone_slow_connection_takes_such_blocks_at_once() {
+        let mut q: VecDeque<Ready> = [Some((8, Instant::now()))].map(ready).into();
+        let mut takers = HashMap::new();
+        assert_eq!(key(take_ready(&mut q, &mut takers, (0, 1), || false)), Some(8));
+        let mut q: VecDeque<Ready> = [Some((9, Instant::now()))].map(ready).into();
+        assert!(take_ready(&mut q, &mut takers, (0, 2), || false).is_none(), "with two it waits");
     }
 
     #[test]
@@ -596,14 +628,14 @@ mod tests {
             false
         };
         let mut takers = HashMap::new();
-        let first = take_ready(&mut q, &mut takers, 0, &mut slow).unwrap();
+        let first = take_ready(&mut q, &mut takers, (0, 2), &mut slow).unwrap();
         assert!(first.apart.is_none(), "passes the fresh ones over for data");
-        assert_eq!(key(take_ready(&mut q, &mut takers, 0, &mut slow)), Some(2), "one that waited goes to anyone");
-        assert!(take_ready(&mut q, &mut takers, 0, &mut slow).is_none());
+        assert_eq!(key(take_ready(&mut q, &mut takers, (0, 2), &mut slow)), Some(2), "one that waited goes to anyone");
+        assert!(take_ready(&mut q, &mut takers, (0, 2), &mut slow).is_none());
         assert_eq!(asked, 3, "asked once per look");
         assert_eq!(keys(&q), [Some(1), Some(3)]);
-        assert!(take_ready(&mut q, &mut takers, 1, || true).is_some(), "a connection that drains soon takes them");
-        assert!(take_ready(&mut q, &mut takers, 1, || true).is_some());
+        assert!(take_ready(&mut q, &mut takers, (1, 2), || true).is_some(), "a connection that drains soon takes them");
+        assert!(take_ready(&mut q, &mut takers, (1, 2), || true).is_some());
         assert!(q.is_empty());
     }
 }
