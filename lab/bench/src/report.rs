@@ -167,7 +167,33 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
     }
     out += &fault_line(sc);
     out += &emulator_lag(sc);
+    out += &parked_line(sc);
     out
+}
+
+/// Per lightpath setting that downloaded a tree: the most data a run held
+/// at once ahead of its manifest entries (`parked_peak` in the run's
+/// `tool_report`), median and range over the runs that said.
+fn parked_line(sc: &ScenarioResult) -> String {
+    let mut by: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for r in &sc.runs {
+        if let Some(p) = r.tool_report.as_ref().and_then(|t| t["tree"]["parked_peak"].as_u64()) {
+            by.entry(&r.label).or_default().push(p);
+        }
+    }
+    let parts: Vec<String> = by
+        .into_iter()
+        .map(|(label, v)| {
+            let mb: Vec<f64> = v.iter().map(|&b| b as f64 / 1e6).collect();
+            let (lo, hi) = mb.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let mid = crate::stats::median(&mb).unwrap_or_default();
+            format!("{label} {mid:.0} MB ({lo:.0}–{hi:.0}, {} runs)", mb.len())
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("\n- most data parked ahead of its manifest entries, per run (median): {}\n", parts.join("; "))
 }
 
 /// Why run `r` failed, with the last line the tool wrote to stderr (what

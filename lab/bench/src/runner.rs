@@ -278,9 +278,13 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
         running.push(start_server(env, path, s, logs)?);
     }
     let group = env.cgroups.group("client")?;
+    let lightpath = rec.tool == Some(ToolKind::Lightpath);
     let client = || {
         let mut cmd = path.command(inv.client_side, &group, &inv.client[0]);
         cmd.args(&inv.client[1..]);
+        if lightpath {
+            cmd.env("LIGHTPATH_LOG", LIGHTPATH_CLIENT_LOG);
+        }
         // lightpath's book of servers met (data connections opened ahead
         // from the second visit on) and its notes of uploads kept for
         // `cp --partial` live with the bench's cache, not in ~root.
@@ -341,9 +345,14 @@ fn run_client(
     }
 }
 
-/// The references' own reports: iperf3's sets its TTC, fio's is only recorded.
+/// The tools' own reports: iperf3's sets its TTC; fio's, and what lightpath
+/// said of a tree it rebuilt, are only recorded.
 fn reference_numbers(rec: &mut RunRecord, logs: &Path) -> Result<()> {
     match rec.tool {
+        Some(ToolKind::Lightpath) => {
+            rec.tool_report = fs::read_to_string(logs.join("client.err")).ok().and_then(|e| tree_report(&e));
+            Ok(())
+        }
         Some(ToolKind::Iperf3) => iperf3_timing(rec, &logs.join("client.out")),
         Some(ToolKind::Fio) => {
             let text = fs::read_to_string(logs.join(fio::REPORT_FILE)).context("fio wrote no report")?;
@@ -358,6 +367,29 @@ fn reference_numbers(rec: &mut RunRecord, logs: &Path) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// lightpath's client log filter in runs: its warnings as usual, and the
+/// one `tree rebuilt` line a tree download ends with ([`tree_report`]).
+const LIGHTPATH_CLIENT_LOG: &str = "warn,lightpath_client::vfile=info";
+
+/// What a lightpath client said of the tree it rebuilt (the last `tree
+/// rebuilt` line of its stderr): the most data it held at once ahead of
+/// the manifest entries that place it (`parked_peak`; over 512 MiB a try
+/// fails), and manifest bytes that came twice. `None` for runs that
+/// rebuilt no tree.
+fn tree_report(stderr: &str) -> Option<serde_json::Value> {
+    let line = stderr.lines().rfind(|l| l.contains("tree rebuilt"))?;
+    let field = |name: &str| -> Option<u64> {
+        let at = line.find(&format!(" {name}: "))? + name.len() + 3;
+        line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    };
+    let tree = serde_json::json!({
+        "files": field("files"),
+        "parked_peak": field("parked_peak")?,
+        "manifest_repeated": field("manifest_repeated"),
+    });
+    Some(serde_json::json!({ "tree": tree }))
 }
 
 /// iperf3 `-n` exits once the sender has handed the bytes to its kernel and
@@ -469,6 +501,17 @@ mod tests {
         let mut rec = RunRecord { payload_bytes: 8_000_000, ..Default::default() };
         iperf3_timing(&mut rec, &path)?;
         Ok(rec)
+    }
+
+    #[test]
+    fn a_tree_download_reports_what_it_parked() {
+        let err = "2026-11-28T10:00:00Z  WARN lightpath_client: slow\n\
+            2026-11-28T10:00:09Z  INFO lightpath_client::vfile: tree rebuilt stats=UnpackStats { files: 5000, \
+            dirs: 417, symlinks: 0, hardlinks: 0, bytes: 480000000, parked_peak: 75497472, manifest_repeated: 12 }\n";
+        let r = tree_report(err).unwrap();
+        assert_eq!(r["tree"]["parked_peak"], 75_497_472);
+        assert_eq!((r["tree"]["files"].as_u64(), r["tree"]["manifest_repeated"].as_u64()), (Some(5000), Some(12)));
+        assert_eq!(tree_report("lightpath: 1 file(s) copied"), None, "no tree, no report");
     }
 
     #[test]

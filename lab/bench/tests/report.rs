@@ -197,6 +197,21 @@ fn runs_where_the_emulator_fell_behind_are_named() {
     assert!(md.contains("- emulator behind (packets more than 1 ms late) in: iperf3 -P 4 #2 (37)"), "{md}");
 }
 
+#[test]
+fn what_lightpath_parked_of_a_tree_is_summed_up_per_setting() {
+    let mut res = results();
+    assert!(!report::summary(&res).contains("parked"), "no tree reports, no line");
+    let tree = |parked: u64| Some(serde_json::json!({ "tree": { "parked_peak": parked } }));
+    // lightpath -p 4's three runs (its second failed: a failed run's report counts too).
+    res.scenarios[0].runs[2].tool_report = tree(48_000_000);
+    res.scenarios[0].runs[6].tool_report = tree(129_000_000);
+    res.scenarios[0].runs[10].tool_report = tree(60_000_000);
+    let md = report::summary(&res);
+    let want =
+        "- most data parked ahead of its manifest entries, per run (median): lightpath -p 4 60 MB (48–129, 3 runs)";
+    assert!(md.contains(want), "{md}");
+}
+
 /// What fails a `--quick` run (CI's check that the harness still works).
 #[test]
 fn failures_list_every_failed_run_and_scenario() {
