@@ -120,7 +120,7 @@ impl Receiver {
         if let Some(&(_, end)) = r.last() {
             let missing = self.got.missing(end);
             assert_eq!(u128::from(missing.covered()) + u128::from(self.got.covered()), u128::from(end));
-            for &(a, b) in missing.ranges() {
+            for (a, b) in missing.iter() {
                 assert!(!self.got.overlaps(a, b));
             }
         }

@@ -125,7 +125,7 @@ impl Resume {
     /// failed (with what it had before: `have`).
     pub(crate) fn keep_sent(&self, have: RangeSet, source: Stamp) {
         let mut within = RangeSet::new();
-        for &(s, e) in have.ranges() {
+        for (s, e) in have.iter() {
             if s < source.0 {
                 within.insert(s, e.min(source.0));
             }

@@ -79,6 +79,79 @@ fn hostile_streams_fail_cleanly() {
     assert!(huge.is_err());
 }
 
+/// Tiny blocks sent apart (at falling offsets, the worst order for a
+/// sorted list) are refused once they leave 65536 separate ranges.
+#[test]
+fn tiny_blocks_apart_are_refused_before_they_add_up() {
+    let (mut s, mut r) = pair(1);
+    let mut sender = s.pop().unwrap();
+    let n = (1u64 << 16) + 10;
+    let writer = std::thread::spawn(move || {
+        let mut wire = Vec::new();
+        for i in (0..n).rev() {
+            wire.extend_from_slice(&BlockHeader::data(2 * i, 1).encode());
+            wire.push(b'x');
+        }
+        // The receiver stops reading once it refuses: what it did not read is lost.
+        let _ = sender.write_all(&wire);
+    });
+    let sink = MemorySink::new(1 << 20);
+    let e = modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap_err().to_string();
+    assert!(e.contains("over 65536 separate ranges"), "{e}");
+    drop(r);
+    writer.join().unwrap();
+}
+
+/// A sender that announces one stream but sends on two ends the transfer
+/// with a block still coming: its range must not pass for received.
+#[test]
+fn a_block_cut_short_by_the_end_fails_the_transfer() {
+    let (mut s, mut r) = pair(2);
+    // The receiver reads the cut block first, then the other stream's end.
+    let writer = std::thread::spawn(move || {
+        s[1].write_all(&BlockHeader::data(4, 4).encode()).unwrap();
+        s[1].write_all(b"ef").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        s[0].write_all(&BlockHeader::data(0, 4).encode()).unwrap();
+        s[0].write_all(b"abcd").unwrap();
+        s[0].write_all(&BlockHeader::eof_eod(1).encode()).unwrap();
+        s
+    });
+    let sink = MemorySink::new(1 << 20);
+    let e = modee::recv(&mut r, None, &sink, &opts(), &Control::new()).unwrap_err().to_string();
+    assert!(e.contains("bytes short of its blocks"), "{e}");
+    drop(writer.join().unwrap());
+}
+
+/// A block that takes longer than the idle limit to leave, while its
+/// bytes keep moving, is not an idle transfer.
+#[test]
+fn a_slow_but_moving_block_is_not_idle() {
+    let (mut s, mut r) = pair(1);
+    socket2::SockRef::from(&s[0]).set_send_buffer_size(64 << 10).unwrap();
+    socket2::SockRef::from(&r[0]).set_recv_buffer_size(64 << 10).unwrap();
+    s[0].set_write_timeout(Some(Duration::from_millis(300))).unwrap();
+    let len = 2u64 << 20;
+    let src = BytesSource(data(len as usize));
+    let plan = SendPlan { ranges: vec![(0, len)], wire_base: 0, block: len, grow: None };
+    let mut reader = r.pop().unwrap();
+    // About 1.6 MB/s: each 1 MiB takes over twice the idle limit.
+    let slow = std::thread::spawn(move || {
+        let (mut buf, mut got) = (vec![0u8; 32 << 10], 0u64);
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            match std::io::Read::read(&mut reader, &mut buf) {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got += n as u64,
+            }
+        }
+    });
+    let sent = modee::send(&mut s, &src, &plan, &Control::new());
+    drop(s);
+    assert_eq!(sent.map_err(|e| e.to_string()), Ok(len));
+    assert!(slow.join().unwrap() >= len);
+}
+
 /// A sink that keeps nothing still hears of every byte, as ranges for the
 /// restart markers, once the receive returns.
 #[test]

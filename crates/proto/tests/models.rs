@@ -30,7 +30,7 @@ fn build(inserts: &[(u64, u64)]) -> (RangeSet, Vec<bool>) {
 }
 
 fn check_invariants(set: &RangeSet) -> Result<(), TestCaseError> {
-    for &(s, e) in set.ranges() {
+    for (s, e) in set.iter() {
         prop_assert!(s < e, "empty or backwards range in {:?}", set);
     }
     for w in set.ranges().windows(2) {
@@ -106,10 +106,10 @@ proptest! {
         let covered_below: u128 =
             set.ranges().iter().map(|&(s, e)| u128::from(e.min(total) - s.min(total))).sum();
         prop_assert_eq!(u128::from(missing.covered()) + covered_below, u128::from(total));
-        for &(s, e) in set.ranges() {
+        for (s, e) in set.iter() {
             prop_assert!(!missing.overlaps(s, e));
         }
-        for &(s, e) in missing.ranges() {
+        for (s, e) in missing.iter() {
             prop_assert!(e <= total && !set.overlaps(s, e));
         }
         // Display / parse round trip.

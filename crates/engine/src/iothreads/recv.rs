@@ -57,6 +57,14 @@ use std::time::{Duration, Instant};
 mod discard;
 mod payload;
 
+/// Most separate ranges the blocks received so far may form. A sender's
+/// holes are the blocks still in flight on its streams: hundreds, a few
+/// thousand with many streams and small blocks. A peer that sends tiny
+/// blocks apart from each other would otherwise grow the receiver's range
+/// sets (here and in [`Control`]'s progress) by tens of bytes for every
+/// 18 it sends.
+const MAX_CLAIMED_RANGES: usize = 1 << 16;
+
 /// Most pieces one disk task writes (fewer tasks when the queue builds
 /// up). Pieces back to back in the sink go down as one `pwritev`: up to
 /// 2 MiB per direct write instead of 256 KiB. 3 GiB over loopback with
@@ -147,6 +155,9 @@ struct State {
     /// Ranges read for a sink that keeps nothing, not yet reported to the
     /// transfer's [`Control`] (see `discard`).
     discarded: RangeSet,
+    /// Payload bytes read off the connections (queued or discarded): at
+    /// the end, all that the claimed blocks cover.
+    read: u64,
 }
 
 impl State {
@@ -195,6 +206,11 @@ impl Job {
             return Err(EngineError::Protocol(format!("overlapping block {}-{}", h.offset, end)));
         }
         st.claimed.insert(h.offset, end);
+        if st.claimed.len() > MAX_CLAIMED_RANGES {
+            return Err(EngineError::Protocol(format!(
+                "the sender's blocks left over {MAX_CLAIMED_RANGES} separate ranges (tiny or far out of order)"
+            )));
+        }
         Ok(start)
     }
 
@@ -251,6 +267,7 @@ impl Job {
 
     fn queue(&self, p: Piece) {
         let mut st = self.lock();
+        st.read += p.len as u64;
         st.queue.push_back(p);
         // A running disk task takes it, or wakes the management thread as
         // it ends (the check and its end share this lock). With none
@@ -290,6 +307,7 @@ pub(crate) fn recv(
         last_activity: Instant::now(),
         net_waiting: false,
         discarded: RangeSet::default(),
+        read: 0,
     };
     let splice =
         sink.file().is_some() && splice_forced().unwrap_or_else(|| splice_by_default(conns, listener.map(|(l, _)| l)));
@@ -383,6 +401,15 @@ impl<'a> Driver<'a> {
             return Err(EngineError::Aborted);
         }
         if st.finished() && st.queue.is_empty() && st.outstanding == 0 {
+            // A sender that announced fewer streams than it used could end
+            // with a block still coming on one: its claimed range must not
+            // pass for received.
+            let short = st.claimed.covered().saturating_sub(st.read);
+            if short > 0 {
+                return Err(EngineError::Protocol(format!(
+                    "the sender ended the transfer {short} bytes short of its blocks"
+                )));
+            }
             return Ok(Some(std::mem::take(&mut st.claimed)));
         }
         if st.last_activity.elapsed() > self.idle {
@@ -405,7 +432,7 @@ impl<'a> Driver<'a> {
             return;
         }
         let moved = std::mem::take(&mut self.job.lock().discarded);
-        for &(start, end) in moved.ranges() {
+        for (start, end) in moved.iter() {
             self.ctl.add_written(start, end);
         }
     }

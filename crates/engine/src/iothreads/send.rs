@@ -464,6 +464,15 @@ impl SendConn {
         Ok(n)
     }
 
+    /// A turn wrote `spent` bytes: the job is not idle, even while a large
+    /// block on a slow path takes longer than the idle limit to finish
+    /// (only finished blocks counted, so a moving send could fail as idle).
+    fn moved(&self, spent: usize) {
+        if spent > 0 {
+            self.job.lock().last_progress = Instant::now();
+        }
+    }
+
     /// The current block is on the wire.
     fn completed(&mut self) -> bool {
         let Some(cur) = self.cur.take() else { return false };
@@ -527,7 +536,10 @@ impl Conn for SendConn {
                         c.pos += n as u64;
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Turn::Blocked,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.moved(spent);
+                    return Turn::Blocked;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
                     self.fail(EngineError::sending(format!("data connection {}", self.index), e));
@@ -539,6 +551,7 @@ impl Conn for SendConn {
                 self.done = self.completed();
             }
             if spent >= budget {
+                self.moved(spent);
                 return Turn::More;
             }
         }

@@ -37,6 +37,7 @@ impl RecvConn {
         let mut st = job.lock();
         st.last_activity = Instant::now();
         st.discarded.insert(*wire, *wire + n);
+        st.read += n;
         drop(st);
         (*at, *wire, *left) = (*at + n, *wire + n, *left - n);
         if *left == 0 {
