@@ -169,12 +169,12 @@ impl Reassembly {
             return Ok(());
         }
         self.repeated += waiting as u64;
-        self.early_bytes += buf.len();
+        self.early_bytes += held(buf.len());
         if self.early_bytes > MAX_EARLY_MANIFEST {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "manifest gap too large"));
         }
         if let Some(replaced) = self.early.insert(off, buf.to_vec()) {
-            self.early_bytes -= replaced.len();
+            self.early_bytes -= held(replaced.len());
         }
         Ok(())
     }
@@ -185,7 +185,7 @@ impl Reassembly {
         loop {
             let (&at, _) = self.early.first_key_value().filter(|(&at, _)| at <= self.next)?;
             let mut chunk = self.early.remove(&at)?;
-            self.early_bytes -= chunk.len();
+            self.early_bytes -= held(chunk.len());
             let end = at + chunk.len() as u64;
             self.repeated += self.next.min(end) - at;
             if end > self.next {
@@ -198,8 +198,16 @@ impl Reassembly {
 }
 
 /// Manifest bytes that may wait for a gap to fill (a hostile sender could
-/// otherwise make us buffer without bound).
+/// otherwise make us buffer without bound), each waiting chunk charged
+/// [`held`].
 const MAX_EARLY_MANIFEST: usize = 64 << 20;
+
+/// What a waiting chunk of `len` bytes costs to hold: its bytes and about
+/// 100 of map entry and vector, charged as 256, so that 1-byte chunks
+/// cannot hold a hundred times the limit (a review finding).
+fn held(len: usize) -> usize {
+    len + 256
+}
 
 impl VfileSink {
     /// Wrap an unpacker.
@@ -268,10 +276,20 @@ mod tests {
                 out.extend_from_slice(&chunk);
             }
         }
-        assert_eq!(m.early_bytes, m.early.values().map(Vec::len).sum::<usize>(), "early bytes counted");
+        let waiting: usize = m.early.values().map(Vec::len).sum();
+        assert_eq!(m.early_bytes, waiting + 256 * m.early.len(), "early bytes counted, with what each costs");
         let sent: usize = pieces.iter().map(|(_, b)| b.len()).sum();
-        assert_eq!(m.repeated as usize + out.len() + m.early_bytes, sent, "every byte counted once");
+        assert_eq!(m.repeated as usize + out.len() + waiting, sent, "every byte counted once");
         out
+    }
+
+    #[test]
+    fn tiny_chunks_behind_a_gap_are_charged_what_they_hold() {
+        let mut m = Reassembly::default();
+        // 64 MiB / 257 per 1-byte chunk: refused after about 261 thousand, not 64 Mi.
+        let refused = (1..1_000_000u64).find_map(|off| m.add(off, b"x").err());
+        assert!(refused.is_some_and(|e| e.to_string().contains("manifest gap too large")));
+        assert!(m.early.len() < 262_000, "{}", m.early.len());
     }
 
     #[test]

@@ -315,20 +315,36 @@ fn parking_never_blocks_a_writer() {
     let mut second = Vec::new();
     manifest::encode_entry_unchecked(&b, &mut second);
     manifest::encode_end_unchecked(Summary { entries: 2, total: 104 }, &mut second);
-    let opts = UnpackOptions { park_limit: 150, ..Default::default() };
+    // A parked block counts its bytes and 256 for holding it.
+    let opts = UnpackOptions { park_limit: 400, ..Default::default() };
     let u = Unpacker::new(s.root("dst"), opts.clone()).unwrap();
     u.manifest_bytes(&first).unwrap();
     u.write_block(4, &[7; 100]).unwrap(); // parked, returns at once
     u.write_block(0, b"aaaa").unwrap();
     u.manifest_bytes(&second).unwrap();
     let stats = u.finish().unwrap();
-    assert_eq!(stats.parked_peak, 100);
+    assert_eq!(stats.parked_peak, 356);
     assert_eq!(fs::read(s.p("dst/b")).unwrap(), vec![7; 100]);
     fs::remove_dir_all(s.p("dst")).unwrap();
     fs::create_dir(s.p("dst")).unwrap();
-    let u = Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 99, ..opts }).unwrap();
+    let u = Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 355, ..opts }).unwrap();
     u.manifest_bytes(&first).unwrap();
-    assert!(matches!(u.write_block(4, &[7; 100]), Err(VfileError::ParkLimit(99))));
+    assert!(matches!(u.write_block(4, &[7; 100]), Err(VfileError::ParkLimit(355))));
+}
+
+/// Tiny blocks ahead of their entries are charged what holding each costs,
+/// so the park limit bounds memory, not only bytes.
+#[test]
+fn tiny_parked_blocks_are_charged_what_they_hold() {
+    let s = Scratch::new();
+    let mut m = Vec::new();
+    manifest::encode_header(&mut m);
+    manifest::encode_entry_unchecked(&file(b"a", 4, 0), &mut m);
+    let u = Unpacker::new(s.root("dst"), UnpackOptions { park_limit: 1 << 20, ..Default::default() }).unwrap();
+    u.manifest_bytes(&m).unwrap();
+    let refused = (4..100_000u64).find_map(|at| u.write_block(at * 2, b"x").err());
+    // 1 MiB / 257 per block: refused after about 4080 blocks, not 1 Mi.
+    assert!(matches!(refused, Some(VfileError::ParkLimit(_))), "{refused:?}");
 }
 
 /// The sender's half: every data block handed out lies within entries of

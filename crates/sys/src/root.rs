@@ -673,6 +673,18 @@ mod tests {
     }
 
     #[test]
+    fn temporary_names_carry_a_token_a_peer_cannot_guess() {
+        let name = |n: &[u8]| String::from_utf8(temp_name(OsStr::from_bytes(n))).unwrap();
+        let (a, b) = (name(b"x"), name(b"x"));
+        let pid = std::process::id();
+        let token = |s: &str| s.split('-').nth(1).map(str::to_string);
+        assert!(a.starts_with(&format!(".x.lp{pid}-")) && a.ends_with(".part"), "{a}");
+        assert_eq!(token(&a).map(|t| t.len()), Some(16), "{a}");
+        assert_eq!(token(&a), token(&b), "one token per process");
+        assert_ne!(a, b, "the counter still makes each unique");
+    }
+
+    #[test]
     fn symlinks_out_of_root_are_refused() {
         let (p, r) = scratch();
         std::os::unix::fs::symlink(p.join("secret"), p.join("root/abs")).unwrap();

@@ -26,6 +26,13 @@ pub const PARK_LIMIT_ALL: u64 = 1 << 30;
 /// Bytes parked now, by all trees.
 static PARKED_ALL: AtomicU64 = AtomicU64::new(0);
 
+/// What holding one parked block costs beyond its bytes (its buffer's
+/// header, an `Arc`, a map entry: about 160 bytes), charged against the
+/// park limits with them: a peer that sent 1-byte blocks would otherwise
+/// hold 160 bytes of memory for each byte the limit counted (80 GiB
+/// under the 512 MiB limit; a review finding).
+const PARKED_BLOCK_COST: u64 = 256;
+
 /// The bytes one tree holds parked, counted in [`PARKED_ALL`] too for as
 /// long as it holds them.
 #[derive(Debug, Default)]
@@ -401,7 +408,7 @@ impl Unpacker {
         if end > cut {
             let rest = range.start + (cut - start) as usize..range.end;
             st.parked.insert(cut, (data, rest));
-            st.parked_bytes.add(end - cut);
+            st.parked_bytes.add(end - cut + PARKED_BLOCK_COST);
             st.stats.parked_peak = st.stats.parked_peak.max(st.parked_bytes.0);
         }
     }
@@ -413,7 +420,7 @@ impl Unpacker {
                 break;
             }
             let Some((_, (data, range))) = st.parked.pop_first() else { break };
-            st.parked_bytes.sub(range.len() as u64);
+            st.parked_bytes.sub(range.len() as u64 + PARKED_BLOCK_COST);
             Self::place(st, start, data, range, pieces);
         }
     }

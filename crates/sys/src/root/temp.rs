@@ -4,7 +4,7 @@
 //! Where the file system allows it, a file is received as an unnamed
 //! file (`O_TMPFILE`) and gets a name only when it is committed: a
 //! server or client that is killed (SIGKILL, power loss, OOM) mid-transfer
-//! leaves nothing behind, where a named `.NAME.lpPID-N.part` would stay,
+//! leaves nothing behind, where a named `.NAME.lpPID-TOKEN-N.part` would stay,
 //! hidden and holding its space, for ever. The name is given by `linkat`
 //! of `/proc/self/fd/N` to a temporary name, then `renameat` over the
 //! final one (atomic, replacing an old file); `AT_EMPTY_PATH` would need
@@ -14,18 +14,26 @@
 use super::*;
 use std::os::fd::AsRawFd;
 
-/// `.name.lpPID-N.part`, unique in this process (the pid is read once:
-/// lightpath never forks without exec).
+/// `.name.lpPID-TOKEN-N.part`, unique in this process (the pid is read
+/// once: lightpath never forks without exec). TOKEN is random, drawn once
+/// per process: a tree's manifest could otherwise name a file exactly as
+/// another file's temporary name, and its commit (a rename) would replace
+/// that half-written file, which then took the other's name (a review
+/// finding; only where files are named from the start, see above).
 pub(super) fn temp_name(name: &OsStr) -> Vec<u8> {
-    static PID: OnceLock<u32> = OnceLock::new();
-    let pid = *PID.get_or_init(std::process::id);
+    static ID: OnceLock<(u32, u64)> = OnceLock::new();
+    let (pid, token) = *ID.get_or_init(|| {
+        use std::hash::BuildHasher;
+        // std's hasher keys come from the OS's random source.
+        (std::process::id(), std::collections::hash_map::RandomState::new().hash_one(0u8))
+    });
     let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let stem = &name.as_bytes()[..name.len().min(180)];
     let mut tmp = Vec::with_capacity(stem.len() + 40);
     tmp.push(b'.');
     tmp.extend_from_slice(stem);
     // Writing to a Vec cannot fail.
-    let _ = write!(tmp, ".lp{pid}-{n}.part");
+    let _ = write!(tmp, ".lp{pid}-{token:016x}-{n}.part");
     tmp
 }
 
