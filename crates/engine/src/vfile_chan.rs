@@ -202,11 +202,15 @@ impl Reassembly {
 /// [`held`].
 const MAX_EARLY_MANIFEST: usize = 64 << 20;
 
-/// What a waiting chunk of `len` bytes costs to hold: its bytes and about
-/// 100 of map entry and vector, charged as 256, so that 1-byte chunks
-/// cannot hold a hundred times the limit (a review finding).
+/// What holding one waiting chunk costs beyond its bytes (a map entry and
+/// a vector: about 100 bytes), charged against [`MAX_EARLY_MANIFEST`] so
+/// that 1-byte chunks cannot hold a hundred times the limit (a review
+/// finding).
+const EARLY_CHUNK_COST: usize = 256;
+
+/// What a waiting chunk of `len` bytes is charged.
 fn held(len: usize) -> usize {
-    len + 256
+    len + EARLY_CHUNK_COST
 }
 
 impl VfileSink {
@@ -264,7 +268,7 @@ pub fn recv_opts(idle: std::time::Duration) -> RecvOpts {
 
 #[cfg(test)]
 mod tests {
-    use super::Reassembly;
+    use super::{Reassembly, EARLY_CHUNK_COST};
 
     /// Feed `(offset, bytes)` pieces; what comes out in order.
     fn reassemble(pieces: &[(u64, &[u8])]) -> Vec<u8> {
@@ -277,7 +281,11 @@ mod tests {
             }
         }
         let waiting: usize = m.early.values().map(Vec::len).sum();
-        assert_eq!(m.early_bytes, waiting + 256 * m.early.len(), "early bytes counted, with what each costs");
+        assert_eq!(
+            m.early_bytes,
+            waiting + EARLY_CHUNK_COST * m.early.len(),
+            "early bytes counted, with what each costs"
+        );
         let sent: usize = pieces.iter().map(|(_, b)| b.len()).sum();
         assert_eq!(m.repeated as usize + out.len() + waiting, sent, "every byte counted once");
         out

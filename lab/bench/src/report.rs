@@ -183,11 +183,10 @@ fn parked_line(sc: &ScenarioResult) -> String {
     }
     let parts: Vec<String> = by
         .into_iter()
-        .map(|(label, v)| {
+        .filter_map(|(label, v)| {
             let mb: Vec<f64> = v.iter().map(|&b| b as f64 / 1e6).collect();
-            let (lo, hi) = mb.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-            let mid = crate::stats::median(&mb).unwrap_or_default();
-            format!("{label} {mid:.0} MB ({lo:.0}–{hi:.0}, {} runs)", mb.len())
+            let s = summarize(&mb)?;
+            Some(format!("{label} {:.0} MB ({:.0}–{:.0}, {} runs)", s.median, s.min, s.max, s.n))
         })
         .collect();
     if parts.is_empty() {
