@@ -7,6 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-test-deps.sh
+# The interrupt tests have the receiver reserve 2 GiB files, two tests at
+# a time; say so up front when the disk is short (CI once failed on 9 GiB).
+free_gib=$(( $(df --output=avail -k . | tail -1) / 1048576 ))
+echo "free disk space here: ${free_gib} GiB"
+if [ "$free_gib" -lt 12 ]; then
+    echo "warning: under 12 GiB free; tests that reserve large files may fail with ENOSPC" >&2
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)

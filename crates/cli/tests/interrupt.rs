@@ -30,13 +30,31 @@ fn wait_for(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-/// A sparse 4 GiB file at `p`: far more than moves before the signal
-/// (64 MiB, then one poll), and a size whose reservation at the receiver
-/// (it allocates the whole file before data moves) fits on a test
-/// machine's disk. It was 64 GiB, and the third-party test failed with
-/// "No space left on device" once the disk had 38 GiB free.
+/// [`wait_for`], but while `cp` runs: if it ends first, the panic says
+/// how and shows its stderr (CI once saw only "never reached the server":
+/// the receivers' reservations had filled the disk).
+fn wait_while(cp: &mut Child, what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        if let Some(st) = cp.try_wait().unwrap() {
+            let mut err = String::new();
+            cp.stderr.take().map(|mut e| e.read_to_string(&mut err));
+            panic!("{what}: cp ended first ({st}): {err}");
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A sparse 2 GiB file at `p`: far more than moves before the signal
+/// (64 MiB, then one poll; a debug build moves ~570 MB/s on loopback),
+/// and a size whose reservation at the receiver (it allocates the whole
+/// file before data moves) fits on a test machine's disk, two tests at a
+/// time, the third-party one holding two. It was 64 GiB, and failed with
+/// "No space left on device" once the disk had 38 GiB free; at 4 GiB it
+/// failed in CI once with about 9 GiB free.
 fn sparse(p: &Path) {
-    std::fs::File::create(p).unwrap().set_len(4 << 30).unwrap();
+    std::fs::File::create(p).unwrap().set_len(2 << 30).unwrap();
 }
 
 /// A download of a sparse `big` from our server, with `cp`'s `extra`
@@ -48,8 +66,8 @@ fn big_download_under_way(extra: &[&str]) -> (tempfile::TempDir, PathBuf, PathBu
     sparse(&root.join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
     let dst = local.join("big").display().to_string();
-    let cp = start_cp(&[extra, &[url.as_str(), dst.as_str()]].concat());
-    wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
+    let mut cp = start_cp(&[extra, &[url.as_str(), dst.as_str()]].concat());
+    wait_while(&mut cp, "the download never started writing", || bytes_open_in(&local) > 64 << 20);
     (d, root, local, srv, cp)
 }
 
@@ -69,8 +87,8 @@ fn ctrl_c_during_an_upload_leaves_nothing_on_the_server() {
     let src = scratch();
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
-    let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
-    wait_for("the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
+    let mut cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
+    wait_while(&mut cp, "the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     // The server notices the closed connections and removes its temporary file.
@@ -91,13 +109,13 @@ fn an_upload_to_gct_never_leaves_a_short_file_under_its_name() {
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}{}/big", home.display());
     let stored = || files_under(&home).iter().map(|f| f.1).sum::<u64>();
-    let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
-    wait_for("the upload never reached the server", || stored() > 64 << 20);
+    let mut cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
+    wait_while(&mut cp, "the upload never reached the server", || stored() > 64 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     wait_for("the temporary file stayed", || names(&home).is_empty());
     let mut cp = start_cp(&[src.path().join("big").to_str().unwrap(), &url]);
-    wait_for("the second upload never reached the server", || stored() > 64 << 20);
+    wait_while(&mut cp, "the second upload never reached the server", || stored() > 64 << 20);
     cp.kill().unwrap();
     cp.wait().unwrap();
     let left = names(&home);
@@ -115,9 +133,9 @@ fn ctrl_c_of_many_uploads_to_gct_tries_nothing_again() {
     let src = scratch();
     let n = make_tree(&src.path().join("t"), 3000, 5);
     let url = format!("ftp://127.0.0.1:{port}{}/t/", home.display());
-    let cp = start_cp(&["-r", "--cc", "8", &format!("{}/", src.path().join("t").display()), &url]);
+    let mut cp = start_cp(&["-r", "--cc", "8", &format!("{}/", src.path().join("t").display()), &url]);
     let stored = || files_under(&home).len();
-    wait_for("the upload never reached the server", || stored() > 50);
+    wait_while(&mut cp, "the upload never reached the server", || stored() > 50);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     assert!(stored() < n, "the copy had ended before the signal");
@@ -161,7 +179,7 @@ fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, u64)> {
     out
 }
 
-/// `root/tree`: two small files, sent first, one beside a 4 GiB sparse
+/// `root/tree`: two small files, sent first, one beside a 2 GiB sparse
 /// one in a directory of mode 0751; and an empty directory.
 fn small_and_big_tree(root: &Path) -> std::path::PathBuf {
     let tree = open_dir(&root.join("tree"));
@@ -176,8 +194,8 @@ fn small_and_big_tree(root: &Path) -> std::path::PathBuf {
 
 /// `cp -r` of `/tree` from `port` into `local/tree`, once it is writing.
 fn tree_download_under_way(port: u16, local: &Path) -> Child {
-    let cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
-    wait_for("the tree download never started writing", || bytes_open_in(local) > 64 << 20);
+    let mut cp = start_cp(&["-r", &format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
+    wait_while(&mut cp, "the tree download never started writing", || bytes_open_in(local) > 64 << 20);
     cp
 }
 
@@ -212,8 +230,8 @@ fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
     sparse(&a.path().join("big"));
     let (_sa, pa) = lp_server(a.path(), &["--anonymous-write"]);
     let (_sb, pb) = lp_server(b.path(), &["--anonymous-write"]);
-    let cp = start_cp(&[&format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big")]);
-    wait_for("the copy never reached the destination", || bytes_open_in(b.path()) > 64 << 20);
+    let mut cp = start_cp(&[&format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big")]);
+    wait_while(&mut cp, "the copy never reached the destination", || bytes_open_in(b.path()) > 64 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     wait_for("the destination kept a partial file", || names(b.path()).is_empty());
@@ -222,8 +240,10 @@ fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
     // Ctrl-C came before cp had installed its handler (seen in cold CI).
     let held = bytes_open_in(b.path());
     // With --partial, Ctrl-C does not promise a resume it cannot make.
-    let cp = start_cp(&["--partial", &format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big2")]);
-    wait_for("the second copy never reached the destination", || bytes_open_in(b.path()) > held + (64 << 20));
+    let mut cp = start_cp(&["--partial", &format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big2")]);
+    wait_while(&mut cp, "the second copy never reached the destination", || {
+        bytes_open_in(b.path()) > held + (64 << 20)
+    });
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("not third-party copies") && !err.contains("kept for --partial"), "{err}");
@@ -237,8 +257,8 @@ fn a_killed_server_leaves_no_partial_upload() {
     let (mut srv, port) = lp_server(&root, &["--anonymous-write"]);
     let src = scratch();
     sparse(&src.path().join("big"));
-    let cp = start_cp(&[src.path().join("big").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/big")]);
-    wait_for("the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
+    let mut cp = start_cp(&[src.path().join("big").to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/big")]);
+    wait_while(&mut cp, "the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
     srv.0.kill().unwrap();
     srv.0.wait().unwrap();
     let out = cp.wait_with_output().unwrap();
@@ -254,7 +274,7 @@ fn a_killed_client_leaves_no_partial_download() {
     let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
     sparse(&root.join("big"));
     let mut cp = start_cp(&[&format!("ftp://127.0.0.1:{port}/big"), local.join("big").to_str().unwrap()]);
-    wait_for("the download never started writing", || bytes_open_in(&local) > 64 << 20);
+    wait_while(&mut cp, "the download never started writing", || bytes_open_in(&local) > 64 << 20);
     cp.kill().unwrap();
     cp.wait().unwrap();
     assert!(names(&local).is_empty(), "left behind: {:?}", names(&local));
@@ -316,8 +336,8 @@ fn interrupted_upload_sends_abor(args: &[&str]) -> bool {
     let src = scratch();
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
-    let cp = start_cp(&[args, &[src.path().join("big").to_str().unwrap(), &url]].concat());
-    wait_for("the upload never sent data", || got.load(Ordering::Relaxed) > 1 << 20);
+    let mut cp = start_cp(&[args, &[src.path().join("big").to_str().unwrap(), &url]].concat());
+    wait_while(&mut cp, "the upload never sent data", || got.load(Ordering::Relaxed) > 1 << 20);
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     let seen = seen.lock().unwrap();
