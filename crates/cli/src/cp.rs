@@ -75,6 +75,13 @@ pub struct CpArgs {
     /// this user stops the copy before it starts.
     #[arg(long, env = "LIGHTPATH_CONGESTION")]
     pub congestion: Option<String>,
+    /// Take data connections to this client's listeners (downloads in
+    /// MODE E, where the server connects) from any host. By default only
+    /// the server's control address may connect: anyone else who reached
+    /// the port could forge or add to the data. For a server whose data
+    /// leaves from another interface or host.
+    #[arg(long, env = "LIGHTPATH_DATA_FROM_ANY")]
+    pub data_from_any: bool,
     /// Times a file that failed for a transient reason (a broken
     /// connection, a server that went away or answered 4xx) is tried
     /// again, after 1 s, 2 s, 4 s... (at most 30 s); a download resumes
@@ -176,6 +183,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         connect_ahead: !a.no_connect_ahead,
         fastopen: !a.no_fastopen,
         congestion: crate::congestion::check(a.congestion.as_deref())?,
+        data_from_any: a.data_from_any,
         retries: a.retries,
         partial: a.partial,
         mlsr: !a.no_mlsr,
@@ -346,6 +354,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         connect_ahead: false,
         fastopen: false,
         congestion: None,
+        data_from_any: false,
         keep_interrupted: false,
         mlsr: true,
         sessions: 1,

@@ -91,6 +91,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         connect_ahead: false,
         fastopen: false,
         congestion: None,
+        data_from_any: false,
         retries: 0,
         partial: false,
         mlsr: true,

@@ -264,3 +264,58 @@ fn a_local_name_with_a_line_break_is_refused_before_it_is_sent() {
     assert!(err.contains("line break"), "{err}");
     assert!(root.join("victim").exists());
 }
+
+/// A server that takes our PORT for its MODE S data connection, while
+/// another host (127.0.0.2) connects to the same listener first and sends
+/// forged bytes of the announced length. The client takes data only from
+/// the server's control address: the real bytes are kept (the forged ones
+/// were, before). `--data-from-any` lifts that, for servers whose data
+/// leaves from another host, and then the first connection wins.
+#[test]
+fn data_from_another_host_is_refused_unless_asked_for() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const REAL: &[u8] = b"the server's 30 bytes of data.";
+    const FORGED: &[u8] = b"forged by a host on the path.!";
+    let ported = Arc::new(AtomicBool::new(false));
+    let seen = ported.clone();
+    let port = scripted::serve(move |conn| {
+        let (mut data, seen) = (DataEnd::default(), seen.clone());
+        scripted::commands(conn, "scripted", move |out, verb, arg| match verb {
+            "PORT" => {
+                seen.store(true, Ordering::Relaxed);
+                let n: Vec<u16> = arg.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+                inject(([127, 0, 0, 1], (n[4] << 8) | n[5]).into(), FORGED);
+                Some(data.set(verb, arg))
+            }
+            "RETR" => {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let _ = out.write_all(b"150 here it comes\r\n");
+                let mut dc = data.open()?;
+                let _ = dc.write_all(REAL);
+                drop(dc);
+                Some("226 Transfer complete.\r\n".into())
+            }
+            "PASV" | "EPSV" => Some("502 use PORT\r\n".into()),
+            _ => answer(out, &mut data, Script { listing: &[], tree: &[], size: 30, data: REAL }, verb, arg),
+        })
+    });
+    let d = scratch();
+    let dest = open_dir(&d.path().join("dest"));
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())]);
+    assert!(ported.load(Ordering::Relaxed), "the client never sent PORT: the test proves nothing");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(dest.join("f")).unwrap(), REAL);
+    let (code, err) = cp(&["--data-from-any", &format!("ftp://127.0.0.1:{port}/f"), &format!("{}/g", dest.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(dest.join("g")).unwrap(), FORGED, "the first connection, from anyone, was taken");
+}
+
+/// Connect to `to` from 127.0.0.2 and send `bytes`.
+fn inject(to: std::net::SocketAddr, bytes: &'static [u8]) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 2], 0)).into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    let mut c: TcpStream = s.into();
+    c.write_all(bytes).unwrap();
+}

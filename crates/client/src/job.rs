@@ -51,6 +51,10 @@ pub struct CopyOptions {
     /// TCP congestion control of our data connections (`None`: BBR where
     /// the kernel allows it; `kernel`: the system's).
     pub congestion: Option<String>,
+    /// Data connections to our listeners are taken from any host, not
+    /// only from the server's control address (`cp --data-from-any`: a
+    /// server whose data leaves from another interface or host).
+    pub data_from_any: bool,
     /// Times a file that failed for a transient reason is tried again
     /// ([`crate::retry`]); a download resumes from what it received.
     pub retries: u32,
@@ -115,6 +119,7 @@ pub async fn copy(
         connect_ahead: opts.connect_ahead,
         fastopen: opts.fastopen,
         congestion: opts.congestion.clone(),
+        data_from_any: opts.data_from_any,
         keep_interrupted: opts.partial,
         mlsr: opts.mlsr,
         sessions: 1,

@@ -53,6 +53,10 @@ pub struct SessionOpts {
     /// TCP congestion control of our data connections (`None`: BBR where
     /// the kernel allows it; `kernel`: the system's).
     pub congestion: Option<String>,
+    /// Data connections to our listeners are taken from any host, not
+    /// only from the server's control address (`cp --data-from-any`: a
+    /// server whose data leaves from another interface or host).
+    pub data_from_any: bool,
     /// An interrupted transfer is broken off rather than aborted with
     /// `ABOR` (`cp --partial`): a server keeps what it received of an
     /// upload whose connections broke, not of one aborted
@@ -221,13 +225,14 @@ impl Session {
         let extra: Vec<Vec<u8>> = flight.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let rtt_us = ctl.rtt.as_micros() as u64;
+        let from = ctl.peer_addr().ok().map(|a| a.ip()).filter(|_| !opts.data_from_any);
         let recv_window =
             lightpath_plan::start_recv_window(rtt_us, opts.target_share(), crate::plan::stream_count(&opts, rtt_us));
         let mut s = Session {
             ctl,
             feat: Features::default(),
             remote: remote.clone(),
-            dc: Some(data_channel(recv_window, opts.congestion.as_deref())),
+            dc: Some(data_channel(recv_window, opts.congestion.as_deref(), from)),
             mode_e: None,
             parallelism: 0,
             asked_block: None,
@@ -411,9 +416,18 @@ impl Session {
     }
 
     fn dc(&mut self) -> &mut DataChannel {
-        let window = self.recv_window;
-        let cc = self.opts.congestion.as_deref();
-        self.dc.get_or_insert_with(|| data_channel(window, cc))
+        if self.dc.is_none() {
+            self.dc = Some(self.new_dc());
+        }
+        self.dc.as_mut().expect("just set")
+    }
+
+    /// A fresh data channel with this session's settings: data connections
+    /// to our listeners come from the server's control address only
+    /// (unless [`SessionOpts::data_from_any`]).
+    fn new_dc(&self) -> DataChannel {
+        let from = self.ctl.peer_addr().ok().map(|a| a.ip()).filter(|_| !self.opts.data_from_any);
+        data_channel(self.recv_window, self.opts.congestion.as_deref(), from)
     }
 
     /// PASV: the server listens; returns its address. Over IPv6, EPSV
@@ -672,12 +686,14 @@ fn retr_cmd(op: &FileOp) -> Vec<u8> {
 }
 
 /// A data channel whose connections start with a receive window of
-/// `window` and ask for congestion control `cc` (`None`: the default,
-/// BBR; `kernel`: the system's).
-fn data_channel(window: Option<usize>, cc: Option<&str>) -> DataChannel {
+/// `window`, ask for congestion control `cc` (`None`: the default, BBR;
+/// `kernel`: the system's) and are accepted from `from` only (`None`: any
+/// host).
+fn data_channel(window: Option<usize>, cc: Option<&str>, from: Option<IpAddr>) -> DataChannel {
     let mut dc = DataChannel::new();
     dc.opts.recv_window = window;
     dc.opts.congestion = lightpath_engine::congestion_choice(cc);
+    dc.opts.accept_from = from;
     dc
 }
 
@@ -746,10 +762,10 @@ mod tests {
 
     #[test]
     fn data_channels_ask_for_the_congestion_control_chosen() {
-        let cc = |asked| data_channel(None, asked).opts.congestion;
+        let cc = |asked| data_channel(None, asked, None).opts.congestion;
         assert_eq!(cc(None).as_deref(), Some(lightpath_engine::DEFAULT_CONGESTION));
         assert_eq!(cc(Some("reno")).as_deref(), Some("reno"));
         assert_eq!(cc(Some("kernel")), None);
-        assert_eq!(data_channel(Some(1 << 20), None).opts.recv_window, Some(1 << 20));
+        assert_eq!(data_channel(Some(1 << 20), None, None).opts.recv_window, Some(1 << 20));
     }
 }

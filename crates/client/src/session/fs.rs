@@ -1,7 +1,7 @@
 //! File-system commands of a session: MLST/SIZE stat, MKD, CKSM (one, or
 //! many pipelined), MLSD listings.
 
-use super::{data_channel, fill_err, Session};
+use super::{fill_err, Session};
 use crate::ClientError;
 use lightpath_engine::{Control, MemorySink};
 use lightpath_proto::held::TreeRoot;
@@ -291,7 +291,7 @@ impl Session {
         let first = self.ctl.reply().await?;
         if first.is_error() {
             job.abort();
-            self.dc = Some(data_channel(self.recv_window, self.opts.congestion.as_deref()));
+            self.dc = Some(self.new_dc());
             return Err(self.ctl.unexpected(verb, &first));
         }
         let (dc, data) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
