@@ -35,16 +35,15 @@ fn resumed_as(err: &str, what: &str) -> (u64, u64) {
 }
 
 /// The download resumed from some of the file and received only the
-/// rest. After a server that went away, the kept bytes were compared with
-/// the server's file by digest first; after a stream that died under a
-/// live session, the copy went on at once.
+/// rest, the kept bytes compared with the server's file by digest first.
+/// After a stream that died under a live session the copy went on at
+/// once; after a server that went away, it waited.
 fn assert_resumed(err: &str, server_went_away: bool) {
     let told = kept(err);
     let (kept, received) = resumed_as(err, "a download");
     assert!(kept > 0 && kept <= told, "kept {kept} of the {told} bytes it had");
     assert_eq!(kept + received, LEN, "the server sent more than the missing ranges");
-    let compared = err.contains(&format!("comparing the {kept} bytes kept"));
-    assert_eq!(compared, server_went_away, "{err}");
+    assert!(err.contains(&format!("comparing the {kept} bytes kept")), "{err}");
     assert_eq!(err.contains("trying again now"), !server_went_away, "{err}");
     assert!(!err.contains("no digest"), "{err}");
 }
@@ -260,6 +259,24 @@ fn a_file_changed_between_tries_starts_over() {
     let (err, u) = download_across_a_server_restart(new_version);
     assert!(err.contains("changed") && err.contains("starting over"), "{err}");
     assert!(!err.contains("resumed a download"), "{err}");
+    let (src, dst) = u.files();
+    assert_same_file(&src, &dst);
+}
+
+/// The file is rewritten in place on the server, then a data stream dies:
+/// the retry at once compares the kept bytes too, and starts over. It
+/// joined the old version's first quarter to the new one's rest, and
+/// published that with exit 0 (a review's find): the server's own check
+/// of a file changed while sent is not reached when a stream dies.
+#[test]
+fn a_file_rewritten_before_a_stream_dies_is_not_joined() {
+    let (u, cp) = download_under_way(&["-p", "4"]);
+    let pid = midway(|| vec![u.srv.0.id()]);
+    new_version(&u.root);
+    kill_a_stream(pid, u.port);
+    let err = succeeded(cp.wait_with_output().unwrap());
+    assert!(err.contains("trying again now"), "{err}");
+    assert!(err.contains("changed") && err.contains("starting over"), "{err}");
     let (src, dst) = u.files();
     assert_same_file(&src, &dst);
 }

@@ -563,7 +563,7 @@ async fn get_batch(
     opts: &CopyOptions,
     root: Option<&std::path::Path>,
 ) -> Vec<Result<u64, ClientError>> {
-    for t in batch.iter().filter(|t| !t.at_once) {
+    for t in batch {
         if let Err(e) = retry::check_kept(s, t, &remote(&t.item.src).path).await {
             return batch.iter().map(|_| Err(e.clone())).collect();
         }

@@ -55,10 +55,12 @@ pub fn wait_after(n: u32) -> Duration {
 /// Whether `task`, having just failed with `e`, goes again: the error is
 /// transient and fewer than `retries` retries were made. Says so, and how
 /// much a download keeps. A first failure that left the session alive (a
-/// data stream died; the server answered) goes again at once, into the
-/// same file as it is: the server has not gone anywhere. A server that
-/// went away, or a second failure, waits and has the kept bytes compared
-/// with its file first ([`check_kept`]).
+/// data stream died; the server answered) goes again at once: the server
+/// has not gone anywhere. A server that went away, or a second failure,
+/// waits. Either way a download compares the kept bytes with the server's
+/// file first ([`check_kept`]): it may have been rewritten in between, and
+/// a server's own check of a file changed while sent is not reached when
+/// a data stream dies (a review found two versions joined and published).
 pub(crate) fn again(task: &mut Task, e: &ClientError, retries: u32) -> bool {
     if task.tries == 0 && task.resume.take_refused_note() {
         // What an earlier run noted is gone from the server (it restarted,
@@ -108,6 +110,9 @@ pub(crate) fn when(wait: Duration) -> String {
 pub(crate) async fn check_kept(s: &mut Session, task: &Task, path: &[u8]) -> Result<(), ClientError> {
     let Some((off, len)) = task.resume.keep_first() else { return Ok(()) };
     let planned = task.item.size;
+    // Asked afresh: the size the plan read (and the session kept) would
+    // hide a file replaced since.
+    s.forget_stat(path);
     let why = match s.stat(path).await {
         Ok((false, size)) if size == planned || planned == 0 => kept_differs(s, task, path, off, len).await?,
         Ok((_, size)) => Some(format!("it changed on the server: {size} bytes now, not {planned}")),

@@ -29,6 +29,11 @@ pub struct Entry {
 }
 
 impl Session {
+    /// Drop what [`Session::stat`] knows of `path`: the next asks the server.
+    pub fn forget_stat(&mut self, path: &[u8]) {
+        self.stats.remove(path);
+    }
+
     /// Whether `path` is a directory, and its size (0 when unknown): from
     /// the login's answers, else MLST and SIZE sent together (one round trip).
     pub async fn stat(&mut self, path: &[u8]) -> Result<(bool, u64), ClientError> {
