@@ -328,8 +328,41 @@ pub fn notsent_bound(rate: u64, current: u32) -> Option<u32> {
     (want.abs_diff(current) > current / 8).then_some(want)
 }
 
+/// In a send's endgame (no block left to hand out), a stream whose unsent
+/// bytes would take longer than this to leave at its pacing rate has its
+/// congestion control started afresh ([`restart_in_endgame`]).
+pub const ENDGAME_UNSENT: std::time::Duration = std::time::Duration::from_millis(500);
+/// Least time between two restarts of one stream's congestion control.
+pub const ENDGAME_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a stream holding `unsent` (time to leave at its pacing rate)
+/// in a send's endgame, restarted `since` ago if ever, should have its
+/// congestion control (BBR) started afresh.
+///
+/// With 32 BBR streams overflowing a one-BDP drop-tail queue, a stream's
+/// bandwidth estimate can collapse: one went from 156 to 3.6 Mbit/s while
+/// it held 3.6 MB it had taken at the higher rate. Once the others were
+/// done it still paced at 3.6 Mbit/s, as BBR probes only 25 % higher every
+/// eight round trips: the Linux tree took 15.3 s instead of 12
+/// (`docs/measurements/2026-11-28-endgame-restart.md`). A fresh STARTUP
+/// doubles its rate each round trip into the path the others left.
+pub fn restart_in_endgame(unsent: std::time::Duration, since: Option<std::time::Duration>) -> bool {
+    unsent > ENDGAME_UNSENT && since.is_none_or(|t| t >= ENDGAME_AGAIN)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_stream_long_behind_is_restarted_and_not_twice_in_a_second() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        assert!(!restart_in_endgame(ms(100), None), "a stream about to finish");
+        assert!(!restart_in_endgame(ENDGAME_UNSENT, None));
+        assert!(restart_in_endgame(ms(1250), None), "3.6 Mbit/s with 557 kB unsent");
+        assert!(!restart_in_endgame(ms(1250), Some(ms(400))), "restarted 0.4 s ago");
+        assert!(restart_in_endgame(ms(1250), Some(ENDGAME_AGAIN)));
+    }
+
     #[test]
     fn a_streams_unsent_bound_is_a_tenth_of_a_second_of_its_rate() {
         // 31.25 Mbit/s (1 Gbit/s over 32 streams) = 3.9 MB/s -> 390 kB.

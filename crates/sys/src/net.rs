@@ -352,6 +352,26 @@ pub fn congestion_usable(name: &str) -> io::Result<()> {
     s.set_tcp_congestion(name.as_bytes())
 }
 
+/// The congestion control a TCP socket runs (e.g. "bbr").
+pub fn tcp_congestion(sock: &impl AsFd) -> io::Result<String> {
+    let name = socket2::SockRef::from(sock).tcp_congestion()?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// Start a connected TCP socket's congestion control afresh, keeping the
+/// algorithm: for BBR, a new STARTUP that doubles its rate each round trip
+/// from the current window, with its old bandwidth estimate dropped.
+/// Setting the name a socket already has does nothing in the kernel, so
+/// this goes through "reno" (built in, always allowed) and back. If the
+/// way back fails the socket is left on reno, which still delivers.
+pub fn restart_congestion(sock: &impl AsFd) -> io::Result<()> {
+    let s = socket2::SockRef::from(sock);
+    let name = tcp_congestion(sock)?;
+    s.set_tcp_congestion(b"reno")?;
+    s.set_tcp_congestion(name.as_bytes())
+}
+
 /// The kernel's congestion-control lists, as `/proc` shows them (space
 /// separated): which are available, which unprivileged processes may use.
 pub fn congestion_lists() -> (String, String) {

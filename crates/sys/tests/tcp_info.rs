@@ -108,3 +108,22 @@ fn reno_is_usable_and_an_unknown_congestion_control_is_not_found() {
     assert!(available.split(' ').any(|c| c == "reno"), "available: {available}");
     assert_ne!(allowed, "?", "the allowed list is readable");
 }
+
+/// `restart_congestion` starts a live connection's congestion control
+/// afresh: it keeps its algorithm and goes on delivering.
+#[test]
+fn a_restarted_congestion_control_keeps_its_name_and_the_connection() {
+    use std::io::{Read, Write};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    socket2::SockRef::from(&c).set_tcp_congestion(b"cubic").unwrap();
+    assert_eq!(lightpath_sys::net::tcp_congestion(&c).unwrap(), "cubic");
+    c.write_all(&[7u8; 1 << 20]).unwrap();
+    lightpath_sys::net::restart_congestion(&c).unwrap();
+    assert_eq!(lightpath_sys::net::tcp_congestion(&c).unwrap(), "cubic");
+    c.write_all(&[8u8; 1 << 20]).unwrap();
+    let mut got = vec![0u8; 2 << 20];
+    s.read_exact(&mut got).unwrap();
+    assert!(got[..1 << 20].iter().all(|&b| b == 7) && got[1 << 20..].iter().all(|&b| b == 8));
+}

@@ -152,7 +152,7 @@ pub(crate) fn send_blocks(
     let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone(), slots: 2 * conns.len() });
     let reg = Registration::new(eng);
     let r = register(conns, &job, &reg).and_then(|()| {
-        eng.disk(eng.disk_of(device)).in_place_scope(|s| drive(s, &job, &reg, supplier, ctl, idle, conns.len()))
+        eng.disk(eng.disk_of(device)).in_place_scope(|s| drive(s, &job, &reg, supplier, ctl, idle, conns))
     });
     if r.is_err() {
         job.fail(EngineError::Aborted);
@@ -188,9 +188,9 @@ fn drive<'s, 'e, 'b: 's>(
     supplier: &'s Supplier<'b>,
     ctl: &Control,
     idle: Option<Duration>,
-    n: usize,
+    conns: &[TcpStream],
 ) -> Result<u64> {
-    let mut reported = 0;
+    let (n, mut reported, mut endgame) = (conns.len(), 0, Endgame::new(conns.len()));
     loop {
         let mut st = job.lock();
         ctl.add(st.sent - reported);
@@ -222,7 +222,11 @@ fn drive<'s, 'e, 'b: 's>(
         // trailers.
         let ended = st.supplier_done && st.outstanding == 0;
         let passed_over = (!st.ready.is_empty() || ended) && std::mem::take(&mut st.net_waiting);
+        let last_blocks_out = ended && st.ready.is_empty();
         drop(st);
+        if last_blocks_out {
+            endgame.look(conns);
+        }
         if passed_over {
             reg.poke();
         }
@@ -234,6 +238,40 @@ fn drive<'s, 'e, 'b: 's>(
         }
         let wait = if passed_over { APART_DRAIN } else { PARK };
         job.notify.park(wait).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
+    }
+}
+
+/// The endgame of a send: every block is on some stream, and a stream
+/// whose BBR estimate collapsed may hold many of them
+/// ([`lightpath_plan::restart_in_endgame`]). Such a stream's congestion
+/// control is started afresh; when each stream was last restarted.
+struct Endgame {
+    restarted: Vec<Option<Instant>>,
+}
+
+impl Endgame {
+    fn new(n: usize) -> Self {
+        Endgame { restarted: vec![None; n] }
+    }
+
+    /// Restart the congestion control of the BBR streams far behind. A
+    /// window-based one (cubic, reno) keeps its window through a restart:
+    /// nothing to gain there.
+    fn look(&mut self, conns: &[TcpStream]) {
+        use lightpath_sys::net::{restart_congestion, tcp_congestion, tcp_unsent_time};
+        for (i, c) in conns.iter().enumerate() {
+            let Ok(Some(unsent)) = tcp_unsent_time(c) else { continue };
+            if !lightpath_plan::restart_in_endgame(unsent, self.restarted[i].map(|t| t.elapsed())) {
+                continue;
+            }
+            self.restarted[i] = Some(Instant::now());
+            if tcp_congestion(c).is_ok_and(|cc| cc == "bbr") {
+                match restart_congestion(c) {
+                    Ok(()) => tracing::info!("data connection {i}: {unsent:.2?} of unsent bytes at its pacing rate with nothing left to hand out; its congestion control (BBR) started afresh"),
+                    Err(e) => tracing::debug!("data connection {i}: congestion control not restarted: {e}"),
+                }
+            }
+        }
     }
 }
 
