@@ -697,18 +697,6 @@ fn data_channel(window: Option<usize>, cc: Option<&str>, from: Option<IpAddr>) -
     dc
 }
 
-/// Whether `ip` is only meaningful inside a host or site: loopback,
-/// private, link-local, unique local, or no host at all.
-fn inside(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v) => v.is_loopback() || v.is_private() || v.is_link_local() || v.is_unspecified(),
-        IpAddr::V6(v) => {
-            let s = v.segments()[0];
-            v.is_loopback() || v.is_unspecified() || s & 0xfe00 == 0xfc00 || s & 0xffc0 == 0xfe80
-        }
-    }
-}
-
 /// Where to reach a PASV port a server announced at `a`, its control
 /// connection being to `peer`: `a`, unless the control connection does not
 /// vouch for it. A server behind NAT announces its inside address, and a
@@ -722,8 +710,7 @@ fn data_address(a: SocketAddr, peer: Option<IpAddr>) -> SocketAddr {
     let ip = a.ip().to_canonical();
     let broadcast = matches!(ip, IpAddr::V4(v) if v.is_broadcast());
     let odd = ip.is_unspecified() || ip.is_multicast() || broadcast;
-    let unvouched = (inside(ip) && !inside(peer)) || ip.is_loopback() != peer.is_loopback();
-    if ip != peer && (odd || unvouched) {
+    if ip != peer && (odd || hostport::unvouched(ip, peer)) {
         SocketAddr::new(peer, a.port())
     } else {
         a

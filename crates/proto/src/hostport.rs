@@ -18,6 +18,27 @@ pub enum AddrError {
     Family(String),
 }
 
+/// Whether `ip` is only meaningful inside a host or site: loopback,
+/// private, link-local, unique local, or no host at all.
+pub fn inside(ip: IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(v) => v.is_loopback() || v.is_private() || v.is_link_local() || v.is_unspecified(),
+        IpAddr::V6(v) => {
+            let s = v.segments()[0];
+            v.is_loopback() || v.is_unspecified() || s & 0xfe00 == 0xfc00 || s & 0xffc0 == 0xfe80
+        }
+    }
+}
+
+/// Whether a data address `ip`, named by a peer at `peer`, is one the peer
+/// cannot vouch for: inside a site when the peer is not, or on the local
+/// host when the peer is not. A hostile peer could otherwise aim a
+/// connection at the other end's own loopback or private network.
+pub fn unvouched(ip: IpAddr, peer: IpAddr) -> bool {
+    let (ip, peer) = (ip.to_canonical(), peer.to_canonical());
+    ip != peer && ((inside(ip) && !inside(peer)) || ip.is_loopback() != peer.is_loopback())
+}
+
 /// Parse RFC 959 `h1,h2,h3,h4,p1,p2`.
 pub fn parse_port(arg: &str) -> Result<SocketAddr, AddrError> {
     let bad = || AddrError::Malformed(arg.chars().take(64).collect());

@@ -38,6 +38,12 @@ pub struct PiConfig {
     /// connects to no one else: otherwise a client could have it send a
     /// file's bytes to any host and port (an FTP bounce).
     pub data_peer: Option<IpAddr>,
+    /// The client's address (the control connection's peer), if known.
+    /// Where PORT may name any host, it still may not name one inside
+    /// this server's host or site ([`crate::hostport::inside`]) unless the
+    /// client is there too: a client elsewhere would reach the server's
+    /// loopback or private network through it.
+    pub client: Option<IpAddr>,
 }
 
 /// Transfer mode (RFC 959 3.4, GFD.20 MODE E).
@@ -553,7 +559,10 @@ impl ServerPi {
             Some(p) if p != ip => Some(format!(
                 "PORT to {ip}: this server connects only to its client ({p}); `serve --data-peers any` allows third-party transfers."
             )),
-            _ => None,
+            Some(_) => None,
+            None => self.cfg.client.filter(|&c| crate::hostport::unvouched(ip, c)).map(|c| {
+                format!("PORT to {ip}: an address inside this server's host or network, named by a client at {c}.")
+            }),
         }
     }
 

@@ -24,6 +24,7 @@ fn cfg(anonymous: bool, read_only: bool) -> PiConfig {
         cksum_algs: vec!["ADLER32".into(), "MD5".into()],
         dcon_port: Some(4242),
         data_peer: None,
+        client: None,
     }
 }
 
@@ -892,4 +893,29 @@ fn dcon_needs_login_and_the_feature() {
     let out = s.send(b"FEAT\r\n");
     assert!(!replies(&out)[0].lines.iter().any(|l| l.contains("DCON")), "{out:?}");
     assert_eq!(codes(&s.send(format!("DCON {token} 2\r\n").as_bytes())), [502]);
+}
+
+/// PORT where the server may connect to any host (`--data-peers any`, for
+/// third-party copies) still may not name its own loopback or its site's
+/// private network for a client elsewhere: that client would reach, say, a
+/// database on the server's loopback through it (a review's find). A
+/// client on the same host or inside the same site may.
+#[test]
+fn port_to_any_host_is_not_port_into_the_servers_own_network() {
+    let at = |client: &str| PiConfig { client: Some(client.parse().unwrap()), ..cfg(false, false) };
+    let mut s = Session::logged_in(at("192.0.2.10"));
+    for inner in ["PORT 127,0,0,1,24,235", "PORT 10,1,2,3,4,1", "PORT 192,168,0,9,4,1", "EPRT |2|::1|5000|"] {
+        let out = s.send(format!("{inner}\r\n").as_bytes());
+        assert_eq!(codes(&out), [501], "{inner}");
+        assert!(actions(&out).is_empty(), "{inner}");
+    }
+    let far: SocketAddr = "198.51.100.7:1025".parse().unwrap();
+    assert_eq!(actions(&s.send(b"PORT 198,51,100,7,4,1\r\n")), [&Action::Active(vec![far])]);
+    let mut s = Session::logged_in(at("10.9.9.9"));
+    let site: SocketAddr = "10.1.2.3:1025".parse().unwrap();
+    assert_eq!(actions(&s.send(b"PORT 10,1,2,3,4,1\r\n")), [&Action::Active(vec![site])]);
+    assert_eq!(codes(&s.send(b"PORT 127,0,0,1,4,1\r\n")), [501], "loopback from another host of the site");
+    let mut s = Session::logged_in(at("127.0.0.1"));
+    let lo: SocketAddr = "127.0.0.1:1025".parse().unwrap();
+    assert_eq!(actions(&s.send(b"PORT 127,0,0,1,4,1\r\n")), [&Action::Active(vec![lo])]);
 }

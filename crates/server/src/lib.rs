@@ -152,6 +152,7 @@ impl ServerCtx {
             cksum_algs: lightpath_engine::checksum::ALGORITHMS.iter().map(|s| s.to_string()).collect(),
             dcon_port: self.ahead.as_ref().map(|a| a.1),
             data_peer: self.data_peer(peer),
+            client: peer,
         }
     }
 
