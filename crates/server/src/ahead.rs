@@ -3,8 +3,9 @@
 //! their control session claims them.
 //!
 //! Everything that arrives here is hostile until its hello parses: a
-//! connection must send the 20-byte hello within [`HELLO_WAIT`], at most
-//! [`MAX_PARKED`] wait in all and [`MAX_PARKED_PER_IP`] from one address,
+//! connection must send the 20-byte hello within [`HELLO_WAIT`] (and at
+//! most [`MAX_PARKED`] in all and [`MAX_PARKED_PER_IP`] from one address
+//! may be waiting to), at most as many wait parked,
 //! unclaimed ones are closed after [`PARK_MAX`], and a session only gets
 //! connections that came from its own control connection's IP with its
 //! exact token and count.
@@ -100,6 +101,30 @@ struct Parked {
 pub struct Ahead {
     parked: Mutex<HashMap<Token, Parked>>,
     arrived: tokio::sync::Notify,
+    /// Connections yet to say hello, by address ([`Greeting`]).
+    greeting: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A connection's place among those yet to say hello, given back when
+/// dropped. Without a bound, one host that opened connections and sent
+/// nothing held a descriptor each for [`HELLO_WAIT`]: tens of thousands
+/// ran the server out of them (its control port is guarded by admission,
+/// this one was not), stopping logins, PASV and file opens for everyone.
+struct Greeting<'a> {
+    ahead: &'a Ahead,
+    ip: IpAddr,
+}
+
+impl Drop for Greeting<'_> {
+    fn drop(&mut self) {
+        let mut g = self.ahead.greeting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = g.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                g.remove(&self.ip);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Ahead {
@@ -113,12 +138,33 @@ impl Ahead {
         self.parked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Take a place for a connection from `ip` to say hello in (given
+    /// back by its [`Greeting`]), unless [`MAX_PARKED`] in all or
+    /// [`MAX_PARKED_PER_IP`] from `ip` wait to.
+    fn greet(&self, ip: IpAddr) -> bool {
+        let mut g = self.greeting.lock().unwrap_or_else(|e| e.into_inner());
+        let all: usize = g.values().sum();
+        let mine = g.entry(ip).or_default();
+        if all >= MAX_PARKED || *mine >= MAX_PARKED_PER_IP {
+            if *mine == 0 {
+                g.remove(&ip);
+            }
+            return false;
+        }
+        *mine += 1;
+        true
+    }
+
     /// Accept connections on `l` forever, parking those that say hello.
     pub async fn serve(self: std::sync::Arc<Self>, l: tokio::net::TcpListener) {
         loop {
             match l.accept().await {
-                Ok((c, _)) => {
-                    tokio::spawn(self.clone().hello(c));
+                Ok((c, peer)) => {
+                    if !self.greet(peer.ip()) {
+                        tracing::debug!(%peer, "data connection ahead refused: too many yet to say hello");
+                        continue;
+                    }
+                    tokio::spawn(self.clone().hello(c, peer));
                 }
                 Err(e) => {
                     // Out of descriptors and the like: the control port still works.
@@ -129,8 +175,8 @@ impl Ahead {
         }
     }
 
-    async fn hello(self: std::sync::Arc<Self>, mut c: tokio::net::TcpStream) {
-        let Ok(peer) = c.peer_addr() else { return };
+    async fn hello(self: std::sync::Arc<Self>, mut c: tokio::net::TcpStream, peer: SocketAddr) {
+        let _place = Greeting { ahead: &self, ip: peer.ip() };
         let mut h = [0u8; HELLO_LEN];
         let token = match tokio::time::timeout(HELLO_WAIT, c.read_exact(&mut h)).await {
             Ok(Ok(_)) => parse_hello(&h),
@@ -344,6 +390,35 @@ mod tests {
         let mut buf = [0u8; 8];
         let n = tokio::time::timeout(Duration::from_secs(5), bad.read(&mut buf)).await.unwrap();
         assert!(matches!(n, Ok(0) | Err(_)), "the bad one is closed: {n:?}");
+    }
+
+    /// One address may keep at most [`MAX_PARKED_PER_IP`] connections
+    /// waiting to say hello: the next is closed at once, not held for
+    /// [`HELLO_WAIT`]. Places come back as silent ones go.
+    #[tokio::test]
+    async fn silent_connections_from_one_address_are_bounded() {
+        use tokio::io::AsyncWriteExt;
+        let a = Arc::new(Ahead::default());
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(a.clone().serve(l));
+        let mut silent = Vec::new();
+        for _ in 0..MAX_PARKED_PER_IP {
+            silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let mut over = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(2), over.read(&mut [0u8; 8])).await;
+        assert!(matches!(n, Ok(Ok(0) | Err(_))), "one more silent connection was kept: {n:?}");
+        drop(silent);
+        let t = Instant::now();
+        loop {
+            let mut good = tokio::net::TcpStream::connect(addr).await.unwrap();
+            good.write_all(&lightpath_proto::ahead::hello(&Token([8; 16]))).await.unwrap();
+            if a.claim(args(8, 1), LO, Duration::from_millis(200)).await.is_ok() {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "the places did not come back");
+        }
     }
 
     #[test]
