@@ -228,3 +228,28 @@ fn a_file_named_like_an_mlst_fact_is_a_file() {
         assert_same_file(&root.join("type=dir"), &dst);
     }
 }
+
+/// Two sources bound for one file (`a/x` and `b/x` into `out/`, or two
+/// trees merged into one directory) are refused before anything moves:
+/// the second overwrote the first and both were counted as copied.
+#[test]
+fn two_sources_bound_for_one_file_are_refused() {
+    let (_d, root, local) = root_and_local();
+    for (dir, body) in [("a", "A"), ("b", "B")] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("x"), body).unwrap();
+    }
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let out = format!("{}/", local.display());
+    let (code, err) = cp(&[&url(port, "/a/x"), &url(port, "/b/x"), &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("would both be copied to") && err.contains("/x"), "{err}");
+    assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "something was copied");
+    let (code, err) = cp(&["-r", &url(port, "/a/"), &url(port, "/b/"), &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(std::fs::read_dir(&local).unwrap().next().is_none(), "something was copied");
+    // One of them alone goes.
+    let (code, err) = cp(&[&url(port, "/a/x"), &out]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(local.join("x")).unwrap(), b"A");
+}

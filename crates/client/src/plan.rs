@@ -160,7 +160,28 @@ pub async fn make_plan(
             not_a_stream(p, "/dev/null")?;
         }
     }
+    no_shared_targets(&plan.files)?;
     Ok(plan)
+}
+
+/// Two sources bound for one destination file would overwrite each other:
+/// the second published over the first and both counted as copied, exit 0
+/// (a review's find; an upload's kept partial could even be resumed from
+/// the other file's bytes). Refused before anything moves, as `cp(1)`
+/// refuses ("will not overwrite just-created").
+fn no_shared_targets(files: &[Item]) -> Result<(), ClientError> {
+    let mut seen = std::collections::HashMap::with_capacity(files.len());
+    for f in files {
+        let key: &[u8] = match &f.dst {
+            Location::Local(p) => p.as_os_str().as_bytes(),
+            Location::Remote(r) => &r.path,
+        };
+        if let Some(first) = seen.insert(key, &f.src) {
+            let (a, b, to) = (describe(first), describe(&f.src), describe(&f.dst));
+            return Err(ClientError::Usage(format!("{a} and {b} would both be copied to {to}; nothing copied")));
+        }
+    }
+    Ok(())
 }
 
 /// A local destination file named on the command line that is a symlink
