@@ -222,9 +222,13 @@ impl TreeHeld {
         *self = TreeHeld { keeper: self.keeper.take(), changed, ..TreeHeld::default() };
     }
 
-    /// The file at manifest path `path` changed while being read.
+    /// The file at manifest path `path` changed while being read. Free
+    /// tries are for at most [`MAX_VRET_SKIP`] files (two each): a server
+    /// naming a new file every time (or a directory always being written)
+    /// had the tree tried again for ever, without counting a retry.
     fn note_changed(&mut self, path: Vec<u8>) {
-        let room = self.to_skip().len() < MAX_VRET_SKIP;
+        let room = self.to_skip().len() < MAX_VRET_SKIP
+            && (self.changed.len() < MAX_VRET_SKIP || self.changed.contains_key(&path));
         let n = self.changed.entry(path).or_default();
         *n += 1;
         self.fresh_change = *n <= 2 && room;
@@ -685,6 +689,19 @@ fn local_digests(alg: &str, paths: &[PathBuf]) -> Vec<Result<String, ClientError
 mod tests {
     use super::*;
     use std::io;
+
+    /// Each changed file gets two free tries, for at most MAX_VRET_SKIP
+    /// files: a new name every time no longer retries for ever.
+    #[test]
+    fn free_tries_for_changed_files_are_bounded() {
+        let mut h = TreeHeld::default();
+        let mut free = |p: String| {
+            h.note_changed(p.into_bytes());
+            h.take_fresh_change()
+        };
+        assert!(free("log".into()) && free("log".into()) && !free("log".into()));
+        assert_eq!((0..10_000).filter(|i| free(format!("f{i}"))).count(), MAX_VRET_SKIP - 1);
+    }
 
     /// A try whose run of complete files ends before where the earlier
     /// tries' ended (it re-sent a hard-linked file first, then broke) does
