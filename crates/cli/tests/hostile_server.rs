@@ -319,3 +319,24 @@ fn inject(to: std::net::SocketAddr, bytes: &'static [u8]) {
     let mut c: TcpStream = s.into();
     c.write_all(bytes).unwrap();
 }
+
+/// A third-party copy from a server whose file is shorter than its SIZE
+/// said, to GCT (which takes ALLO as a hint and answers 226 for what
+/// came): the short file is not published, and the copy fails saying so.
+#[test]
+fn a_third_party_copy_short_of_its_size_at_gct_is_not_kept() {
+    let d = scratch();
+    let home = open_dir(&d.path().join("home"));
+    let (_g, gport) = gct_server(&home);
+    let port = fake_server(Script { listing: &[], tree: &[], size: 1000, data: b"only 19 bytes here." });
+    let to = format!("ftp://127.0.0.1:{gport}{}/f", home.display());
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &to]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("holds 19 of the 1000 bytes planned"), "{err}");
+    assert!(everything(&home).is_empty(), "{:?}", everything(&home));
+    // Told the truth, the same bytes are published.
+    let port = fake_server(Script { listing: &[], tree: &[], size: 19, data: b"only 19 bytes here." });
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &to]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(home.join("f")).unwrap(), b"only 19 bytes here.");
+}

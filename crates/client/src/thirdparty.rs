@@ -68,7 +68,28 @@ pub async fn transfer(
     s.settle().await?;
     d.settle().await?;
     let r = watch(s, d, (&verbs.0, &verbs.1), |_| {}).await.map(|(bytes, ..)| bytes);
+    let r = match r {
+        Ok(b) if opts.part.is_none() && !d.is_lightpath() => whole_at(d, &dst.path, size).await.map(|()| b),
+        r => r,
+    };
     settle_resume(d, resume, stamp, kept, r)
+}
+
+/// A destination that takes `ALLO` as a hint only (GCT, plain FTP) keeps
+/// what arrived and answers 226 when the source sent less than planned
+/// (its file shrank in between): its `SIZE` must reach the size planned,
+/// as a download's end must ([`crate::session`]'s `check_whole`). A review
+/// found such a short file published as copied. A lightpath destination
+/// refuses it itself, by `ALLO`; one without `SIZE` cannot be checked.
+async fn whole_at(d: &mut Session, path: &[u8], planned: u64) -> Result<(), ClientError> {
+    match d.remote_size(path).await? {
+        Some(n) if n < planned => {
+            let name = String::from_utf8_lossy(path);
+            let why = "(did the source change?); not kept";
+            Err(ClientError::Local(format!("{name}: the destination holds {n} of the {planned} bytes planned {why}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The source's size and `MDTM` before a try that could resume (a large
