@@ -355,8 +355,22 @@ impl ServerPi {
         }
         match cmd {
             Ok(cmd) => self.handle_command(cmd),
-            Err(e) => self.reply_error(&e),
+            Err(e) => {
+                let verb = bytes.split(|&b| b == b' ').next().unwrap_or_default();
+                if TRANSFER_VERBS.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(verb)) {
+                    self.forget_transfer_setup();
+                }
+                self.reply_error(&e)
+            }
         }
+    }
+
+    /// A transfer command was refused: the `REST` and `ALLO` sent for it
+    /// are used up with it. They were kept, and shaped the next transfer
+    /// (a RETR from offset 1000 after a refused `REST 1000`, `STOR`).
+    fn forget_transfer_setup(&mut self) {
+        self.restart = None;
+        self.allo = None;
     }
 
     fn reply(&mut self, code: u16, text: impl Into<String>) {
@@ -375,20 +389,32 @@ impl ServerPi {
         if self.handle_always(&cmd) {
             return;
         }
-        if self.user().is_none() {
-            return self.reply(530, "Please login with USER and PASS.");
-        }
-        if self.cfg.read_only && writes(&cmd) {
-            return self.reply(550, "Permission denied: this server is read-only.");
-        }
-        if !self.may_write() && writes(&cmd) {
-            return self.reply(550, "Permission denied: anonymous sessions may only read on this server.");
-        }
-        if self.epsv_all && sets_up_data(&cmd) {
-            let verb = cmd.verb();
-            return self.reply(503, format!("{verb} refused after EPSV ALL (RFC 2428): use EPSV."));
+        if let Some((code, text)) = self.refusal(&cmd) {
+            if TRANSFER_VERBS.contains(&cmd.verb()) {
+                self.forget_transfer_setup();
+            }
+            return self.reply(code, text);
         }
         self.handle_logged_in(cmd);
+    }
+
+    /// Why `cmd` may not run now (not logged in, a write where writes are
+    /// refused, data set-up after EPSV ALL), if it may not.
+    fn refusal(&self, cmd: &Command) -> Option<(u16, String)> {
+        if self.user().is_none() {
+            return Some((530, "Please login with USER and PASS.".into()));
+        }
+        if self.cfg.read_only && writes(cmd) {
+            return Some((550, "Permission denied: this server is read-only.".into()));
+        }
+        if !self.may_write() && writes(cmd) {
+            return Some((550, "Permission denied: anonymous sessions may only read on this server.".into()));
+        }
+        if self.epsv_all && sets_up_data(cmd) {
+            let verb = cmd.verb();
+            return Some((503, format!("{verb} refused after EPSV ALL (RFC 2428): use EPSV.")));
+        }
+        None
     }
 
     /// Commands allowed before login. Returns whether `cmd` was handled.
@@ -736,6 +762,9 @@ fn writes(cmd: &Command) -> bool {
 
 /// Data connection setup commands other than EPSV (RFC 2428 section 3:
 /// "EPRT, PORT, PASV, et al."; SPAS, SPOR and DCON are GridFTP's).
+/// The verbs that start a transfer, using up `REST` and `ALLO`.
+const TRANSFER_VERBS: [&str; 10] = ["RETR", "STOR", "APPE", "ERET", "ESTO", "MLSD", "VRET", "VSTO", "LIST", "NLST"];
+
 fn sets_up_data(cmd: &Command) -> bool {
     use Command as C;
     matches!(cmd, C::Pasv | C::Spas | C::Port(_) | C::Eprt(_) | C::Spor(_) | C::Dcon(_))

@@ -356,6 +356,63 @@ fn rest_is_consumed_by_the_next_transfer() {
     assert_eq!(one_transfer(&s.send(b"RETR /f\r\n")).restart, None);
 }
 
+/// A transfer command refused (a write on a read-only server, one that
+/// does not parse) uses up its REST and ALLO: they shaped the next
+/// transfer, a RETR from offset 1000 (a review's find).
+#[test]
+fn a_refused_transfer_uses_up_its_rest_and_allo() {
+    let mut s = Session::logged_in(cfg(false, true));
+    assert_eq!(
+        codes(&s.send(
+            b"REST 1000
+STOR /x
+"
+        )),
+        [350, 550]
+    );
+    assert_eq!(
+        one_transfer(&s.send(
+            b"RETR /y
+"
+        ))
+        .restart,
+        None
+    );
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(
+        codes(&s.send(
+            b"ALLO 10
+REST 7
+STOR
+"
+        )),
+        [200, 350, 501]
+    );
+    let t = one_transfer(&s.send(
+        b"STOR /f
+",
+    ));
+    assert_eq!((t.allo, t.restart), (None, None));
+    // Not-transfer commands between still keep them.
+    assert_eq!(
+        codes(&s.send(
+            b"REST 7
+NOOP
+BOGUS
+"
+        )),
+        [350, 200, 500]
+    );
+    assert_eq!(
+        one_transfer(&s.send(
+            b"RETR /y
+"
+        ))
+        .restart,
+        Some(Restart::Offset(7))
+    );
+}
+
 #[test]
 fn opts_vsto_is_consumed_by_the_next_transfer_and_kept_by_a_vsto_only() {
     let mut s = Session::logged_in(cfg(false, false));
