@@ -47,6 +47,10 @@ fn malformed_lines_get_errors_and_session_survives() {
         ("ALLO -1", 501),
         ("RNTO /x", 503),
         ("CKSM NOPE 0 -1 /f", 504),
+        // It hashed 2^64 zeros, for good (a review's find).
+        ("CKSM MD5 0 18446744073709551615 /dev/zero", 501),
+        ("CKSM MD5 0 4294967297 /dev/zero", 501),
+        ("CKSM MD5 0 1048576 /dev/zero", 213),
         ("SIZE /nope", 550),
     ] {
         assert_eq!(c.cmd(line).0, code, "{line}");

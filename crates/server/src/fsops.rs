@@ -154,9 +154,18 @@ fn stat(root: &Root, p: &VPath) -> Result<Reply, Reply> {
     Ok(Reply::multi(213, &format!("status of {}", p.display()), vec![line]))
 }
 
+/// The longest `CKSM` of `/dev/zero` (`--memory-paths`): a few seconds of
+/// hashing. It had no bound and cannot be aborted: `CKSM MD5 0 2^64-1
+/// /dev/zero` from an anonymous reader held a core (and its session) for
+/// good, a review found.
+pub const MAX_ZERO_CKSM: u64 = 4 << 30;
+
 fn cksm(root: &Root, memory: bool, alg: &str, offset: u64, len: Option<u64>, p: &VPath) -> Result<Reply, Reply> {
     let sum = if memory && p.as_bytes() == DEV_ZERO {
         let l = len.ok_or_else(|| Reply::new(501, "CKSM of /dev/zero needs a length"))?;
+        if l > MAX_ZERO_CKSM {
+            return Err(Reply::new(501, format!("CKSM of /dev/zero: at most {MAX_ZERO_CKSM} bytes")));
+        }
         checksum(&ZeroSource::in_memory(offset.saturating_add(l)), alg, offset, Some(l))
     } else {
         let f = root.open_read(p.relative()).map_err(|e| io_reply(p, &e))?;
