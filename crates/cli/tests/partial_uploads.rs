@@ -154,3 +154,27 @@ fn small_breaks_and_a_server_that_keeps_none_keep_nothing() {
     let ((code, text), _) = stor(&mut c, "s", Some("REST 0-524288"));
     assert!(code == 554 && text.contains("no partial upload"), "{code} {text}");
 }
+
+/// A kept partial upload holds disk for what arrived, not for its whole
+/// ALLO: the reservation ends with the transfer, and the space allocated
+/// past what arrived goes back with it. Kept whole, a client that broke
+/// uploads after a MiB held half the free space with each (a review's find).
+#[test]
+fn a_kept_partial_upload_holds_only_what_arrived() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, root, _local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
+    break_after(port, "p", MIB + MIB / 2);
+    let t = Instant::now();
+    let held = loop {
+        // The broken session's transfer keeps its (unnamed) file a moment later.
+        let fds = open_in(&root);
+        if let Some(fd) = fds.first() {
+            break std::fs::metadata(fd).unwrap().blocks() * 512;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no partial upload kept");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(held < 2 * MIB as u64, "{held} bytes held for 1.5 MiB of a 3 MiB upload");
+    assert!(held >= (MIB + MIB / 2) as u64, "what arrived is kept: {held}");
+}

@@ -196,6 +196,17 @@ fn keep_partial(ctx: &crate::ServerCtx, up: &Upload, target: Target, ctl: &Contr
         return;
     }
     tracing::info!(path = %up.t.path.display(), have = %have, "partial upload kept for a restart");
+    // Its ALLO reservation ends with this transfer: the space allocated
+    // for what did not arrive goes back too. Kept whole, a client that
+    // broke uploads after 1 MiB held half the free space each time.
+    if let Some(size) = up.t.allo {
+        for (a, b) in have.missing(size).ranges() {
+            if let Err(e) = lightpath_sys::file::punch_hole(tmp.file(), a, b - a) {
+                tracing::debug!("partial upload: space past what arrived not given back: {e}");
+                break;
+            }
+        }
+    }
     let dropped = ctx.partials.keep(Instant::now(), who.clone(), up.t.path.as_bytes(), tmp, have, up.t.allo);
     drop(dropped);
 }

@@ -22,6 +22,21 @@ pub fn preallocate_sized(file: &File, len: u64) -> io::Result<()> {
     fallocate(file, rustix::fs::FallocateFlags::empty(), len)
 }
 
+/// Give back the blocks of `file` in `[offset, offset + len)`, keeping its
+/// size: the range reads as zeros and takes no space (a hole). File
+/// systems without holes are not an error.
+pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use rustix::fs::FallocateFlags as F;
+    if len == 0 {
+        return Ok(());
+    }
+    match rustix::fs::fallocate(file, F::PUNCH_HOLE | F::KEEP_SIZE, offset, len) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) | Err(rustix::io::Errno::NOSYS) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn fallocate(file: &File, flags: rustix::fs::FallocateFlags, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
