@@ -209,3 +209,28 @@ fn abor_stops_a_mode_s_transfer_waiting_for_its_connection() {
     assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
     assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
 }
+
+/// The same with the ABOR sent right behind the RETR, before its 150: the
+/// server reads both before the transfer starts. The ABOR was lost, and
+/// the RETR waited 120 s for its data connection (a review's find).
+#[test]
+fn abor_pipelined_behind_its_transfer_stops_it() {
+    let (_d, _root, _s, port) = served(&[("f", b"data")], &[]);
+    let mut c = Raw::login(port);
+    c.pasv();
+    let t = Instant::now();
+    std::io::Write::write_all(&mut c.w, b"RETR f\r\nABOR\r\n").unwrap(); // one write
+    let (code, text) = c.final_reply();
+    assert!(code == 426 || code == 451, "{code} {text}");
+    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
+    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+    // The session goes on, and its next transfer is not cancelled.
+    assert_eq!(c.cmd("NOOP").0, 200);
+    let addr = c.pasv();
+    c.send(b"RETR f");
+    let mut data = std::net::TcpStream::connect(addr).unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut data, &mut got).unwrap();
+    assert_eq!(c.final_reply().0, 226);
+    assert_eq!(got, b"data");
+}

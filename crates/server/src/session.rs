@@ -43,6 +43,12 @@ struct Running {
     /// that would never come (a third-party client that gave the transfer
     /// up waited 2 s for the reply, then went on).
     gone: bool,
+    /// ABORs the reader has read. One read but not yet handled by the
+    /// session ([`Session::aborts_seen`]) came after the line of a transfer
+    /// that starts now: that transfer starts cancelled. A pipelined
+    /// `STOR f` + `ABOR` (both read before the STOR started) left the STOR
+    /// waiting 120 s for a data connection, and a MODE S RETR sent whole.
+    aborts_read: u64,
 }
 
 struct Session {
@@ -53,6 +59,8 @@ struct Session {
     local: SocketAddr,
     peer: Option<SocketAddr>,
     current: Current,
+    /// ABORs the session has taken from the queue ([`Running::aborts_read`]).
+    aborts_seen: u64,
     /// The control connection's RTT as the handshake measured it (later
     /// samples can include the client's delayed ACKs).
     rtt: std::time::Duration,
@@ -119,7 +127,20 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
     let dc = new_channel(&ctx, peer, rtt);
     let pi = ServerPi::new(ctx.pi_config(peer.map(|p| p.ip())));
     let since = tokio::time::Instant::now();
-    let mut s = Session { ctx, pi, out, dc, local, peer, current, rtt, held: Vec::new(), since, failed_logins: 0 };
+    let mut s = Session {
+        ctx,
+        pi,
+        out,
+        dc,
+        local,
+        peer,
+        current,
+        aborts_seen: 0,
+        rtt,
+        held: Vec::new(),
+        since,
+        failed_logins: 0,
+    };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
         tracing::debug!(?peer, "session ended: {e}");
@@ -164,6 +185,7 @@ async fn read_lines(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Lin
 async fn forward(lb: &mut LineBuffer, tx: &mpsc::Sender<Line>, current: &Current) -> bool {
     while let Some(line) = lb.poll_line() {
         if is_abor(&line) {
+            current.lock().unwrap_or_else(|e| e.into_inner()).aborts_read += 1;
             stop(current, Control::cancel);
         }
         if tx.send(line).await.is_err() {
@@ -222,6 +244,7 @@ impl Session {
                     }
                 }
             };
+            self.aborts_seen += u64::from(is_abor(&line));
             self.pi.handle_line(line);
         }
     }
@@ -409,6 +432,9 @@ impl Session {
             let mut running = self.current.lock().unwrap_or_else(|e| e.into_inner());
             if running.gone {
                 ctl.lose();
+            }
+            if running.aborts_read > self.aborts_seen {
+                ctl.cancel();
             }
             running.ctl = Some(ctl.clone());
         }
