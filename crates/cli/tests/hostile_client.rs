@@ -234,3 +234,34 @@ fn abor_pipelined_behind_its_transfer_stops_it() {
     assert_eq!(c.final_reply().0, 226);
     assert_eq!(got, b"data");
 }
+
+fn threads(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
+}
+
+/// A RETR in MODE E for 1024 streams, to a port whose backlog is full (its
+/// SYNs are dropped, each connect waits): the server connects with a
+/// bounded number of threads. It started one per stream, 1024 at a time,
+/// for any anonymous reader (a review's find).
+#[test]
+fn many_streams_to_a_port_that_never_answers_take_few_threads() {
+    let (_d, _root, s, port) = served(&[("f", b"data")], &[]);
+    let pid = s.0.id();
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    l.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    l.listen(0).unwrap();
+    let at = l.local_addr().unwrap().as_socket().unwrap();
+    let _fill: Vec<_> =
+        (0..4).filter_map(|_| std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200)).ok()).collect();
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MODE E").0, 200);
+    assert_eq!(c.cmd("OPTS RETR Parallelism=1024,1024,1024;").0, 200);
+    let p = at.port();
+    assert_eq!(c.cmd(&format!("PORT 127,0,0,1,{},{}", p >> 8, p & 255)).0, 200);
+    let before = threads(pid);
+    c.send(b"RETR f");
+    std::thread::sleep(Duration::from_millis(1500));
+    let during = threads(pid);
+    assert!(during < before + 100, "{before} threads before the RETR, {during} during it");
+}

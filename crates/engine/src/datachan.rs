@@ -88,6 +88,11 @@ pub fn congestion_choice(asked: Option<&str>) -> Option<String> {
 /// streams instead, and 0 turns it off. See [`SockOpts::notsent_lowat`].
 pub const NOTSENT_LOWAT: u32 = 1 << 20;
 
+/// Threads a MODE E sender connects its streams with at most. It was one
+/// per stream: a client asking for 1024 streams to a port that drops SYNs
+/// had the server start 1024 threads, each blocked 30 s (a review's find).
+const CONNECTORS: usize = 64;
+
 fn notsent_lowat_env() -> Option<u32> {
     std::env::var("LIGHTPATH_NOTSENT_LOWAT").ok().and_then(|v| v.parse().ok())
 }
@@ -198,7 +203,8 @@ impl DataChannel {
         }
     }
 
-    /// Get MODE E connections ready to send on `n` streams. Returns whether
+    /// Get MODE E connections ready to send on `n` streams (stream `i`
+    /// to `addrs[i % addrs.len()]`). Returns whether
     /// cached connections are reused (reply 125) or new ones opened (150).
     pub fn prepare_send(&mut self, n: u32) -> Result<bool> {
         if self.cached(Direction::Send) > 0 {
@@ -212,17 +218,20 @@ impl DataChannel {
             }
             None => return Err(EngineError::Setup("no data connection set up: send PORT or PASV first".into())),
         };
-        // All streams connect at once: one round trip, not one per stream.
-        let this = &*self;
-        let conns: Vec<Result<TcpStream>> = std::thread::scope(|s| {
+        // Streams connect [`CONNECTORS`] at a time: one round trip for up
+        // to that many, not one per stream.
+        let (this, n) = (&*self, n.max(1) as usize);
+        let threads = n.min(CONNECTORS);
+        let mut conns: Vec<(usize, Result<TcpStream>)> = std::thread::scope(|s| {
             let addrs = &addrs;
+            let one = move |i: usize| (i, this.connect(addrs[i % addrs.len()]));
             let hs: Vec<_> =
-                (0..n.max(1) as usize).map(|i| s.spawn(move || this.connect(addrs[i % addrs.len()]))).collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(EngineError::Setup("connect thread panicked".into()))))
-                .collect()
+                (0..threads).map(|t| s.spawn(move || (t..n).step_by(threads).map(one).collect())).collect();
+            let panicked = || vec![(0, Err(EngineError::Setup("connect thread panicked".into())))];
+            hs.into_iter().flat_map(|h| h.join().unwrap_or_else(|_| panicked())).collect()
         });
-        self.cached = conns.into_iter().collect::<Result<Vec<_>>>()?;
+        conns.sort_by_key(|c| c.0);
+        self.cached = conns.into_iter().map(|c| c.1).collect::<Result<Vec<_>>>()?;
         self.cached_dir = Some(Direction::Send);
         Ok(false)
     }
