@@ -65,6 +65,12 @@ pub trait Source: Sync {
     fn device(&self) -> Option<u64> {
         None
     }
+    /// Whether it is still as it was when opened (a file: its length and
+    /// modification time); an error says how it changed. Senders ask
+    /// once every byte is written, before the end of the data.
+    fn unchanged(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// How the sender moves its bytes: `sendfile` when it has a file.
     fn data_path(&self) -> DataPath {
         if self.file().is_some() {
@@ -125,12 +131,14 @@ pub trait Sink: Sync {
 }
 
 /// A regular file. The length is taken once; a file that shrinks while
-/// being read makes the read fail instead of sending short data.
+/// being read makes the read fail instead of sending short data, and one
+/// written to meanwhile fails [`Source::unchanged`].
 #[derive(Debug)]
 pub struct FileSource {
     file: File,
     len: u64,
     dev: u64,
+    modified: Option<std::time::SystemTime>,
     zero_copy: bool,
 }
 
@@ -138,7 +146,7 @@ impl FileSource {
     /// Wrap an open file; `zero_copy` allows `sendfile`.
     pub fn new(file: File, zero_copy: bool) -> io::Result<Self> {
         let m = file.metadata()?;
-        Ok(FileSource { file, len: m.len(), dev: m.dev(), zero_copy })
+        Ok(FileSource { file, len: m.len(), dev: m.dev(), modified: m.modified().ok(), zero_copy })
     }
 }
 
@@ -160,6 +168,17 @@ impl Source for FileSource {
     }
     fn device(&self) -> Option<u64> {
         Some(self.dev)
+    }
+    fn unchanged(&self) -> io::Result<()> {
+        let m = self.file.metadata()?;
+        if m.len() != self.len || m.modified().ok() != self.modified {
+            return Err(io::Error::other(format!(
+                "file changed while being read ({} bytes when opened, {} now)",
+                self.len,
+                m.len()
+            )));
+        }
+        Ok(())
     }
     fn data_path(&self) -> DataPath {
         if self.zero_copy {

@@ -80,6 +80,28 @@ pub trait Supply<'a>: Sync {
     fn wait(&self, timeout: Duration) {
         std::thread::sleep(timeout);
     }
+    /// Called once every block is written, before the streams' EOD and
+    /// EOF: an error fails the send instead, so the receiver never takes
+    /// the data for whole (a source that changed meanwhile).
+    fn finish(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A supply of blocks from `src` whose [`Supply::finish`] asks whether
+/// `src` changed ([`Source::unchanged`]).
+struct FromSource<'a, F> {
+    next: F,
+    src: &'a dyn Source,
+}
+
+impl<'a, F: Fn() -> std::io::Result<Option<OutBlock<'a>>> + Sync> Supply<'a> for FromSource<'a, F> {
+    fn next(&self) -> std::io::Result<Option<OutBlock<'a>>> {
+        (self.next)()
+    }
+    fn finish(&self) -> std::io::Result<()> {
+        self.src.unchanged()
+    }
 }
 
 /// A closure is a supply that never says `WouldBlock`.
@@ -118,7 +140,7 @@ pub fn send(conns: &mut [TcpStream], src: &dyn Source, plan: &SendPlan, ctl: &Co
         };
         Ok(Some(OutBlock { wire_offset: off - plan.wire_base, len, payload, apart: None }))
     };
-    crate::iothreads::send_blocks(conns, &supplier, src.device(), ctl)
+    crate::iothreads::send_blocks(conns, &FromSource { next: supplier, src }, src.device(), ctl)
 }
 
 /// Send the blocks `supplier` hands out over `conns`, any block on any

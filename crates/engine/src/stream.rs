@@ -42,6 +42,9 @@ fn send_range(conn: &mut TcpStream, src: &dyn Source, start: u64, end: u64, ctl:
         ctl.add(len);
         pos += len;
     }
+    // The close ends the data: a source that changed meanwhile fails the
+    // send first (the connection is then reset, not closed).
+    src.unchanged().map_err(|e| EngineError::io("reading source", e))?;
     conn.flush().map_err(ctx)?;
     conn.shutdown(Shutdown::Write).map_err(ctx)?;
     Ok(pos - start)

@@ -55,6 +55,11 @@ struct State {
     /// The connections that took copies of an [`Apart`] key, until all
     /// its copies are taken.
     apart_takers: HashMap<u64, Vec<usize>>,
+    /// Data blocks taken by a connection and not yet all written.
+    writing: usize,
+    /// Every block is written and the supplier's [`Supply::finish`] found
+    /// nothing wrong: the trailers (EOD, EOF) may go.
+    finished: bool,
 }
 
 /// What the network threads and disk tasks share about one send.
@@ -148,6 +153,8 @@ pub(crate) fn send_blocks(
         net_waiting: false,
         supplier_pending: false,
         apart_takers: HashMap::new(),
+        writing: 0,
+        finished: false,
     };
     let job = Arc::new(Job { st: Mutex::new(st), notify, pool: eng.pool().clone(), slots: 2 * conns.len() });
     let reg = Registration::new(eng);
@@ -223,7 +230,16 @@ fn drive<'s, 'e, 'b: 's>(
         let ended = st.supplier_done && st.outstanding == 0;
         let passed_over = (!st.ready.is_empty() || ended) && std::mem::take(&mut st.net_waiting);
         let last_blocks_out = ended && st.ready.is_empty();
+        let to_finish = last_blocks_out && st.writing == 0 && !st.finished;
         drop(st);
+        if to_finish {
+            // Every block is written: the trailers may go once the
+            // supply says its source is as it was.
+            supplier.finish().map_err(|e| EngineError::io("reading source", e))?;
+            job.lock().finished = true;
+            reg.poke();
+            continue;
+        }
         if last_blocks_out {
             endgame.look(conns);
         }
@@ -299,8 +315,9 @@ fn fetch(job: &Job, reg: &Registration, supplier: &Supplier) {
         let go_on = fetched(&mut st, reg, r);
         if !go_on || i + 1 >= FETCH_BATCH || st.supplier_done || st.stopped || job.held(&st) >= job.slots {
             // The management thread starts the next task, if there is room
-            // for one; else a connection wakes it when there is.
-            let wake = st.stopped || job.room_for_batch(&st);
+            // for one (else a connection wakes it when there is), or
+            // finishes the supply once its blocks are written.
+            let wake = st.stopped || st.supplier_done || job.room_for_batch(&st);
             drop(st);
             if wake {
                 job.notify.wake();
@@ -454,6 +471,7 @@ impl SendConn {
             // Room for a batch: the management thread may start a task (a
             // running one wakes it as it ends). The last block gone, it
             // sends any connection still waiting to its trailer.
+            st.writing += 1;
             let last = st.ready.is_empty() && st.supplier_done && st.net_waiting;
             if last || (st.outstanding == 0 && self.job.room_for_batch(st)) {
                 drop(g);
@@ -461,7 +479,7 @@ impl SendConn {
             }
             return Next::Block(b);
         }
-        if st.supplier_done && st.outstanding == 0 && st.ready.is_empty() {
+        if st.finished {
             return Next::Trailer;
         }
         st.net_waiting = true;
@@ -520,6 +538,12 @@ impl SendConn {
         st.last_progress = Instant::now();
         if trailer {
             st.conns_done += 1;
+        } else {
+            st.writing -= 1;
+        }
+        // The last block written: the management thread finishes the
+        // supply; a trailer: it counts the connections done.
+        if trailer || (st.writing == 0 && st.supplier_done && st.ready.is_empty()) {
             drop(st);
             self.job.notify.wake();
         }
