@@ -111,7 +111,9 @@ async fn stamp_of(s: &mut Session, d: &Session, path: &[u8], size: u64) -> Resul
 async fn rest_both(s: &mut Session, d: &mut Session, kept: Option<RangeSet>) -> Result<Option<RangeSet>, ClientError> {
     let Some(kept) = kept else { return Ok(None) };
     let rest = rest_cmd(&kept);
-    let (a, b) = (d.ctl.ok(&rest).await?.code, s.ctl.ok(&rest).await?.code);
+    // A refusal is an answer here, not a failure (`ok` made it one, and
+    // the fallback below never ran: every retry sent the same REST).
+    let (a, b) = (d.ctl.cmd(&rest).await?.code, s.ctl.cmd(&rest).await?.code);
     tracing::info!(kept = %kept, destination = a, source = b, "resuming a third-party copy");
     if a == 350 && b == 350 {
         return Ok(Some(kept));
