@@ -233,11 +233,7 @@ fn drive<'s, 'e, 'b: 's>(
         let to_finish = last_blocks_out && st.writing == 0 && !st.finished;
         drop(st);
         if to_finish {
-            // Every block is written: the trailers may go once the
-            // supply says its source is as it was.
-            supplier.finish().map_err(|e| EngineError::io("reading source", e))?;
-            job.lock().finished = true;
-            reg.poke();
+            finish_supply(job, reg, supplier)?;
             continue;
         }
         if last_blocks_out {
@@ -255,6 +251,15 @@ fn drive<'s, 'e, 'b: 's>(
         let wait = if passed_over { APART_DRAIN } else { PARK };
         job.notify.park(wait).map_err(|e| EngineError::io("waiting for the I/O threads", e))?;
     }
+}
+
+/// Every block is written: the trailers may go once the supply says its
+/// source is as it was ([`Supply::finish`]); else the send fails.
+fn finish_supply(job: &Job, reg: &Registration, supplier: &Supplier) -> Result<()> {
+    supplier.finish().map_err(|e| EngineError::io("reading source", e))?;
+    job.lock().finished = true;
+    reg.poke();
+    Ok(())
 }
 
 /// The endgame of a send: every block is on some stream, and a stream
