@@ -458,6 +458,7 @@ impl Sink for DirectFileSink {
 pub struct DirectFileSource {
     io: DirectIo,
     len: u64,
+    opened: crate::io::Opened,
     zero_copy: bool,
 }
 
@@ -474,8 +475,9 @@ impl DirectFileSource {
     }
 
     fn build(file: File, zero_copy: bool, direct: bool) -> io::Result<Self> {
-        let len = file.metadata()?.len();
-        Ok(DirectFileSource { io: DirectIo::open(file, false, direct), len, zero_copy })
+        let m = file.metadata()?;
+        let opened = crate::io::Opened::of(&m);
+        Ok(DirectFileSource { io: DirectIo::open(file, false, direct), len: m.len(), opened, zero_copy })
     }
 
     /// Take bounce buffers from `pool` (see [`DirectFileSink::with_pool`]).
@@ -510,6 +512,9 @@ impl Source for DirectFileSource {
     }
     fn file(&self) -> Option<&File> {
         self.zero_copy.then_some(&self.io.file)
+    }
+    fn unchanged(&self) -> io::Result<()> {
+        self.opened.check(&self.io.file)
     }
     fn data_path(&self) -> DataPath {
         if self.zero_copy {

@@ -130,6 +130,32 @@ pub trait Sink: Sync {
     }
 }
 
+/// A file's length and modification time when a source opened it, for
+/// [`Source::unchanged`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opened {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl Opened {
+    pub(crate) fn of(m: &std::fs::Metadata) -> Opened {
+        Opened { len: m.len(), modified: m.modified().ok() }
+    }
+
+    /// Whether `file` still has the length and modification time it had.
+    pub(crate) fn check(&self, file: &File) -> io::Result<()> {
+        let m = file.metadata()?;
+        if m.len() != self.len || m.modified().ok() != self.modified {
+            let (was, now) = (self.len, m.len());
+            return Err(io::Error::other(format!(
+                "file changed while being read ({was} bytes when opened, {now} now)"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A regular file. The length is taken once; a file that shrinks while
 /// being read makes the read fail instead of sending short data, and one
 /// written to meanwhile fails [`Source::unchanged`].
@@ -138,7 +164,7 @@ pub struct FileSource {
     file: File,
     len: u64,
     dev: u64,
-    modified: Option<std::time::SystemTime>,
+    opened: Opened,
     zero_copy: bool,
 }
 
@@ -146,7 +172,7 @@ impl FileSource {
     /// Wrap an open file; `zero_copy` allows `sendfile`.
     pub fn new(file: File, zero_copy: bool) -> io::Result<Self> {
         let m = file.metadata()?;
-        Ok(FileSource { file, len: m.len(), dev: m.dev(), modified: m.modified().ok(), zero_copy })
+        Ok(FileSource { file, len: m.len(), dev: m.dev(), opened: Opened::of(&m), zero_copy })
     }
 }
 
@@ -170,15 +196,7 @@ impl Source for FileSource {
         Some(self.dev)
     }
     fn unchanged(&self) -> io::Result<()> {
-        let m = self.file.metadata()?;
-        if m.len() != self.len || m.modified().ok() != self.modified {
-            return Err(io::Error::other(format!(
-                "file changed while being read ({} bytes when opened, {} now)",
-                self.len,
-                m.len()
-            )));
-        }
-        Ok(())
+        self.opened.check(&self.file)
     }
     fn data_path(&self) -> DataPath {
         if self.zero_copy {

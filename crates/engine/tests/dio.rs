@@ -252,3 +252,22 @@ fn vectored_writes_on_tmpfs_are_buffered_and_exact() {
     assert_eq!((sink.stats().direct, sink.stats().buffered), (0, size), "{:?}", sink.stats());
     check_file(&check, size);
 }
+
+/// A direct-I/O source tells that its file changed since it was opened, as
+/// a buffered one does: a server's download read so (a large, uncached file
+/// to a client on the same host) sent a rewritten file's bytes as whole (a
+/// review's find).
+#[test]
+fn a_direct_source_tells_a_changed_file() {
+    for buffered in [false, true] {
+        let f = tempfile::tempfile_in(DISK).expect("temp");
+        f.write_all_at(&expected(0, 1 << 20), 0).expect("fill");
+        let g = f.try_clone().expect("clone");
+        let src = if buffered { DirectFileSource::buffered(f, false) } else { DirectFileSource::new(f, false) };
+        let src = src.expect("source");
+        src.unchanged().expect("unchanged");
+        g.write_all_at(b"more", 1 << 20).expect("append");
+        let e = src.unchanged().expect_err("grown");
+        assert!(e.to_string().contains("changed while being read"), "{e}");
+    }
+}
