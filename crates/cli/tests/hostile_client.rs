@@ -264,4 +264,11 @@ fn many_streams_to_a_port_that_never_answers_take_few_threads() {
     std::thread::sleep(Duration::from_millis(1500));
     let during = threads(pid);
     assert!(during < before + 100, "{before} threads before the RETR, {during} during it");
+    // The first connect to time out (30 s) stops the rest: the RETR fails
+    // then, not after 16 timeouts in a row on each thread (480 s).
+    c.r.get_ref().set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let t = Instant::now();
+    let (code, text) = c.final_reply();
+    assert_eq!(code / 100, 4, "{text}");
+    assert!(t.elapsed() < Duration::from_secs(45), "the RETR failed after {:?}", t.elapsed());
 }
