@@ -39,6 +39,16 @@ pub fn unvouched(ip: IpAddr, peer: IpAddr) -> bool {
     ip != peer && ((inside(ip) && !inside(peer)) || ip.is_loopback() != peer.is_loopback())
 }
 
+/// Whether a data address `ip` named by a client at `client` reaches
+/// into the server's own host or site from outside it: a site address
+/// named by a client outside the site, or a loopback one named by a client
+/// not on the host. (A client on the host or in the site may name an
+/// outside address: unlike [`unvouched`], the direction matters.)
+pub fn reaches_inside(ip: IpAddr, client: IpAddr) -> bool {
+    let (ip, client) = (ip.to_canonical(), client.to_canonical());
+    ip != client && ((inside(ip) && !inside(client)) || (ip.is_loopback() && !client.is_loopback()))
+}
+
 /// Parse RFC 959 `h1,h2,h3,h4,p1,p2`.
 pub fn parse_port(arg: &str) -> Result<SocketAddr, AddrError> {
     let bad = || AddrError::Malformed(arg.chars().take(64).collect());

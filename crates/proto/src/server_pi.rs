@@ -586,7 +586,7 @@ impl ServerPi {
                 "PORT to {ip}: this server connects only to its client ({p}); `serve --data-peers any` allows third-party transfers."
             )),
             Some(_) => None,
-            None => self.cfg.client.filter(|&c| crate::hostport::unvouched(ip, c)).map(|c| {
+            None => self.cfg.client.filter(|&c| crate::hostport::reaches_inside(ip, c)).map(|c| {
                 format!("PORT to {ip}: an address inside this server's host or network, named by a client at {c}.")
             }),
         }
@@ -760,11 +760,11 @@ fn writes(cmd: &Command) -> bool {
     ) || matches!(cmd, C::Site(Site::Chmod(..)))
 }
 
-/// Data connection setup commands other than EPSV (RFC 2428 section 3:
-/// "EPRT, PORT, PASV, et al."; SPAS, SPOR and DCON are GridFTP's).
 /// The verbs that start a transfer, using up `REST` and `ALLO`.
 const TRANSFER_VERBS: [&str; 10] = ["RETR", "STOR", "APPE", "ERET", "ESTO", "MLSD", "VRET", "VSTO", "LIST", "NLST"];
 
+/// Data connection setup commands other than EPSV (RFC 2428 section 3:
+/// "EPRT, PORT, PASV, et al."; SPAS, SPOR and DCON are GridFTP's).
 fn sets_up_data(cmd: &Command) -> bool {
     use Command as C;
     matches!(cmd, C::Pasv | C::Spas | C::Port(_) | C::Eprt(_) | C::Spor(_) | C::Dcon(_))

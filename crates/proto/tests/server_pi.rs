@@ -975,4 +975,9 @@ fn port_to_any_host_is_not_port_into_the_servers_own_network() {
     let mut s = Session::logged_in(at("127.0.0.1"));
     let lo: SocketAddr = "127.0.0.1:1025".parse().unwrap();
     assert_eq!(actions(&s.send(b"PORT 127,0,0,1,4,1\r\n")), [&Action::Active(vec![lo])]);
+    // A client on the server's host (an SSH tunnel) may still name an
+    // outside host: a third-party copy's destination.
+    assert_eq!(actions(&s.send(b"PORT 198,51,100,7,4,1\r\n")), [&Action::Active(vec![far])]);
+    let mut s = Session::logged_in(at("10.9.9.9"));
+    assert_eq!(actions(&s.send(b"PORT 198,51,100,7,4,1\r\n")), [&Action::Active(vec![far])]);
 }
