@@ -178,7 +178,10 @@ fn a_file_that_grows_while_uploaded_fails_the_copy() {
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");
     let mut cp = start_cp(&["--retries", "0", src.path().join("big").to_str().unwrap(), &url]);
-    wait_while(&mut cp, "the upload never reached the server", || bytes_open_in(&root) > 64 << 20);
+    // The server's file has its whole size from the start (ALLO): wait
+    // until cp has read (sent) 64 MiB instead.
+    let pid = cp.id();
+    wait_while(&mut cp, "the upload never sent data", || common::breaks::rchar(pid) > 64 << 20);
     std::fs::OpenOptions::new().append(true).open(src.path().join("big")).unwrap().write_all(b"more").unwrap();
     let out = cp.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -528,6 +528,20 @@ impl LocalSource {
         Some((m.len(), m.modified().ok().and_then(nanos).map(|n| n.to_string())))
     }
 
+    /// A source opened at `len` bytes whose send was planned (and
+    /// announced with ALLO) at `planned`: it changed in between, and
+    /// sending the planned bytes would publish a short or mixed copy.
+    pub fn as_planned(&self, len: u64, planned: u64) -> Result<(), ClientError> {
+        if len == planned {
+            return Ok(());
+        }
+        let name = match self {
+            LocalSource::File(p) => p.display().to_string(),
+            LocalSource::Zero(_) => "/dev/zero".into(),
+        };
+        Err(ClientError::Local(format!("{name}: file changed while being read ({planned} bytes planned, {len} now)")))
+    }
+
     /// The error of a send from this source. The engine does not know
     /// file names: a read that failed gets the file's ("F: reading
     /// source: file shrank while being read"); others stay as they are.

@@ -220,6 +220,7 @@ impl Session {
                     return Err(ClientError::Local("server refused the upload".into()));
                 }
                 let s = src.open()?;
+                named.as_planned(s.len(), size)?;
                 let r = dc.send_e(s.as_ref(), &plan, &c2).map_err(|e| named.send_error(e));
                 if r.is_err() {
                     dc.drop_cache();
