@@ -45,7 +45,8 @@ struct Running {
     gone: bool,
     /// ABORs the reader has read. One read but not yet handled by the
     /// session ([`Session::aborts_seen`]) came after the line of a transfer
-    /// that starts now: that transfer starts cancelled. A pipelined
+    /// that starts now: that transfer starts cancelled (as does every
+    /// transfer queued before that ABOR: it aborts what came before it). A pipelined
     /// `STOR f` + `ABOR` (both read before the STOR started) left the STOR
     /// waiting 120 s for a data connection, and a MODE S RETR sent whole.
     aborts_read: u64,

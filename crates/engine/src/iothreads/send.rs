@@ -288,7 +288,10 @@ impl Endgame {
             self.restarted[i] = Some(Instant::now());
             if tcp_congestion(c).is_ok_and(|cc| cc == "bbr") {
                 match restart_congestion(c) {
-                    Ok(()) => tracing::info!("data connection {i}: {unsent:.2?} of unsent bytes at its pacing rate with nothing left to hand out; its congestion control (BBR) started afresh"),
+                    Ok(()) => tracing::info!(
+                        "data connection {i}: {unsent:.2?} of unsent bytes at its pacing rate, nothing left \
+                         to hand out; its congestion control (BBR) started afresh"
+                    ),
                     Err(e) => tracing::debug!("data connection {i}: congestion control not restarted: {e}"),
                 }
             }
