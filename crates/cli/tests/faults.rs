@@ -124,7 +124,7 @@ fn source_shrinking_during_a_download_fails_it() {
     let watcher = shrink_when(root.join("shrinks"), local.clone(), 64 << 20, 32 << 20);
     let (code, err) = cp(&["-p", "4", &format!("ftp://127.0.0.1:{port}/shrinks"), &format!("{}/", local.display())]);
     assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
-    assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
+    assert_ne!(code, 0, "a source that shrank cannot give a complete copy: {err}");
     // The server read it: its reply names the file (as the server sees it).
     assert!(cause(&err).contains("/shrinks: "), "the cause names the file: {err}");
     assert!(cause(&err).contains("shrank"), "the cause says what happened: {err}");
@@ -180,7 +180,7 @@ fn source_shrinking_during_an_upload_fails_it() {
     let src = local.join("shrinks").display().to_string();
     let (code, err) = cp(&["-p", "4", &src, &format!("ftp://127.0.0.1:{port}/shrinks")]);
     assert!(watcher.join().unwrap(), "the transfer never got going: {err}");
-    assert_ne!(code, 0, "a source that shrank cannot give a complete copy");
+    assert_ne!(code, 0, "a source that shrank cannot give a complete copy: {err}");
     // The server's reply names the file it was writing; the cause seen
     // here (the client read it) names the local file and what happened.
     assert!(cause(&err).contains("/shrinks: "), "the cause names the file: {err}");

@@ -539,7 +539,8 @@ impl LocalSource {
             LocalSource::File(p) => p.display().to_string(),
             LocalSource::Zero(_) => "/dev/zero".into(),
         };
-        Err(ClientError::Local(format!("{name}: file changed while being read ({planned} bytes planned, {len} now)")))
+        let how = if len < planned { "shrank" } else { "grew" };
+        Err(ClientError::Local(format!("{name}: reading source: file {how} ({planned} bytes planned, {len} now)")))
     }
 
     /// The error of a send from this source. The engine does not know

@@ -219,9 +219,12 @@ impl Session {
                 if !go_rx.recv().unwrap_or(false) {
                     return Err(ClientError::Local("server refused the upload".into()));
                 }
-                let s = src.open()?;
-                named.as_planned(s.len(), size)?;
-                let r = dc.send_e(s.as_ref(), &plan, &c2).map_err(|e| named.send_error(e));
+                // A source that cannot be sent as planned fails as a send
+                // does: the connections close, so the server ends at once.
+                let r = src.open().and_then(|s| {
+                    named.as_planned(s.len(), size)?;
+                    dc.send_e(s.as_ref(), &plan, &c2).map_err(|e| named.send_error(e))
+                });
                 if r.is_err() {
                     dc.drop_cache();
                 }
