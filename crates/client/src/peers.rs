@@ -44,7 +44,10 @@ type Entry = (String, u16, Peer);
 fn parse_line(line: &str) -> Option<Entry> {
     let f: Vec<&str> = line.split_ascii_whitespace().collect();
     let [host, port, ahead, rtt] = f[..] else { return None };
-    let peer = Peer { ahead_port: ahead.parse().ok()?, rtt_us: rtt.parse().ok()? };
+    // 0: no DCON. Below 1024 FEAT's DCON is refused too: a book edited
+    // by someone else must not aim hellos at a service's port (ssh, smtp).
+    let ahead_port = ahead.parse().ok().filter(|&p: &u16| p == 0 || p >= 1024)?;
+    let peer = Peer { ahead_port, rtt_us: rtt.parse().ok()? };
     Some((host.to_string(), port.parse().ok()?, peer))
 }
 
@@ -137,7 +140,9 @@ mod tests {
             parse_line("  ::1   2811 2812 40 "),
             Some(("::1".into(), 2811, Peer { ahead_port: 2812, rtt_us: 40 }))
         );
-        for bad in ["", "h 1 2", "h 1 2 3 4", "h x 2 3", "h 1 -1 3", "h 1 70000 3", "h 1 2 -3"] {
+        assert_eq!(parse_line("h 1 0 3").map(|e| e.2.ahead_port), Some(0), "no DCON");
+        // The last: a DCON port below 1024 (ssh), which FEAT would not give.
+        for bad in ["", "h 1 2", "h 1 2 3 4", "h x 2 3", "h 1 -1 3", "h 1 70000 3", "h 1 2000 -3", "h 1 22 3"] {
             assert_eq!(parse_line(bad), None, "{bad:?}");
         }
     }
@@ -148,21 +153,21 @@ mod tests {
         let book = dir.path().join("sub/peers");
         let b = PeerBook::at(book.clone());
         assert_eq!(b.lookup("h", 1), None);
-        let p = Peer { ahead_port: 2, rtt_us: 300 };
+        let p = Peer { ahead_port: 2002, rtt_us: 300 };
         b.remember("h", 1, Some(p));
-        b.remember("g", 1, Some(Peer { ahead_port: 9, rtt_us: 1 }));
+        b.remember("g", 1, Some(Peer { ahead_port: 2009, rtt_us: 1 }));
         assert_eq!(b.lookup("h", 1), Some(p));
         assert_eq!(b.lookup("h", 2), None);
-        b.remember("h", 1, Some(Peer { ahead_port: 2, rtt_us: 310 }));
+        b.remember("h", 1, Some(Peer { ahead_port: 2002, rtt_us: 310 }));
         assert_eq!(b.lookup("h", 1), Some(p), "a small RTT change is not written");
-        let newer = Peer { ahead_port: 3, rtt_us: 400 };
+        let newer = Peer { ahead_port: 2003, rtt_us: 400 };
         b.remember("h", 1, Some(newer));
         assert_eq!(b.lookup("h", 1), Some(newer));
         std::fs::write(&book, format!("{}garbage line\n", std::fs::read_to_string(&book).unwrap())).unwrap();
         assert_eq!(b.lookup("h", 1), Some(newer), "a bad line does not hide the good ones");
         b.remember("h", 1, None);
         assert_eq!(b.lookup("h", 1), None);
-        assert_eq!(b.lookup("g", 1).map(|p| p.ahead_port), Some(9));
+        assert_eq!(b.lookup("g", 1).map(|p| p.ahead_port), Some(2009));
         for i in 0..(MAX_PEERS + 10) {
             b.remember("many", i as u16 + 1, Some(p));
         }
