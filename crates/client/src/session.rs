@@ -225,14 +225,13 @@ impl Session {
         let extra: Vec<Vec<u8>> = flight.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let rtt_us = ctl.rtt.as_micros() as u64;
-        let from = ctl.peer_addr().ok().map(|a| a.ip()).filter(|_| !opts.data_from_any);
         let recv_window =
             lightpath_plan::start_recv_window(rtt_us, opts.target_share(), crate::plan::stream_count(&opts, rtt_us));
         let mut s = Session {
             ctl,
             feat: Features::default(),
             remote: remote.clone(),
-            dc: Some(data_channel(recv_window, opts.congestion.as_deref(), from)),
+            dc: None,
             mode_e: None,
             parallelism: 0,
             asked_block: None,
@@ -247,6 +246,7 @@ impl Session {
             broken_off: None,
             opts,
         };
+        s.dc = Some(s.new_dc());
         if let Some(job) = pending {
             // They started with the control connection: give them its RTT again.
             if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {

@@ -309,13 +309,13 @@ impl DataChannel {
     /// connector going on past failures, 1024 streams to a port that
     /// drops SYNs took 16 timeouts in a row (a review's find).
     fn connect_all(&self, addrs: &[SocketAddr], n: usize) -> Result<Vec<TcpStream>> {
+        use std::sync::atomic::{AtomicBool, Ordering};
         let threads = n.min(CONNECTORS);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let halted =
-            || stop.load(std::sync::atomic::Ordering::Relaxed) || self.watch.as_ref().is_some_and(|c| c.is_cancelled());
+        let stop = AtomicBool::new(false);
+        let halted = || stop.load(Ordering::Relaxed) || self.watch.as_ref().is_some_and(|c| c.is_cancelled());
         let one = |i: usize| {
             let r = self.connect(addrs[i % addrs.len()]);
-            stop.fetch_or(r.is_err(), std::sync::atomic::Ordering::Relaxed);
+            stop.fetch_or(r.is_err(), Ordering::Relaxed);
             (i, r)
         };
         let conns: Vec<(usize, Result<TcpStream>)> = std::thread::scope(|s| {

@@ -36,7 +36,7 @@ pub fn inside(ip: IpAddr) -> bool {
 /// connection at the other end's own loopback or private network.
 pub fn unvouched(ip: IpAddr, peer: IpAddr) -> bool {
     let (ip, peer) = (ip.to_canonical(), peer.to_canonical());
-    ip != peer && ((inside(ip) && !inside(peer)) || ip.is_loopback() != peer.is_loopback())
+    reaches_inside(ip, peer) || (peer.is_loopback() && !ip.is_loopback())
 }
 
 /// Whether a data address `ip` named by a client at `client` reaches

@@ -107,31 +107,25 @@ pub fn execute(
     }
     match open_source(root, cfg, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
         Ok(src) => {
-            let before = src.file().and_then(stamp);
             let sent = send(dc, &t, src.as_ref(), ctl, ready)?;
-            unchanged(src.as_ref(), before, &t)?;
+            unchanged(src.as_ref(), &t)?;
             Ok(sent)
         }
         Err(r) => fail_early(ready, r),
     }
 }
 
-/// A file's size and modification time.
-fn stamp(f: &File) -> Option<(u64, std::time::SystemTime)> {
-    f.metadata().ok().and_then(|m| Some((m.len(), m.modified().ok()?)))
-}
-
 /// A download is its file as it was when it began: one written to while
 /// it was sent (grown, rewritten) fails naming it, as a shrunk one does
-/// at the short read, instead of passing for a copy of the file. A
-/// tree's files are checked so by the pack.
-fn unchanged(src: &dyn Source, before: Option<(u64, std::time::SystemTime)>, t: &Transfer) -> Result<(), Reply> {
-    let now = src.file().and_then(stamp);
-    if before.is_some() && (now != before || now.is_some_and(|(len, _)| len != src.len())) {
+/// at the short read, instead of passing for a copy of the file. The
+/// engine asks the source ([`Source::unchanged`]) before the data ends;
+/// asked again here, a change in between still fails the reply. A tree's
+/// files are checked so by the pack.
+fn unchanged(src: &dyn Source, t: &Transfer) -> Result<(), Reply> {
+    src.unchanged().map_err(|_| {
         let path = t.path.display();
-        return Err(Reply::new(451, format!("{path}: the file changed while being sent; the copy is not whole.")));
-    }
-    Ok(())
+        Reply::new(451, format!("{path}: the file changed while being sent; the copy is not whole."))
+    })
 }
 
 /// An upload, and the ranges its `REST` said the server already has.
