@@ -79,31 +79,57 @@ impl Root {
         Ok(fd)
     }
 
-    /// Open a regular file for reading. Opened without blocking, so that a
-    /// FIFO with no writer cannot hold the caller forever; anything but a
-    /// regular file is refused.
+    /// Open a regular file for reading; anything else is refused before it
+    /// is opened ([`Root::peek`]). Opened without blocking all the same, so
+    /// that a FIFO swapped in meanwhile cannot hold the caller forever.
     pub fn open_read(&self, rel: &[u8]) -> io::Result<File> {
+        Self::regular_stat(&self.peek(rel, RESOLVE)?)?;
         let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
         Self::regular_only(&f)?;
         rustix::fs::fcntl_setfl(&f, OFlags::empty())?;
         Ok(f)
     }
 
+    /// The status of what `rel` resolves to, from an `O_PATH` fd, which
+    /// opens nothing. An `open` of a device node acts on the device (a
+    /// watchdog arms, a tape rewinds on close, a modem line rises), so a
+    /// served tree that holds one (a root of `/`) must not have it opened
+    /// just to learn it is not a file. The open that follows a peek checks
+    /// the type again: a node swapped in between is still refused, though
+    /// opened (making one takes `CAP_MKNOD`).
+    fn peek(&self, rel: &[u8], how: ResolveFlags) -> io::Result<Stat> {
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), how)?;
+        Ok(rustix::fs::fstat(&fd)?)
+    }
+
     /// Refuse directories and special files (FIFOs, devices, sockets).
     fn regular_only(f: &File) -> io::Result<()> {
-        let t = f.metadata()?.file_type();
-        if t.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory"));
+        Self::regular_stat(&rustix::fs::fstat(f)?)
+    }
+
+    /// [`Root::regular_only`] of a status.
+    fn regular_stat(st: &Stat) -> io::Result<()> {
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => Ok(()),
+            FileType::Directory => Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
+            _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")),
         }
-        if !t.is_file() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+
+    /// [`Root::peek`] of a path about to be opened for writing: `Ok` when
+    /// nothing is there yet (it will be created) or a regular file is.
+    fn peek_writable(&self, rel: &[u8], how: ResolveFlags) -> io::Result<()> {
+        match self.peek(rel, how) {
+            Ok(st) => Self::regular_stat(&st),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
         }
-        Ok(())
     }
 
     /// Open a file for writing in place or appending (created if missing).
     pub fn open_write(&self, rel: &[u8], how: WriteMode) -> io::Result<File> {
         let extra = if how == WriteMode::Append { OFlags::APPEND } else { OFlags::empty() };
+        self.peek_writable(rel, RESOLVE)?;
         let f = File::from(self.open_at(rel, OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | extra, 0o644)?);
         Self::regular_only(&f)?;
         rustix::fs::fcntl_setfl(&f, extra)?;
@@ -170,6 +196,11 @@ impl Root {
     /// resolves to beneath the root, never the root itself). Opened without blocking (a FIFO
     /// would wait for a writer), and special files are refused.
     pub fn chmod(&self, rel: &[u8], mode: u32) -> io::Result<()> {
+        if let Err(e) = Self::regular_stat(&self.peek(rel, RESOLVE)?) {
+            if e.kind() != io::ErrorKind::IsADirectory {
+                return Err(e);
+            }
+        }
         let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
         let (st, top) = (rustix::fs::fstat(&f)?, rustix::fs::fstat(&self.dir)?);
         if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino) {
@@ -714,6 +745,29 @@ mod tests {
         let f = r.open_read(b"f").unwrap();
         let fl = rustix::fs::fcntl_getfl(&f).unwrap();
         assert!(!fl.contains(OFlags::NONBLOCK), "a regular file is handed over blocking");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    /// A special file is refused without being opened (an open of a device
+    /// node acts on the device); inotify sees every open but `O_PATH`'s.
+    #[test]
+    fn special_files_are_refused_unopened() {
+        use rustix::fs::inotify;
+        let (p, r) = scratch();
+        let fifo = p.join("root/sub/fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o666), 0).unwrap();
+        let ino = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+        inotify::add_watch(&ino, &fifo, inotify::WatchFlags::OPEN).unwrap();
+        assert!(r.open_read(b"sub/fifo").is_err());
+        assert!(r.open_write(b"sub/fifo", WriteMode::InPlace).is_err());
+        assert!(r.open_write_strict(b"sub/fifo", 0o644).is_err());
+        assert!(r.chmod(b"sub/fifo", 0o600).is_err());
+        let mut buf = [std::mem::MaybeUninit::uninit(); 1024];
+        let mut events = inotify::Reader::new(&ino, &mut buf);
+        assert_eq!(events.next().err(), Some(rustix::io::Errno::AGAIN), "the FIFO was opened");
+        // The watch works: an open of our own is seen.
+        drop(File::from(rustix::fs::open(&fifo, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()).unwrap()));
+        assert!(events.next().unwrap().events().contains(inotify::ReadFlags::OPEN));
         std::fs::remove_dir_all(&p).unwrap();
     }
 

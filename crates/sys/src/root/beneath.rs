@@ -78,6 +78,7 @@ impl Root {
     /// [`Root::open_write`] in place (created if missing, `mode` less the
     /// umask), with no symlink followed in any component, the last included.
     pub fn open_write_strict(&self, rel: &[u8], mode: u32) -> io::Result<File> {
+        self.peek_writable(rel, STRICT).map_err(symlink_refused)?;
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::from_raw_mode(mode), STRICT);
         let f = File::from(fd.map_err(io::Error::from).map_err(symlink_refused)?);
