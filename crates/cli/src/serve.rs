@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// Seconds a connection has to log in before it is closed.
     #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT")]
     pub login_timeout: u64,
+    /// Seconds a client may take none of a reply (its socket full) before
+    /// its session, and any transfer of it, ends.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), env = "LIGHTPATH_REPLY_TIMEOUT")]
+    pub reply_timeout: u64,
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
@@ -135,6 +139,7 @@ impl ServeArgs {
                 sessions: self.max_sessions,
                 per_ip: self.max_sessions_per_ip,
                 login_wait: std::time::Duration::from_secs(self.login_timeout),
+                reply_wait: std::time::Duration::from_secs(self.reply_timeout),
             },
             data_peers: match self.data_peers {
                 DataPeersArg::Client => lightpath_server::DataPeers::Client,

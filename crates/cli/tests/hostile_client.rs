@@ -272,3 +272,30 @@ fn many_streams_to_a_port_that_never_answers_take_few_threads() {
     assert_eq!(code / 100, 4, "{text}");
     assert!(t.elapsed() < Duration::from_secs(45), "the RETR failed after {:?}", t.elapsed());
 }
+
+/// A client that sends commands and reads none of the replies fills its
+/// socket; the server gives up on it after `--reply-timeout` instead of
+/// holding the session (and a slot of `--max-sessions`) forever.
+#[test]
+fn a_client_that_reads_no_replies_is_dropped() {
+    let (_d, _root, s, port) = served(&[], &["--reply-timeout", "2"]);
+    let base = fds(s.0.id());
+    let c = Raw::login(port);
+    let mut w = c.w.try_clone().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let flood = b"FEAT\r\n".repeat(1000);
+        let t = Instant::now();
+        let e = loop {
+            if let Err(e) = std::io::Write::write_all(&mut w, &flood) {
+                break e;
+            }
+        };
+        let _ = tx.send((e, t.elapsed()));
+    });
+    let (e, after) = rx.recv_timeout(Duration::from_secs(60)).expect("the server still holds the session");
+    assert!(after >= Duration::from_secs(2), "closed after {after:?}: {e}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(fds(s.0.id()), base, "the session's socket is closed");
+    drop(c);
+}

@@ -18,13 +18,17 @@ pub struct Limits {
     pub per_ip: usize,
     /// A connection must log in this soon after it was accepted.
     pub login_wait: std::time::Duration,
+    /// A client that takes none of a reply for this long is gone: its
+    /// session ends (and its transfer with it) instead of waiting forever.
+    pub reply_wait: std::time::Duration,
 }
 
 impl Default for Limits {
     /// Room for fifty clients running `-cc 8` at once, or for one running
     /// `--cc 64`, at about 33 descriptors per session (32 data streams).
     fn default() -> Self {
-        Limits { sessions: 512, per_ip: 128, login_wait: std::time::Duration::from_secs(60) }
+        let secs = std::time::Duration::from_secs;
+        Limits { sessions: 512, per_ip: 128, login_wait: secs(60), reply_wait: secs(300) }
     }
 }
 

@@ -144,8 +144,11 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
     };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
-        tracing::debug!(?peer, "session ended: {e}");
+        tracing::info!(?peer, "session ended: {e}");
     }
+    // A session that ends on a failed write may leave its transfer running:
+    // the read half, aborted below, would not stop it.
+    stop(&s.current, Control::lose);
     // The read half keeps the socket open until the client closes it.
     reader.abort();
     tracing::info!(?peer, user = s.pi.user(), "session end");
@@ -319,7 +322,14 @@ impl Session {
             return Ok(());
         }
         let out = std::mem::take(&mut self.held);
-        self.out.write_all(&out).await
+        let wait = self.ctx.cfg.limits.reply_wait;
+        match tokio::time::timeout(wait, self.out.write_all(&out)).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client took no reply for {} s", wait.as_secs()),
+            )),
+        }
     }
 
     /// Send a reply now, after any held ones.
