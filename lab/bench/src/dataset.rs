@@ -1,17 +1,19 @@
 //! Data sets: generated deterministically (or extracted once) into a cache
-//! directory, each with a manifest of its files (size and CRC-32C) that a
-//! run's output is checked against.
+//! directory, each with a manifest of its entries by path (files with size
+//! and CRC-32C, directories, symlinks) that a run's output is checked
+//! against.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gen;
+use crate::manifest;
 use crate::proc::run_stoppable;
 use crate::scenario::{DatasetConfig, DatasetKind};
 use crate::units::fmt_bytes;
@@ -35,17 +37,7 @@ pub struct Dataset {
     pub manifest: Manifest,
 }
 
-/// Every regular file of a tree as (size, CRC-32C), sorted.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Manifest {
-    pub files: Vec<(u64, u32)>,
-}
-
-impl Manifest {
-    pub fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.0).sum()
-    }
-}
+pub use crate::manifest::{manifest_of, Manifest};
 
 /// The default size and count of each kind (full scale for this machine).
 fn resolved(cfg: &DatasetConfig) -> (u64, u64) {
@@ -104,15 +96,9 @@ pub fn prepare(cfg: &DatasetConfig, cache: &Path) -> Result<Dataset> {
     }
     let root = cache.join("datasets").join(&id);
     ds.entry = if ds.is_dir { "tree".into() } else { "big.bin".into() };
-    let manifest_path = cache.join("datasets").join(format!("{id}.manifest.json"));
-    let manifest = match read_manifest(&manifest_path) {
+    let manifest = match read_manifest(&cache.join("datasets").join(format!("{id}.{MANIFEST_SUFFIX}"))) {
         Some(m) if root.join(&ds.entry).exists() => m,
-        _ => {
-            build(cfg, &root, &ds.entry, size, count)?;
-            let m = manifest_of(&root.join(&ds.entry), true)?;
-            fs::write(&manifest_path, serde_json::to_vec(&m)?)?;
-            m
-        }
+        _ => build_manifest(cfg, cache, &ds.entry, size, count)?,
     };
     ds.files = manifest.files.len() as u64;
     ds.bytes = manifest.bytes();
@@ -121,8 +107,49 @@ pub fn prepare(cfg: &DatasetConfig, cache: &Path) -> Result<Dataset> {
     Ok(ds)
 }
 
+/// The cache's manifest files (`<id>.manifest-v2.json`): by path. Those
+/// of older caches (`<id>.manifest.json`) held (size, CRC-32C) pairs only.
+const MANIFEST_SUFFIX: &str = "manifest-v2.json";
+
+/// Builds the data set (unless an older cache holds it intact) and writes
+/// its manifest.
+fn build_manifest(cfg: &DatasetConfig, cache: &Path, entry: &str, size: u64, count: u64) -> Result<Manifest> {
+    let id = id_of(cfg);
+    let datasets = cache.join("datasets");
+    let root = datasets.join(&id);
+    let m = match kept_tree(&root, entry, &datasets.join(format!("{id}.manifest.json")))? {
+        Some(m) => m,
+        None => {
+            build(cfg, &root, entry, size, count)?;
+            manifest_of(&root, entry, true)?
+        }
+    };
+    fs::write(datasets.join(format!("{id}.{MANIFEST_SUFFIX}")), serde_json::to_vec(&m)?)?;
+    Ok(m)
+}
+
 fn read_manifest(path: &Path) -> Option<Manifest> {
     serde_json::from_slice(&fs::read(path).ok()?).ok()
+}
+
+/// A manifest of an older cache: the files' sorted (size, CRC-32C) pairs.
+#[derive(Deserialize)]
+struct PairsManifest {
+    files: Vec<(u64, u32)>,
+}
+
+/// The manifest by path of a data set an older cache built (its entry
+/// there and its pairs-only manifest at `old`), when the tree still holds
+/// what that manifest says; `None` means build it again.
+fn kept_tree(root: &Path, entry: &str, old: &Path) -> Result<Option<Manifest>> {
+    let Some(pairs) = fs::read(old).ok().and_then(|b| serde_json::from_slice::<PairsManifest>(&b).ok()) else {
+        return Ok(None);
+    };
+    if !root.join(entry).exists() {
+        return Ok(None);
+    }
+    let m = manifest_of(root, entry, true)?;
+    Ok((m.pairs() == pairs.files).then_some(m))
 }
 
 fn build(cfg: &DatasetConfig, root: &Path, entry: &str, size: u64, count: u64) -> Result<()> {
@@ -168,68 +195,88 @@ fn make_world_readable(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Walks `path` (a file or a tree) and lists its regular files.
-pub fn manifest_of(path: &Path, with_crc: bool) -> Result<Manifest> {
-    let mut files = Vec::new();
-    walk(path, &mut |p, size| {
-        let crc = if with_crc { crc_of(p)? } else { 0 };
-        files.push((size, crc));
-        Ok(())
-    })?;
-    files.sort_unstable();
-    Ok(Manifest { files })
-}
-
-fn walk(path: &Path, f: &mut dyn FnMut(&Path, u64) -> Result<()>) -> Result<()> {
-    let meta = fs::symlink_metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
-    if meta.is_file() {
-        return f(path, meta.len());
-    }
-    if meta.is_dir() {
-        let mut entries: Vec<PathBuf> = fs::read_dir(path)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        entries.sort();
-        for e in entries {
-            walk(&e, f)?;
-        }
-    }
-    Ok(())
-}
-
-fn crc_of(path: &Path) -> Result<u32> {
-    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut crc = 0u32;
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            return Ok(crc);
-        }
-        crc = crc32c::crc32c_append(crc, &buf[..n]);
-    }
-}
-
-/// Compares what arrived under `dest` with the data set.
+/// Compares what arrived under `dest` (the copy of the data set's entry,
+/// `dest/<entry>`) with the data set, path by path: the files' sizes (and
+/// contents when `full`), the directories and the symlinks.
 pub fn verify(ds: &Dataset, dest: &Path, full: bool) -> Result<()> {
-    let got = manifest_of(dest, full)?;
-    let (n, b) = (got.files.len() as u64, got.bytes());
-    if n != ds.files || b != ds.bytes {
-        bail!(
-            "expected {} files / {}, found {n} files / {} under {}",
-            ds.files,
-            fmt_bytes(ds.bytes),
-            fmt_bytes(b),
-            dest.display()
-        );
+    let got = manifest_of(dest, &ds.entry, full)?;
+    let diffs = manifest::differences(&ds.manifest, &got, full);
+    if diffs.is_empty() {
+        return Ok(());
     }
-    if full && got != ds.manifest {
-        let bad = got.files.iter().zip(&ds.manifest.files).filter(|(a, b)| a != b).count();
-        bail!("content differs from the source in {bad} of {n} files");
-    }
-    Ok(())
+    let shown: Vec<&str> = diffs.iter().take(SHOWN_DIFFERENCES).map(String::as_str).collect();
+    bail!(
+        "{} difference(s) from the source ({} files / {} expected, {} files / {} found under {}), first: {}",
+        diffs.len(),
+        ds.manifest.files.len(),
+        fmt_bytes(ds.manifest.bytes()),
+        got.files.len(),
+        fmt_bytes(got.bytes()),
+        dest.display(),
+        shown.join("; ")
+    )
 }
+
+/// How many differing paths a failed check names.
+const SHOWN_DIFFERENCES: usize = 5;
 
 /// Writes a small file (used by tests and by generators).
 pub fn write_all(path: &Path, data: &[u8]) -> Result<()> {
     File::create(path)?.write_all(data)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data set whose entry is `tree` under `root`.
+    fn tree_dataset(root: &Path) -> Dataset {
+        let manifest = manifest_of(root, "tree", true).unwrap();
+        Dataset {
+            kind: DatasetKind::GitLike,
+            id: "t".into(),
+            root: Some(root.to_path_buf()),
+            entry: "tree".into(),
+            is_dir: true,
+            files: manifest.files.len() as u64,
+            bytes: manifest.bytes(),
+            manifest,
+        }
+    }
+
+    fn write_tree(root: &Path, files: &[(&str, &[u8])]) {
+        for (rel, data) in files {
+            let p = root.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, data).unwrap();
+        }
+    }
+
+    #[test]
+    fn verify_names_the_paths_that_differ() {
+        let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write_tree(src.path(), &[("tree/x/1", b"one"), ("tree/x/2", b"two")]);
+        let ds = tree_dataset(src.path());
+        write_tree(dst.path(), &[("tree/x/1", b"one"), ("tree/x/2", b"two")]);
+        verify(&ds, dst.path(), true).unwrap();
+        fs::rename(dst.path().join("tree/x/2"), dst.path().join("tree/2")).unwrap();
+        let e = verify(&ds, dst.path(), false).unwrap_err().to_string();
+        assert!(e.contains("2 difference(s)"), "{e}");
+        assert!(e.contains("tree/2: unexpected file; tree/x/2: file missing"), "{e}");
+    }
+
+    #[test]
+    fn a_tree_of_an_older_cache_is_kept_when_its_pairs_match() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tree(dir.path(), &[("tree/a", b"aa"), ("tree/b", b"b")]);
+        let old = dir.path().join("old.manifest.json");
+        let pairs = manifest_of(dir.path(), "tree", true).unwrap().pairs();
+        fs::write(&old, serde_json::json!({ "files": pairs }).to_string()).unwrap();
+        let kept = kept_tree(dir.path(), "tree", &old).unwrap().expect("the tree is kept");
+        assert_eq!(kept.files.keys().collect::<Vec<_>>(), ["tree/a", "tree/b"]);
+        fs::write(dir.path().join("tree/b"), b"B").unwrap();
+        assert_eq!(kept_tree(dir.path(), "tree", &old).unwrap(), None, "a changed tree is built again");
+        assert_eq!(kept_tree(dir.path(), "tree", &dir.path().join("none")).unwrap(), None);
+    }
 }

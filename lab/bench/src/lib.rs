@@ -8,7 +8,7 @@
 //! run, checked before anything starts) → `runner` (one scenario), using
 //! `netpath` (namespaces, counters), `cgroup` (per-end accounting), `proc`
 //! (process groups, Ctrl-C), `tools` (command lines; `fio` for the disk
-//! reference), `dataset`/`gen` (data), `scratchfs` (a fresh file system
+//! reference), `dataset`/`gen`/`manifest` (data), `scratchfs` (a fresh file system
 //! for every run's output) and `sampler`; then `record`, `stats`, `report` and `plot` for output.
 
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ pub mod dataset;
 pub mod fault;
 pub mod fio;
 pub mod gen;
+pub mod manifest;
 pub mod netpath;
 pub mod plan;
 pub mod plot;

@@ -95,10 +95,11 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verify {
-    /// File count, sizes and a CRC-32C of every file (order and nesting ignored).
+    /// Every path of the copy as in the source: each file's size and
+    /// CRC-32C, the directories (empty ones too) and the symlinks' targets.
     #[default]
     Full,
-    /// File count and sizes.
+    /// The same paths, files by size only.
     Size,
     /// Exit code only.
     None,
