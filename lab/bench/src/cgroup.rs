@@ -1,7 +1,7 @@
 //! Per-end accounting with cgroups: every process of one end (a server and
 //! all its forked children, or a client) runs in its own cgroup, so CPU time
 //! is exact even for children that exited, and the members can be listed to
-//! sample their resident memory.
+//! sample their memory (PSS, see [`mem_bytes`]).
 //!
 //! Works with a pure cgroup v2 mount (`cpu.stat`, `memory.peak`), the hybrid
 //! layout (v2 `unified` for CPU + v1 `memory`) and pure v1 (`cpuacct` +
@@ -241,11 +241,43 @@ fn drain_and_remove(dir: &Path) {
     }
 }
 
+/// A process's memory in bytes: its proportional set size (`Pss` of
+/// `/proc/PID/smaps_rollup`: each page shared with N processes counts
+/// 1/N), so the processes a forking server (globus-gridftp-server: one
+/// per session) shares pages with add up to what they hold together, not
+/// N times the shared pages. `VmRSS` when that is unreadable; 0 when the
+/// process is gone.
+pub fn mem_bytes(pid: u32) -> u64 {
+    let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    kb_field(&rollup, "Pss:").unwrap_or_else(|| rss_bytes(pid))
+}
+
 /// Resident memory of a process in bytes (`VmRSS`), 0 when it is gone.
 pub fn rss_bytes(pid: u32) -> u64 {
     let text = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    kb_field(&text, "VmRSS:").unwrap_or(0)
+}
+
+/// The bytes of a `Name:   123 kB` line of a /proc file.
+fn kb_field(text: &str, name: &str) -> Option<u64> {
     text.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(name))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+        .map(|kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_the_proportional_set_size() {
+        let rollup = "5586b2ce2000-7ffcb8daa000 ---p 00000000 00:00 0  [rollup]\n\
+            Rss:                1612 kB\nPss:                 331 kB\nPss_Dirty:           116 kB\n";
+        assert_eq!(kb_field(rollup, "Pss:"), Some(331 * 1024), "Pss, not Rss nor Pss_Dirty");
+        let me = std::process::id();
+        let (pss, rss) = (mem_bytes(me), rss_bytes(me));
+        assert!(pss > 0 && pss <= rss, "PSS {pss} of this process is at most its RSS {rss}");
+        assert_eq!(mem_bytes(u32::MAX), 0, "a process that is gone holds nothing");
+    }
 }

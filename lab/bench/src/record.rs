@@ -25,7 +25,9 @@ pub struct EndRecord {
     pub command: Vec<String>,
     #[serde(flatten)]
     pub usage: Usage,
-    /// Highest sum of the resident memory of the end's processes over the samples.
+    /// Highest sum of the memory of the end's processes over the samples:
+    /// their PSS (results before 2026-11-28: their RSS, which counted the
+    /// pages a forking server's processes share once per process).
     pub peak_rss_bytes: u64,
 }
 

@@ -154,7 +154,7 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
     let disk_col = if refs.disk.is_some() { " % of disk |" } else { "" };
     let _ = writeln!(
         out,
-        "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | CPU s per GB, both ends | peak RSS MiB client / server |"
+        "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | CPU s per GB, both ends | peak PSS MiB client / server |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|{}---|---|---|", if refs.disk.is_some() { "---|" } else { "" });
     for r in &rows {
@@ -332,8 +332,11 @@ median TTC among the transfer tools (1.00 = fastest; iperf3 and fio are referenc
 share of what the disk sustains for the copy's reads and writes (a tool that writes through the
 page cache can pass 100, its last writes still in memory when it exits). CPU = cgroup CPU
 seconds of all processes of that end (servers: sum of both in third-party runs); per GB, both
-ends = (client + server CPU) / (payload bytes / 10^9), the median of the runs' ratios. Peak RSS =
-highest sum of resident memory of the end's processes, sampled when the client starts and every 100 ms. `ok` = successful
+ends = (client + server CPU) / (payload bytes / 10^9), the median of the runs' ratios. Peak PSS =
+highest sum of the proportional set size of the end's processes (`Pss` of /proc/PID/smaps_rollup,
+RSS where unreadable), sampled when the client starts and every 100 ms: pages the processes of a
+forking server share (globus-gridftp-server forks one per session) count once, not once per
+process (results before 2026-11-28 summed RSS). `ok` = successful
 runs / runs; statistics cover the successful runs, and every failure is listed under its table.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
 above the tools' own share means other work shared the CPUs with that scenario. Every run

@@ -1,11 +1,11 @@
 //! The sampler: every `INTERVAL` it reads the namespace byte counters (so
-//! throughput over time works for any tool) and the resident memory of each
+//! throughput over time works for any tool) and the memory (PSS) of each
 //! end's processes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cgroup::{rss_bytes, Group};
+use crate::cgroup::{mem_bytes, Group};
 use crate::netpath::{Bytes, CounterReader};
 use crate::record::Sample;
 
@@ -63,7 +63,7 @@ fn take(path: &CounterReader, groups: &[&Group], t0: Instant, base: Bytes, trace
 
 fn sample_rss(groups: &[&Group], trace: &mut Trace) {
     for (i, g) in groups.iter().enumerate() {
-        let rss: u64 = g.pids().into_iter().map(rss_bytes).sum();
+        let rss: u64 = g.pids().into_iter().map(mem_bytes).sum();
         trace.peak_rss[i] = trace.peak_rss[i].max(rss);
     }
 }
