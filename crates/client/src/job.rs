@@ -699,7 +699,7 @@ async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::pat
 }
 
 /// A checksum mismatch `e`, saying what became of the copy: `outcome`.
-fn mismatch(e: ClientError, outcome: String) -> ClientError {
+pub(crate) fn mismatch(e: ClientError, outcome: String) -> ClientError {
     match e {
         ClientError::Checksum { alg, local, remote } => ClientError::VerifyFailed { alg, local, remote, outcome },
         other => other,

@@ -4,8 +4,7 @@
 //! `openat2` too, so a hostile server's manifest cannot write outside the
 //! destination.
 
-use crate::job::{compare_digests, discard_copy, local_digest, FileResult};
-use crate::plan::{base_name, describe, dst_is_dir, join};
+use crate::plan::{base_name, dst_is_dir, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
 use lightpath_engine::vfile::{pack, Held, PackOptions, PackStats, UnpackOptions, Unpacker, VfileError};
@@ -599,91 +598,8 @@ pub async fn tpt_tree(
     Ok(sent.data_bytes().or(fin.data_bytes()).unwrap_or(bytes))
 }
 
-/// `--verify` of a tree copied as one virtual file: the source tree is
-/// walked (here, or by MLSD on the source server `s`) and each regular
-/// file's `alg` digest compared on both sides: CKSM pipelined on each
-/// server's control connection, a local side's files read on a blocking
-/// thread meanwhile. `s` and `d` are the sessions of the remote ends.
-/// Returns a failed result for each file that differs or could not be checked.
-pub(crate) async fn verify_tree(
-    src: &Location,
-    target: &Location,
-    alg: &str,
-    (mut s, mut d): (Option<&mut Session>, Option<&mut Session>),
-    unreadable: &Unreadables,
-) -> Result<Vec<FileResult>, ClientError> {
-    let left_out = !unreadable.is_empty();
-    // Named as left out (read, but changed on every try): reported once.
-    let named: std::collections::HashSet<String> =
-        unreadable.named.iter().map(|u| describe(&join(src, &u.path))).collect();
-    let (items, unlisted) = crate::plan::tree_files(src, target, s.as_deref_mut()).await?;
-    tracing::info!(files = items.len(), alg, "verifying the tree's files");
-    let srcs: Vec<&Location> = items.iter().map(|i| &i.src).collect();
-    let dsts: Vec<&Location> = items.iter().map(|i| &i.dst).collect();
-    let (a, b) = tokio::join!(digests(alg, &srcs, s), digests(alg, &dsts, d.as_deref_mut()));
-    let mut failed = Vec::new();
-    for (i, (a, b)) in items.iter().zip(a.into_iter().zip(b)) {
-        if left_out && ((a.is_err() && b.is_err()) || named.contains(&describe(&i.src))) {
-            // One the tree's sender left out (not readable at the source
-            // and not here, or named so), reported as such (not all by
-            // name).
-            continue;
-        }
-        let Err(e) = compare_digests(alg, a, b) else { continue };
-        let e = discard_copy(e, &i.dst, d.as_deref_mut()).await;
-        failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: Some(1) });
-    }
-    // Directories the walk could not list: the tree's sender, listing
-    // them as this walk did, left them out and reported them (not all by
-    // name); else they are told here.
-    let unlisted = if left_out { Vec::new() } else { unlisted };
-    let not_checked = |why| ClientError::Local(format!("--verify could not check what it holds: {why}"));
-    failed.extend(unlisted.into_iter().map(|u| u.failed(not_checked)));
-    Ok(failed)
-}
-
-/// The `alg` digests of `locs`: by CKSM on `s` for remote ones, else read here.
-async fn digests(alg: &str, locs: &[&Location], s: Option<&mut Session>) -> Vec<Result<String, ClientError>> {
-    let remote = |l: &&Location| match l {
-        Location::Remote(r) => Some(r.path.clone()),
-        Location::Local(_) => None,
-    };
-    if let Some(s) = s {
-        return s.checksums(alg, &locs.iter().filter_map(remote).collect::<Vec<_>>()).await;
-    }
-    let paths: Vec<PathBuf> =
-        locs.iter().filter_map(|l| if let Location::Local(p) = l { Some(p.clone()) } else { None }).collect();
-    let a = alg.to_string();
-    let job = tokio::task::spawn_blocking(move || local_digests(&a, &paths));
-    job.await.unwrap_or_else(|e| locs.iter().map(|_| Err(ClientError::Local(e.to_string()))).collect())
-}
-
-/// The `alg` digests of the local files `paths`, in order, read and hashed
-/// on one thread per CPU (at most 4): a tree's files are independent, and
-/// one thread left a core idle while the other end computed its CKSMs.
-fn local_digests(alg: &str, paths: &[PathBuf]) -> Vec<Result<String, ClientError>> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
-    let next = AtomicUsize::new(0);
-    let worker = || {
-        let mut mine = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(p) = paths.get(i) else { return mine };
-            mine.push((i, local_digest(alg, p)));
-        }
-    };
-    let mut out: Vec<Option<Result<String, ClientError>>> = paths.iter().map(|_| None).collect();
-    std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads).map(|_| sc.spawn(worker)).collect();
-        for (i, r) in hs.into_iter().flat_map(|h| h.join().unwrap_or_default()) {
-            out[i] = Some(r);
-        }
-    });
-    // A file whose thread panicked has no digest: it fails, in its place.
-    let lost = |p: &PathBuf| ClientError::Local(format!("{}: its checksum was not computed", p.display()));
-    out.into_iter().zip(paths).map(|(r, p)| r.unwrap_or_else(|| Err(lost(p)))).collect()
-}
+mod verify;
+pub(crate) use verify::verify_tree;
 
 #[cfg(test)]
 mod tests;

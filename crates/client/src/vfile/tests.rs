@@ -1,6 +1,8 @@
 //! Unit tests of the client's tree (virtual file) copies.
 
+use super::verify::{local_digests, Reader};
 use super::*;
+use crate::job::{compare_digests, discard_copy, local_digest};
 use std::io;
 
 /// Each changed file gets two free tries, for at most MAX_VRET_SKIP
@@ -73,7 +75,7 @@ fn local_digests_keep_the_order_of_the_files() {
         std::fs::write(p, vec![i as u8; 1000 + i]).expect("write");
     }
     paths.insert(7, dir.path().join("missing"));
-    let got = local_digests("MD5", &paths);
+    let got = local_digests("MD5", &paths, &Reader::AsNamed);
     assert_eq!(got.len(), paths.len());
     for (p, r) in paths.iter().zip(got) {
         match local_digest("MD5", p) {
@@ -119,4 +121,29 @@ fn a_broken_connection_is_reported_not_the_walks_abort() {
     let m = fail(Err(EngineError::io("data connection 1", reset)), Err(VfileError::Aborted));
     assert!(m.contains("data connection 1"), "{m}");
     assert!(!m.contains("aborted"), "{m}");
+}
+
+/// `--verify` of a tree written here reads and removes beneath the
+/// destination only: a symlink the tree's sender made (`sub` -> a
+/// directory outside) is not followed, so a file there that differs from
+/// the source's is neither read nor deleted; a real copy that differs is.
+#[tokio::test]
+async fn verify_follows_no_symlink_beneath_the_destination() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let (src, dst, outside) = (d.path().join("src"), d.path().join("dst"), d.path().join("outside"));
+    for dir in [src.join("sub"), dst.clone(), outside.clone()] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(src.join("sub/victim"), b"source").expect("write");
+    std::fs::write(src.join("top"), b"source").expect("write");
+    std::fs::write(outside.join("victim"), b"the user's own file").expect("write");
+    std::fs::write(dst.join("top"), b"a bad copy").expect("write");
+    std::os::unix::fs::symlink(&outside, dst.join("sub")).expect("symlink");
+    let (s, t) = (Location::Local(src), Location::Local(dst.clone()));
+    let failed = verify_tree(&s, &t, "MD5", (None, None), &Unreadables::default()).await.expect("verify");
+    let said: Vec<String> = failed.iter().map(|f| format!("{}: {}", f.dst, f.result.as_ref().unwrap_err())).collect();
+    assert_eq!(failed.len(), 2, "{said:?}");
+    assert_eq!(std::fs::read(outside.join("victim")).expect("kept"), b"the user's own file", "{said:?}");
+    assert!(said.iter().any(|s| s.contains("victim") && s.contains("symlink")), "{said:?}");
+    assert!(!dst.join("top").exists(), "the bad copy is removed: {said:?}");
 }

@@ -75,6 +75,31 @@ impl Root {
         Ok(t)
     }
 
+    /// [`Root::open_read`] with no symlink followed in any component, the
+    /// last included: for reading back what was written beneath a
+    /// destination, where a symlink may be the peer's (`--verify`).
+    pub fn open_read_strict(&self, rel: &[u8]) -> io::Result<File> {
+        Self::regular_stat(&self.peek(rel, STRICT).map_err(symlink_refused)?)?;
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT);
+        let f = File::from(fd.map_err(io::Error::from).map_err(symlink_refused)?);
+        Self::regular_only(&f)?;
+        rustix::fs::fcntl_setfl(&f, OFlags::empty())?;
+        Ok(f)
+    }
+
+    /// Remove `rel` if it is a regular file (true), with no symlink
+    /// followed on the way; anything else is left alone (false).
+    pub fn remove_file_strict(&self, rel: &[u8]) -> io::Result<bool> {
+        let (dir, name) = self.parent_strict(rel).map_err(symlink_refused)?;
+        let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Ok(false);
+        }
+        rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+        Ok(true)
+    }
+
     /// [`Root::open_write`] in place (created if missing, `mode` less the
     /// umask), with no symlink followed in any component, the last included.
     pub fn open_write_strict(&self, rel: &[u8], mode: u32) -> io::Result<File> {
@@ -133,6 +158,14 @@ mod beneath_tests {
         let e = r.create_temp_replacing_strict(b"up/x", 0o666).unwrap_err();
         assert!(e.to_string().contains("symlink"), "{e}");
         assert!(r.open_write_strict(b"up/x", 0o666).unwrap_err().to_string().contains("symlink"));
+        std::fs::write(p.join("out/victim"), b"outside").unwrap();
+        assert!(r.open_read_strict(b"up/victim").unwrap_err().to_string().contains("symlink"));
+        assert!(r.remove_file_strict(b"up/victim").unwrap_err().to_string().contains("symlink"));
+        assert_eq!(std::fs::read(p.join("out/victim")).unwrap(), b"outside");
+        std::fs::write(p.join("root/real/f"), b"in").unwrap();
+        assert_eq!(std::io::read_to_string(r.open_read_strict(b"real/f").unwrap()).unwrap(), "in");
+        assert!(!r.remove_file_strict(b"real").unwrap(), "a directory is left alone");
+        assert!(r.remove_file_strict(b"real/f").unwrap());
         std::fs::write(p.join("out/victim"), b"keep").unwrap();
         std::os::unix::fs::symlink(p.join("out/victim"), p.join("root/real/link")).unwrap();
         assert!(r.open_write_strict(b"real/link", 0o666).unwrap_err().to_string().contains("symlink"));
