@@ -1,7 +1,8 @@
 //! `lightpath cp`, `ls`, `sum`.
 
-use crate::units::{parse_rate, parse_size};
+use crate::units::{parse_rate, parse_size, WEEK};
 use anyhow::Context;
+use clap::builder::BoolishValueParser;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use lightpath_client::{copy, ClientError, CopyOptions, Location, Progress, Session, SessionOpts};
@@ -49,7 +50,7 @@ pub struct CpArgs {
     #[arg(long, value_name = "ALG")]
     pub verify: Option<String>,
     /// Flush each received local file to disk before it appears under its name.
-    #[arg(long, env = "LIGHTPATH_FSYNC")]
+    #[arg(long, env = "LIGHTPATH_FSYNC", value_parser = BoolishValueParser::new())]
     pub fsync: bool,
     /// Write downloads with direct I/O (O_DIRECT): auto (files of 64 MiB
     /// and more over paths of 10 ms RTT and more), always, or never.
@@ -58,16 +59,16 @@ pub struct CpArgs {
     /// Do not open data connections ahead to lightpath servers met before
     /// (they save a round trip; the book of servers is
     /// ~/.local/state/lightpath/peers, or LIGHTPATH_PEERS).
-    #[arg(long, env = "LIGHTPATH_NO_CONNECT_AHEAD")]
+    #[arg(long, env = "LIGHTPATH_NO_CONNECT_AHEAD", value_parser = BoolishValueParser::new())]
     pub no_connect_ahead: bool,
     /// Do not use TCP Fast Open to lightpath servers met before (with it,
     /// the login travels in the SYN where the server's kernel allows:
     /// net.ipv4.tcp_fastopen with bit 2).
-    #[arg(long, env = "LIGHTPATH_NO_FASTOPEN")]
+    #[arg(long, env = "LIGHTPATH_NO_FASTOPEN", value_parser = BoolishValueParser::new())]
     pub no_fastopen: bool,
     /// List a remote tree directory by directory (MLSD) even where the
     /// server offers MLSR, which lists it in one command (GCT's servers).
-    #[arg(long, env = "LIGHTPATH_NO_MLSR")]
+    #[arg(long, env = "LIGHTPATH_NO_MLSR", value_parser = BoolishValueParser::new())]
     pub no_mlsr: bool,
     /// TCP congestion control for the data connections this client opens
     /// or accepts (default bbr where the kernel allows it; `kernel` keeps
@@ -80,7 +81,7 @@ pub struct CpArgs {
     /// the server's control address may connect: anyone else who reached
     /// the port could forge or add to the data. For a server whose data
     /// leaves from another interface or host.
-    #[arg(long, env = "LIGHTPATH_DATA_FROM_ANY")]
+    #[arg(long, env = "LIGHTPATH_DATA_FROM_ANY", value_parser = BoolishValueParser::new())]
     pub data_from_any: bool,
     /// Times a file that failed for a transient reason (a broken
     /// connection, a server that went away or answered 4xx) is tried
@@ -102,12 +103,12 @@ pub struct CpArgs {
     /// far its complete files go; the next run of the same command checks
     /// them (path, size, mtime, mode) on both sides and sends only the rest, or
     /// the whole tree if either side changed.
-    #[arg(long, env = "LIGHTPATH_PARTIAL")]
+    #[arg(long, env = "LIGHTPATH_PARTIAL", value_parser = BoolishValueParser::new())]
     pub partial: bool,
     /// Seconds a server may take to begin and finish a reply before its
     /// session is given up (and the file tried again, with --retries).
     #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub reply_timeout: u64,
     /// No progress bar.
     #[arg(short, long)]

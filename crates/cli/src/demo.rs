@@ -4,6 +4,7 @@
 
 use crate::cp::summary;
 use crate::units::parse_size;
+use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use lightpath_client::{copy, CopyOptions, Location, Progress};
@@ -22,7 +23,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "1G", value_parser = parse_size)]
     pub size: u64,
     /// Parallel streams.
-    #[arg(short = 'p', long, default_value_t = 4)]
+    #[arg(short = 'p', long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=128))]
     pub parallel: u32,
     /// Work directory (default: a fresh temporary directory, removed afterwards).
     #[arg(long)]
@@ -49,10 +50,12 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("lightpath-demo-").tempdir()?;
     let dir = a.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     let (root, local) = (dir.join("served"), dir.join("received"));
-    std::fs::create_dir_all(&root)?;
-    std::fs::create_dir_all(&local)?;
+    for d in [&root, &local] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
     eprintln!("lightpath demo: generating {} bytes of incompressible data in {}", a.size, root.display());
-    generate(&root.join("demo.bin"), a.size)?;
+    let file = root.join("demo.bin");
+    generate(&file, a.size).with_context(|| format!("writing {}", file.display()))?;
     let rt = tokio::runtime::Runtime::new()?;
     let cfg = ServerConfig {
         listen: "127.0.0.1:0".parse()?,
@@ -101,8 +104,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let t = Instant::now();
     let results = rt.block_on(copy(vec![src], Location::Local(local.join("demo.bin")), opts, progress))?;
     pb.finish_and_clear();
-    let bad: Vec<_> = results.iter().filter_map(|r| r.result.as_ref().err()).collect();
-    anyhow::ensure!(bad.is_empty(), "demo transfer failed: {:?}", bad);
+    if let Some(e) = results.iter().find_map(|r| r.result.as_ref().err()) {
+        anyhow::bail!("demo transfer failed: {e}");
+    }
     summary(&format!("{} file(s)", results.len()), 0, a.size, t.elapsed());
     eprintln!("lightpath demo: MD5 verified by the server's CKSM against the received file");
     Ok(())

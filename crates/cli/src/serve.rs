@@ -1,6 +1,7 @@
 //! `lightpath serve`.
 
 use anyhow::Context;
+use clap::builder::BoolishValueParser;
 use clap::Args;
 use lightpath_engine::iothreads::{self, IoConfig};
 use lightpath_server::ahead::{self, AheadPort};
@@ -18,21 +19,21 @@ pub struct ServeArgs {
     #[arg(long, env = "LIGHTPATH_ROOT")]
     pub root: PathBuf,
     /// Allow `anonymous` logins, which may only read (see --anonymous-write).
-    #[arg(long, env = "LIGHTPATH_ANONYMOUS")]
+    #[arg(long, env = "LIGHTPATH_ANONYMOUS", value_parser = BoolishValueParser::new())]
     pub anonymous: bool,
     /// Allow `anonymous` logins that may also write, delete and rename
     /// anywhere under --root (implies --anonymous): for closed networks and
     /// tests only.
-    #[arg(long, env = "LIGHTPATH_ANONYMOUS_WRITE")]
+    #[arg(long, env = "LIGHTPATH_ANONYMOUS_WRITE", value_parser = BoolishValueParser::new())]
     pub anonymous_write: bool,
     /// Refuse every write.
-    #[arg(long, env = "LIGHTPATH_READ_ONLY")]
+    #[arg(long, env = "LIGHTPATH_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
     /// Users file: `name:hash` lines (argon2 or SHA-512 crypt; see `lightpath passwd`).
     #[arg(long, env = "LIGHTPATH_USERS")]
     pub users: Option<PathBuf>,
     /// Expose /dev/zero and /dev/null for memory-to-memory transfers.
-    #[arg(long, env = "LIGHTPATH_MEMORY_PATHS")]
+    #[arg(long, env = "LIGHTPATH_MEMORY_PATHS", value_parser = BoolishValueParser::new())]
     pub memory_paths: bool,
     /// Address announced in PASV replies.
     #[arg(long, env = "LIGHTPATH_PUBLIC_IP")]
@@ -44,7 +45,7 @@ pub struct ServeArgs {
     pub congestion: Option<String>,
     /// Flush each upload to disk before it appears under its name (durable
     /// across power loss; costs the disk's write-back time per file).
-    #[arg(long, env = "LIGHTPATH_FSYNC")]
+    #[arg(long, env = "LIGHTPATH_FSYNC", value_parser = BoolishValueParser::new())]
     pub fsync: bool,
     /// Direct I/O (O_DIRECT): auto writes uploads of 64 MiB and more (as
     /// ALLO announces) over paths of 10 ms RTT and more directly, and reads
@@ -72,7 +73,8 @@ pub struct ServeArgs {
     /// partial file (unnamed where the file system allows) for the client's restart
     /// (`REST` with the ranges the server's markers named, then `STOR`);
     /// 0 keeps none.
-    #[arg(long, default_value_t = lightpath_server::partial::KEEP_FOR.as_secs(), env = "LIGHTPATH_KEEP_PARTIAL")]
+    #[arg(long, default_value_t = lightpath_server::partial::KEEP_FOR.as_secs(), env = "LIGHTPATH_KEEP_PARTIAL",
+          value_parser = clap::value_parser!(u64).range(0..=crate::units::WEEK))]
     pub keep_partial: u64,
     /// Seconds between the perf (112) and restart (111) markers sent while
     /// receiving. A tree upload's markers say which files are complete so
@@ -81,11 +83,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=3600), env = "LIGHTPATH_MARKER_INTERVAL")]
     pub marker_interval: u32,
     /// Seconds a connection has to log in before it is closed.
-    #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT")]
+    #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=crate::units::WEEK))]
     pub login_timeout: u64,
     /// Seconds a client may take none of a reply (its socket full) before
     /// its session, and any transfer of it, ends.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), env = "LIGHTPATH_REPLY_TIMEOUT")]
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=crate::units::WEEK), env = "LIGHTPATH_REPLY_TIMEOUT")]
     pub reply_timeout: u64,
     /// When started as root: bind, then run as this user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
@@ -177,8 +180,10 @@ type Listeners = (std::net::TcpListener, Option<std::net::TcpListener>);
 /// thread exists, so the uid change covers the whole process.
 fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
     let l = std::net::TcpListener::bind(args.listen).map_err(|e| listen_error(args.listen, e))?;
-    let ahead = ahead::bind(args.ahead_port, l.local_addr()?)
-        .with_context(|| format!("cannot listen for data connections opened ahead ({:?})", args.ahead_port))?;
+    let ahead = ahead::bind(args.ahead_port, l.local_addr()?).with_context(|| match args.ahead_port {
+        AheadPort::Port(p) => format!("cannot listen for data connections opened ahead on port {p} (--ahead-port)"),
+        _ => "cannot listen for data connections opened ahead (--ahead-port)".to_string(),
+    })?;
     match (&args.run_as, lightpath_sys::privs::euid()) {
         (Some(user), 0) => {
             let (uid, gid) = lightpath_sys::privs::lookup_user(user)?;
@@ -210,6 +215,11 @@ fn listen_error(at: std::net::SocketAddr, e: std::io::Error) -> anyhow::Error {
 
 /// Run the server until killed.
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
+    // Not clap's `conflicts_with`: it counts LIGHTPATH_READ_ONLY=0 as given.
+    anyhow::ensure!(
+        !(args.read_only && args.anonymous_write),
+        "--read-only and --anonymous-write contradict each other: give one"
+    );
     // Before the port listens: a client may connect as soon as it does.
     let show = |n: Option<u64>| n.map_or("unlimited".to_string(), |n| n.to_string());
     match lightpath_sys::privs::raise_open_files_limit() {

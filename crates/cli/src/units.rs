@@ -16,12 +16,28 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
         _ => (s, 1),
     };
-    let v: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    if !(v >= 0.0 && v.is_finite()) {
-        return Err(format!("not a size: {s:?}"));
-    }
-    Ok((v * mult as f64) as u64)
+    // Whole numbers exactly; a fraction through f64, for `1.5G`.
+    let n = match num.parse::<u64>() {
+        Ok(n) => n.checked_mul(mult),
+        Err(_) => {
+            let v: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(format!("not a size: {s:?}"));
+            }
+            let b = v * mult as f64;
+            (b < MAX_SIZE as f64).then_some(b as u64)
+        }
+    };
+    // Beyond a file offset's range; and u64::MAX means "to the end" inside.
+    n.filter(|&n| n <= MAX_SIZE).ok_or_else(|| format!("size too large: {s:?} (at most 8E, 2^63 - 1 bytes)"))
 }
+
+/// The largest size a file offset (`off_t`) can say.
+const MAX_SIZE: u64 = i64::MAX as u64;
+
+/// Seconds in a week: the bound of the durations options take (an
+/// `Instant` plus much more overflows).
+pub const WEEK: u64 = 7 * 24 * 3600;
 
 /// Parse a rate in bits/s with an optional K/M/G/T suffix (powers of 1000).
 pub fn parse_rate(s: &str) -> Result<u64, String> {
@@ -56,6 +72,10 @@ mod tests {
         assert_eq!(parse_size("64M"), Ok(64 << 20));
         assert_eq!(parse_size("1.5k"), Ok(1536));
         assert!(parse_size("12X").is_err() && parse_size("-1").is_err() && parse_size("").is_err());
+        assert_eq!(parse_size("9223372036854775807"), Ok(i64::MAX as u64), "whole numbers exactly");
+        for huge in ["1e30", "9223372036854775808", "18446744073709551615", "8388608T", "1e7T"] {
+            assert!(parse_size(huge).unwrap_err().contains("too large"), "{huge}");
+        }
         assert_eq!(parse_rate("1G"), Ok(1_000_000_000));
         assert_eq!(parse_rate("2.5M"), Ok(2_500_000));
         assert!(parse_rate("0").is_err() && parse_rate("fast").is_err());
