@@ -308,6 +308,9 @@ impl ControlConn {
 
     /// The error for a reply over the parser's bounds.
     fn limit_err(&self, e: &lightpath_proto::reply::ReplyError) -> ClientError {
+        if let lightpath_proto::reply::ReplyError::NotFtp(_) = e {
+            return ClientError::Control(self.name.clone(), e.to_string());
+        }
         ClientError::Limit { server: self.name.clone(), what: format!("{e} (last command sent: {})", self.last_sent) }
     }
 

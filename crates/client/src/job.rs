@@ -101,6 +101,34 @@ type Queue = Arc<Mutex<VecDeque<Item>>>;
 /// (`cp --off` without `--len`, as globus-url-copy's `-off`).
 pub const TO_END: u64 = u64::MAX;
 
+/// The server all remote sources are on, if they are remote. Sources on
+/// several servers (or one server as several users) are refused: the
+/// sessions that plan and copy are the first source's, which would read
+/// another server's path there. So are a mix of local and remote sources,
+/// and local to local, before anything is made.
+fn one_source_server(srcs: &[Location], dst: &Location) -> Result<Option<Remote>, ClientError> {
+    let remotes: Vec<&Remote> =
+        srcs.iter().filter_map(|s| if let Location::Remote(r) = s { Some(r) } else { None }).collect();
+    let Some(first) = remotes.first() else {
+        return match dst {
+            Location::Local(_) => Err(ClientError::Usage("local to local: use cp".into())),
+            Location::Remote(_) => Ok(None),
+        };
+    };
+    if remotes.len() < srcs.len() {
+        return Err(ClientError::Usage("sources must be all local or all remote".into()));
+    }
+    if let Some(other) = remotes.iter().find(|r| r.server_key() != first.server_key()) {
+        let who = |r: &Remote| format!("{}@{}:{}", r.user, r.host, r.port);
+        return Err(ClientError::Usage(format!(
+            "sources on more than one server ({} and {}): copy from one server at a time; nothing copied",
+            who(first),
+            who(other)
+        )));
+    }
+    Ok(Some((*first).clone()))
+}
+
 /// Copy `srcs` to `dst`.
 pub async fn copy(
     srcs: Vec<Location>,
@@ -129,10 +157,7 @@ pub async fn copy(
         // It has no end: without a length it sent nothing, exit 0.
         return Err(ClientError::Usage("/dev/zero as a source needs --len (how many bytes)".into()));
     }
-    let remote_src = srcs.iter().find_map(|s| if let Location::Remote(r) = s { Some(r.clone()) } else { None });
-    if srcs.iter().any(|s| matches!(s, Location::Local(_))) && remote_src.is_some() {
-        return Err(ClientError::Usage("sources must be all local or all remote".into()));
-    }
+    let remote_src = one_source_server(&srcs, &dst)?;
     // The sources on the planning server are asked about in the login's round trip.
     let same_server =
         |r: &Remote| remote_src.as_ref().is_some_and(|f| (&f.host, f.port, &f.user) == (&r.host, r.port, &r.user));
@@ -216,7 +241,13 @@ pub(super) async fn open_first(
     let mut n = 0;
     loop {
         match Session::open_speculating(r, sopts.clone(), paths, spec).await {
-            Err(e) if e.is_busy() && n < retries && !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) => {
+            // A server not reached yet, or busy (421), as a file's retries:
+            // a DTN restarting under a scripted run is waited for.
+            Err(e)
+                if (e.is_busy() || e.is_transient())
+                    && n < retries
+                    && !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
                 n += 1;
                 let wait = retry::wait_after(n);
                 tracing::warn!("{e}; trying again {} (retry {n} of {retries})", retry::when(wait));

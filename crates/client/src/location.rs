@@ -115,7 +115,15 @@ fn split_scheme(arg: &str) -> Option<(&str, &str)> {
 /// fragment: `ftp://h/run#1` fetched `/run`).
 fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
     check_raw(arg)?;
-    let u = url::Url::parse(arg).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
+    // `ftp:///x` would take `x` for the host (WHATWG's special schemes).
+    if arg.split_once("://").is_some_and(|(_, rest)| rest.starts_with(['/', '\\'])) {
+        return Err(LocationError::Url(arg.into(), "no host".into()));
+    }
+    // A backslash is a byte of a name (or a password) to a server, but a
+    // `/` to WHATWG's parser: `ftp://h/a\b` would name `/a/b`. Encoded,
+    // it is decoded back below.
+    let escaped = arg.replace('\\', "%5C");
+    let u = url::Url::parse(&escaped).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
     let host = u.host_str().ok_or_else(|| LocationError::Url(arg.into(), "no host".into()))?;
     let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
     let pass = u.password().map(decode).unwrap_or_else(|| "lightpath@".to_string());
@@ -231,5 +239,18 @@ mod tests {
             assert!(Location::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Location::parse("./sftp://h").unwrap(), Location::Local("./sftp://h".into()));
+    }
+
+    /// A backslash is a byte of the name (and of a password), not a `/`;
+    /// a URL without a host is refused, not read as `ftp://x`.
+    #[test]
+    fn backslashes_are_bytes_and_a_host_is_needed() {
+        assert_eq!(path("ftp://h/a\\b"), b"/a\\b");
+        assert_eq!(path("ftp://h/dir\\..\\x"), b"/dir\\..\\x");
+        let Ok(Location::Remote(r)) = Location::parse("ftp://u:p\\w@h/x") else { panic!() };
+        assert_eq!((r.host.as_str(), r.pass.as_str(), &r.path[..]), ("h", "p\\w", &b"/x"[..]));
+        for bad in ["ftp:///x", "ftp://\\x/y", "ftp://h\\x/y"] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
+        }
     }
 }

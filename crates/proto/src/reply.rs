@@ -202,6 +202,9 @@ pub enum ReplyError {
     /// A multi-line reply holding more than [`MAX_REPLY_BYTES`].
     #[error("multi-line reply larger than {} KiB; refused", .0 >> 10)]
     TooLarge(usize),
+    /// The first line did not start with a reply code: no FTP server there.
+    #[error("not an FTP server: it began with {0:?}")]
+    NotFtp(String),
 }
 
 /// Most lines accepted in one multi-line reply. The longest a GridFTP
@@ -226,6 +229,9 @@ pub struct ReplyParser {
     pending: Option<Reply>,
     /// What `pending` costs so far (text plus [`LINE_COST`] a line).
     bytes: usize,
+    /// A reply has begun: a line without a code before then means the
+    /// peer is no FTP server (an SSH or HTTP one, say).
+    greeted: bool,
 }
 
 impl ReplyParser {
@@ -246,12 +252,18 @@ impl ReplyParser {
 
     /// Feed one line (without CRLF). Returns a reply when one completes.
     /// Lines outside a reply that do not start with a code are ignored
-    /// (GCT echoes raw CRLF inside some 501 texts).
+    /// (GCT echoes raw CRLF inside some 501 texts), but not before the
+    /// first reply ([`ReplyError::NotFtp`]).
     pub fn handle_line(&mut self, line: &str) -> Result<Option<Reply>, ReplyError> {
         let code = line_code(line);
         if self.pending.is_some() {
             return self.continue_reply(line, code);
         }
+        if code.is_none() && !self.greeted {
+            let shown: String = line.chars().take(40).collect();
+            return Err(ReplyError::NotFtp(shown));
+        }
+        self.greeted = true;
         match code {
             Some((c, '-')) => {
                 self.bytes = line.len() + LINE_COST;
@@ -381,6 +393,16 @@ mod tests {
         assert_eq!(p.handle_line("501 'TYPE E").unwrap().unwrap().code, 501);
         assert_eq!(p.handle_line("' unrecognized type.").unwrap(), None);
         assert_eq!(p.handle_line("200 ok").unwrap().unwrap().code, 200);
+    }
+
+    #[test]
+    fn a_first_line_without_a_code_is_no_ftp_server() {
+        let mut p = ReplyParser::new();
+        let e = p.handle_line("SSH-2.0-OpenSSH_9.6").unwrap_err();
+        assert_eq!(e.to_string(), "not an FTP server: it began with \"SSH-2.0-OpenSSH_9.6\"");
+        let mut p = ReplyParser::new();
+        assert_eq!(p.handle_line("220 ready").unwrap().unwrap().code, 220);
+        assert_eq!(p.handle_line("stray text").unwrap(), None, "later, as GCT writes it, ignored");
     }
 
     #[test]

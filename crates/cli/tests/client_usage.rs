@@ -1,0 +1,139 @@
+//! How `lightpath cp` meets a user's mistakes and a server not (yet)
+//! there: sources on two servers, local to local, a port that speaks
+//! another protocol, a server that starts late, options given through the
+//! environment.
+
+mod common;
+use common::*;
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn url(port: u16, path: &str) -> String {
+    format!("ftp://127.0.0.1:{port}{path}")
+}
+
+/// Two servers holding a file of one name with different data: a copy
+/// naming both was planned and copied through the first one's session,
+/// and wrote its file in the second one's place (exit 0, `--verify`
+/// agreeing). It is refused before anything is made.
+#[test]
+fn sources_on_two_servers_are_refused() {
+    let d = scratch();
+    let (a, b) = (open_dir(&d.path().join("a")), open_dir(&d.path().join("b")));
+    std::fs::write(a.join("one"), b"from a").unwrap();
+    std::fs::write(a.join("same"), b"a's copy").unwrap();
+    std::fs::write(b.join("same"), b"b's copy").unwrap();
+    let (_sa, pa) = lp_server(&a, &["--anonymous"]);
+    let (_sb, pb) = lp_server(&b, &["--anonymous"]);
+    let out = d.path().join("out/");
+    let (code, err) = cp(&[&url(pa, "/one"), &url(pb, "/same"), out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("more than one server"), "{err}");
+    assert!(!out.exists(), "nothing is made");
+    let other_user = format!("ftp://someone@127.0.0.1:{pa}/same");
+    let (code, err) = cp(&[&url(pa, "/one"), &other_user, out.to_str().unwrap()]);
+    assert_eq!((code, err.contains("more than one server")), (2, true), "another user is another session: {err}");
+}
+
+#[test]
+fn local_to_local_is_a_usage_error_that_makes_nothing() {
+    let d = scratch();
+    let src = d.path().join("tree");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/f"), b"x").unwrap();
+    let dst = d.path().join("copy");
+    let (code, err) = cp(&["-r", src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("local to local"), "{err}");
+    assert!(!dst.exists(), "no directories made first");
+}
+
+/// A port where something else answers (SSH greets first) fails at once,
+/// saying so, instead of waiting out the reply timeout.
+#[test]
+fn a_port_that_speaks_another_protocol_fails_at_once() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+            held.push(s);
+        }
+    });
+    let d = scratch();
+    let t = Instant::now();
+    let (code, err) =
+        cp(&["--retries", "0", "--reply-timeout", "20", &url(port, "/x"), d.path().join("x").to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("not an FTP server") && err.contains("SSH-2.0"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+}
+
+/// `--retries` covers the first connection: a copy started while its
+/// server restarts waits for it, as it would for a file's retry.
+#[test]
+fn retries_wait_for_a_server_that_starts_late() {
+    let (d, root, local) = root_and_local();
+    std::fs::write(root.join("f"), b"late but whole").unwrap();
+    let port = free_port();
+    own_peer_book();
+    let child = Command::new(LP)
+        .args(["cp", "-q", "--retries", "3", &url(port, "/f")])
+        .arg(local.join("f"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let _s = lp_server_on(&root, port, &["--anonymous"]);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("trying again"), "{err}");
+    assert_eq!(std::fs::read(local.join("f")).unwrap(), b"late but whole");
+    drop(d);
+}
+
+/// Boolean options from the environment take 1/0, yes/no, on/off as well
+/// as true/false; a contradiction is refused even when given that way,
+/// and `=0` is not a contradiction.
+#[test]
+fn boolean_options_from_the_environment() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let serve = |env: &[(&str, &str)]| {
+        let mut c = Command::new(LP);
+        c.args(["serve", "--listen", "127.0.0.1:1", "--ahead-port", "off", "--root"]).arg(&root);
+        c.envs(env.iter().copied());
+        let out = c.output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = serve(&[("LIGHTPATH_ANONYMOUS", "1"), ("LIGHTPATH_LOGIN_TIMEOUT", "99999999999")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--login-timeout") && err.contains("604800"), "bounded, no panic: {err}");
+    let port = free_port();
+    for (ro, aw) in [("0", "1"), ("no", "yes"), ("off", "on")] {
+        let mut c = Command::new(LP);
+        c.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--ahead-port", "off", "--root"]).arg(&root);
+        c.env("LIGHTPATH_READ_ONLY", ro).env("LIGHTPATH_ANONYMOUS_WRITE", aw);
+        let _s = Proc(c.stderr(std::process::Stdio::null()).spawn().unwrap());
+        let mut raw = connect_retrying(port);
+        assert_eq!(raw.cmd("USER anonymous").0 / 100, 3);
+        assert_eq!(raw.cmd("PASS x").0, 230);
+        assert_eq!(raw.cmd("MKD made").0, 257, "writes allowed with READ_ONLY={ro}");
+        std::fs::remove_dir(root.join("made")).unwrap();
+    }
+    let (code, err) = serve(&[("LIGHTPATH_READ_ONLY", "1"), ("LIGHTPATH_ANONYMOUS_WRITE", "true")]);
+    assert!(code != Some(0) && err.contains("contradict"), "{code:?} {err}");
+}
+
+fn connect_retrying(port: u16) -> Raw {
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no server on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Raw::connect(port)
+}
