@@ -78,6 +78,24 @@ fn duplicates_refused() {
     assert!(matches!(e, VfileError::Manifest(ManifestError::Duplicate(_))), "{e}");
 }
 
+/// A sender that writes the first byte of each of many files (the last
+/// byte never) would have the receiver hold a descriptor per file: the
+/// tree fails past 2048 files partly written at once, and nothing stays.
+#[test]
+fn scattered_bytes_fail_the_tree_before_descriptors_run_out() {
+    let _dog = Watchdog::new();
+    let s = Scratch::new();
+    let n = 2100u64;
+    let entries: Vec<Entry> = (0..n).map(|i| file(format!("f{i}").as_bytes(), 2, 2 * i)).collect();
+    let blocks: Vec<(u64, &[u8])> = (0..n).map(|i| (2 * i, &b"x"[..])).collect();
+    let fds = || fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let e = unpack_hostile(&s, &entries, 2 * n, &blocks);
+    assert!(matches!(e, VfileError::TooScattered(2048)), "{e}");
+    assert!(only(&s).is_empty());
+    assert!(fds() < before + 512, "descriptors left open: {} -> {}", before, fds());
+}
+
 #[test]
 fn size_disagreeing_with_data_refused() {
     let _dog = Watchdog::new();

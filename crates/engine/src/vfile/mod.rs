@@ -75,6 +75,11 @@ pub enum VfileError {
         /// Virtual file length from the manifest.
         total: u64,
     },
+    /// The sender scattered its bytes over more files at once than the
+    /// receiver keeps open ([`writer::MAX_PARTLY_WRITTEN`]; or every tree
+    /// of the server together).
+    #[error("more than {0} files partly written at once; the sender scatters its data (or the server is busy with other trees)")]
+    TooScattered(usize),
     /// Too much data arrived ahead of the manifest entries it belongs to.
     #[error("more than {0} bytes of data arrived ahead of their manifest entries")]
     ParkLimit(u64),

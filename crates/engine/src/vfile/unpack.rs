@@ -445,12 +445,16 @@ impl Unpacker {
     pub fn finish(mut self) -> Result<UnpackStats, VfileError> {
         let written = self.pool.join();
         let st = std::mem::take(&mut *self.lock());
+        tracing::debug!(peak = self.pool.ctx.partly_written.peak(), "files partly written at once, at most");
         let done = Self::check(&st)
             .and(written)
             .and_then(|()| st.decoder.finish().map(drop).map_err(VfileError::from))
             .and_then(|()| Self::check_complete(&st.files))
             .and_then(|()| self.make_links(&st.links));
         if let Err(e) = done {
+            // Their temporary files first: where they have names (no
+            // O_TMPFILE) they kept the directories from being empty.
+            drop(st.files);
             self.release_dirs(&st.dirs);
             return Err(e);
         }
@@ -541,6 +545,8 @@ impl Drop for Unpacker {
         let dirs = std::mem::take(&mut self.lock().dirs);
         if !dirs.is_empty() {
             self.pool.abort();
+            // The files' temporary names first (see `finish`).
+            drop(std::mem::take(&mut self.lock().files));
             self.release_dirs(&dirs);
         }
     }

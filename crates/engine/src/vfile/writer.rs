@@ -13,7 +13,7 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 pub(crate) use lightpath_proto::manifest::APPLY_MODE;
@@ -30,7 +30,7 @@ pub(crate) struct FileSlot {
     pub size: u64,
     mode: u32,
     mtime_ns: i64,
-    temp: Mutex<Option<Arc<TempFile>>>,
+    temp: Mutex<Option<(Arc<TempFile>, PartlyWritten)>>,
     written: AtomicU64,
     done: AtomicBool,
 }
@@ -60,13 +60,14 @@ impl FileSlot {
     /// worker comes first.
     fn temp(&self, ctx: &WorkCtx) -> Result<Arc<TempFile>, VfileError> {
         let mut g = lock(&self.temp);
-        if let Some(t) = &*g {
+        if let Some((t, _)) = &*g {
             return Ok(t.clone());
         }
+        let counted = PartlyWritten::count(&ctx.partly_written)?;
         let (dir, name) = split(&self.path);
         let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE));
         let t = Arc::new(t.map_err(|e| VfileError::io("creating", &self.path, e))?);
-        *g = Some(t.clone());
+        *g = Some((t.clone(), counted));
         Ok(t)
     }
 
@@ -75,7 +76,7 @@ impl FileSlot {
     /// writer has dropped its handle).
     fn commit(&self) -> Result<(), VfileError> {
         let io = |op, e| VfileError::io(op, &self.path, e);
-        let t = lock(&self.temp).take().ok_or(VfileError::Aborted)?;
+        let (t, _counted) = lock(&self.temp).take().ok_or(VfileError::Aborted)?;
         let t = Arc::try_unwrap(t).map_err(|_| VfileError::Aborted)?;
         t.file()
             .set_times(FileTimes::new().set_modified(system_time(self.mtime_ns)))
@@ -83,6 +84,59 @@ impl FileSlot {
         t.commit().map_err(|e| io("renaming into place", e))?;
         self.done.store(true, Ordering::Release);
         Ok(())
+    }
+}
+
+/// Files partly written at once, by every tree of this process: each holds
+/// a descriptor (and an inode) until its last byte is in, and a sender
+/// that scatters its bytes (the first of each of 65 000 files) would take
+/// every descriptor the server has. A tree whose sender goes over either
+/// bound fails. Packed in manifest order, as lightpath's sender packs, a
+/// tree has a few files per block in flight partly written.
+static PARTLY_WRITTEN_ALL: AtomicUsize = AtomicUsize::new(0);
+
+/// The bound of one tree's files partly written at once.
+pub(crate) const MAX_PARTLY_WRITTEN: usize = 2048;
+
+/// The bound for every tree of the process together.
+pub(crate) const MAX_PARTLY_WRITTEN_ALL: usize = 8192;
+
+/// One file counted as partly written, in its tree and in the process,
+/// until dropped (committed, or the tree given up).
+#[derive(Debug)]
+struct PartlyWritten(Arc<PartCount>);
+
+/// A tree's count of files partly written, and its most at once.
+#[derive(Debug, Default)]
+pub(crate) struct PartCount {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl PartCount {
+    /// The most files partly written at once so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl PartlyWritten {
+    fn count(tree: &Arc<PartCount>) -> Result<PartlyWritten, VfileError> {
+        let counted = PartlyWritten(tree.clone());
+        let mine = tree.now.fetch_add(1, Ordering::AcqRel) + 1;
+        let all = PARTLY_WRITTEN_ALL.fetch_add(1, Ordering::AcqRel) + 1;
+        tree.peak.fetch_max(mine, Ordering::Relaxed);
+        if mine > MAX_PARTLY_WRITTEN || all > MAX_PARTLY_WRITTEN_ALL {
+            return Err(VfileError::TooScattered(mine.min(MAX_PARTLY_WRITTEN)));
+        }
+        Ok(counted)
+    }
+}
+
+impl Drop for PartlyWritten {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::AcqRel);
+        PARTLY_WRITTEN_ALL.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -127,12 +181,15 @@ pub(crate) struct WorkCtx {
     dirs: Mutex<VecDeque<(Vec<u8>, Arc<StrictDir>)>>,
     error: Mutex<Option<VfileError>>,
     failed: AtomicBool,
+    /// Files of this tree partly written now, and at most.
+    pub partly_written: Arc<PartCount>,
 }
 
 impl WorkCtx {
     pub fn new(root: Arc<Root>) -> Self {
         let dirs = Mutex::new(VecDeque::with_capacity(DIR_CACHE + 1));
-        WorkCtx { root, dirs, error: Mutex::new(None), failed: AtomicBool::new(false) }
+        let (error, failed, partly_written) = (Mutex::new(None), AtomicBool::new(false), Arc::default());
+        WorkCtx { root, dirs, error, failed, partly_written }
     }
 
     /// The directory `rel` beneath the root (no symlink in any component),
