@@ -1,5 +1,6 @@
 //! Runs a scenario: path up, data set ready, then for each repetition each
-//! tool in turn (interleaved, so drift hits every tool alike): clean the
+//! tool in turn (interleaved, the order rotated each repetition, so drift
+//! hits every tool alike: [`run_order`]): clean the
 //! destination, drop caches, start the servers, time the client, sample,
 //! stop everything, check the output.
 
@@ -94,7 +95,7 @@ pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<Sce
     }
     let scratch = ScratchFs::new(&env.cache.join("scratch"), ds.bytes, ds.files);
     for rep in 1..=sc.repetitions {
-        for spec in tools {
+        for spec in run_order(tools.len(), rep).into_iter().map(|i| tools[i]) {
             match run_once(env, sc, &path, &scratch, &ds, spec, rep) {
                 Ok(rec) => {
                     report_progress(sc, &rec);
@@ -108,6 +109,16 @@ pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<Sce
         }
     }
     Ok(res)
+}
+
+/// The order of the `n` tools in repetition `rep` (from 1): rotated by one
+/// each repetition, the first repetition in the listed order, so that each
+/// tool runs in every position (first after the path came up, right after
+/// each other tool) as often as the others and drift over a scenario, or
+/// what a run leaves behind for the next, hits every tool alike.
+pub fn run_order(n: usize, rep: u32) -> Vec<usize> {
+    let start = (rep as usize).saturating_sub(1) % n.max(1);
+    (0..n).map(|i| (start + i) % n).collect()
 }
 
 /// A scenario that stopped early (Ctrl-C): what it ran, and why it stopped.
@@ -501,6 +512,16 @@ mod tests {
         let mut rec = RunRecord { payload_bytes: 8_000_000, ..Default::default() };
         iperf3_timing(&mut rec, &path)?;
         Ok(rec)
+    }
+
+    #[test]
+    fn each_repetition_starts_at_the_next_tool() {
+        assert_eq!(run_order(3, 1), [0, 1, 2], "the first repetition in the listed order");
+        assert_eq!(run_order(3, 2), [1, 2, 0]);
+        assert_eq!(run_order(3, 3), [2, 0, 1]);
+        assert_eq!(run_order(3, 4), [0, 1, 2]);
+        assert_eq!(run_order(1, 5), [0]);
+        assert!(run_order(0, 1).is_empty());
     }
 
     #[test]
