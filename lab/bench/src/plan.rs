@@ -153,12 +153,13 @@ impl Plan {
             let labels: Vec<String> = tools.iter().map(ToolSpec::label).collect();
             let _ = writeln!(
                 s,
-                "bench: {} [{} · {:?} · {:?} · ×{}]: {}",
+                "bench: {} [{} · {:?} · {:?} · ×{} + {} warm-up]: {}",
                 sc.name,
                 sc.path.describe(),
                 sc.mode,
                 sc.dataset.kind,
                 sc.repetitions,
+                sc.warmup,
                 labels.join(", ")
             );
         }

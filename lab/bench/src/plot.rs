@@ -1,5 +1,5 @@
 //! SVG plots of throughput over time: per scenario, the median run of each
-//! tool overlaid; per tool, all of its repetitions.
+//! tool overlaid; per tool, all of its repetitions (warm-up runs too).
 
 use std::path::{Path, PathBuf};
 
@@ -88,11 +88,13 @@ pub fn plot_scenario(sc: &ScenarioResult, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut overlay = Vec::new();
     let mut written = Vec::new();
     for label in labels {
-        let runs: Vec<&RunRecord> = sc.runs.iter().filter(|r| r.label == label && r.ok).collect();
+        let all: Vec<&RunRecord> = sc.runs.iter().filter(|r| r.label == label && r.ok).collect();
+        let runs: Vec<&RunRecord> = all.iter().copied().filter(|r| !r.warmup).collect();
         let ttcs: Vec<f64> = runs.iter().map(|r| r.ttc_s).collect();
         let Some(m) = index_of_median(&ttcs) else { continue };
         overlay.push(line_of(format!("{label} (median run)"), runs[m]));
-        let reps: Vec<Line> = runs.iter().map(|r| line_of(format!("run {}", r.repetition), r)).collect();
+        let name = |r: &RunRecord| format!("{} {}", if r.warmup { "warm-up" } else { "run" }, r.repetition);
+        let reps: Vec<Line> = all.iter().map(|r| line_of(name(r), r)).collect();
         let file = dir.join(format!("{}--{}.svg", sc.name, slug(label)));
         draw(&file, &format!("{}: {label}, every run", sc.name), &reps)?;
         written.push(file);

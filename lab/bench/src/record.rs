@@ -37,7 +37,12 @@ pub struct RunRecord {
     pub scenario: String,
     pub label: String,
     pub tool: Option<ToolKind>,
+    /// The repetition, from 1; of the warm-up runs when `warmup`.
     pub repetition: u32,
+    /// An uncounted warm-up run (the scenario's `warmup`): kept, shown as
+    /// the tool's first run, left out of every statistic.
+    #[serde(default)]
+    pub warmup: bool,
     pub ok: bool,
     pub error: Option<String>,
     pub started: String,
@@ -184,11 +189,11 @@ impl Results {
         serde_json::from_str(&text).with_context(|| format!("{}: not a bench result", path.display()))
     }
 
-    /// One row per run, without the samples.
+    /// One row per run (warm-up runs too, marked), without the samples.
     pub fn csv(&self) -> String {
         let mut out = String::from(
             "scenario,label,tool,repetition,ok,ttc_s,payload_bytes,goodput_bps,wire_bytes,\
-             client_cpu_s,server_cpu_s,client_peak_rss,server_peak_rss,harness_cpu_s,caches_dropped,verified,error\n",
+             client_cpu_s,server_cpu_s,client_peak_rss,server_peak_rss,harness_cpu_s,caches_dropped,verified,error,warmup\n",
         );
         for sc in &self.scenarios {
             for r in &sc.runs {
@@ -205,7 +210,7 @@ fn csv_row(r: &RunRecord) -> String {
     let server = if r.end("server").is_some() { "server" } else { "src-server" };
     let err = r.error.clone().unwrap_or_default().replace(['"', '\n'], " ");
     format!(
-        "{},\"{}\",{},{},{},{:.4},{},{:.0},{},{},{},{},{},{:.3},{},{},\"{}\"\n",
+        "{},\"{}\",{},{},{},{:.4},{},{:.0},{},{},{},{},{},{:.3},{},{},\"{}\",{}\n",
         r.scenario,
         r.label,
         r.tool.map_or("", |t| t.name()),
@@ -222,6 +227,7 @@ fn csv_row(r: &RunRecord) -> String {
         r.harness_cpu_s,
         r.caches_dropped,
         r.verified,
-        err
+        err,
+        r.warmup
     )
 }

@@ -26,6 +26,9 @@ pub struct Row {
     pub cpu_per_gb: Option<f64>,
     pub client_rss: Option<f64>,
     pub server_rss: Option<f64>,
+    /// The TTC of the tool's first warm-up run (`Some(None)`: it failed;
+    /// `None`: no warm-up ran). Not in any statistic.
+    pub first_run: Option<Option<f64>>,
     pub errors: Vec<String>,
 }
 
@@ -61,9 +64,11 @@ pub fn rows(sc: &ScenarioResult) -> Vec<Row> {
     order.iter().map(|l| row(l, &by_label[l])).collect()
 }
 
-fn row(label: &str, runs: &[&RunRecord]) -> Row {
+fn row(label: &str, all: &[&RunRecord]) -> Row {
+    let first = all.iter().find(|r| r.warmup && r.repetition == 1);
+    let runs: Vec<&RunRecord> = all.iter().copied().filter(|r| !r.warmup).collect();
     let ok: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.ok).collect();
-    let mut errors: Vec<String> = runs.iter().filter_map(|r| failure(r)).collect();
+    let mut errors: Vec<String> = all.iter().filter_map(|r| failure(r)).collect();
     errors.sort();
     errors.dedup();
     Row {
@@ -78,6 +83,7 @@ fn row(label: &str, runs: &[&RunRecord]) -> Row {
         cpu_per_gb: med(ok.iter().filter_map(|r| cpu_per_gb(r)).collect()),
         client_rss: med(ok.iter().filter_map(|r| Some(r.end("client")?.peak_rss_bytes as f64)).collect()),
         server_rss: med(ok.iter().filter_map(|r| server_rss(r)).collect()),
+        first_run: first.map(|r| r.ok.then_some(r.ttc_s)),
         errors,
     }
 }
@@ -114,11 +120,13 @@ pub fn percent_of_disk(disk_ttc: f64, tool_ttc: f64) -> f64 {
     disk_ttc / tool_ttc * 100.0
 }
 
-/// The times a row is compared with.
+/// The times a row is compared with, and whether the table has a
+/// `first run` column (some tool had a warm-up run).
 struct Refs {
     wire: Option<f64>,
     best: Option<f64>,
     disk: Option<f64>,
+    first_run: bool,
 }
 
 /// `941 Mbit/s (902–950)`: the range in the median's unit.
@@ -138,7 +146,7 @@ fn mib(v: f64) -> String {
 
 /// The machine's 1-minute load average before the runs: `median (min–max)`.
 fn load_range(sc: &ScenarioResult) -> String {
-    let loads: Vec<f64> = sc.runs.iter().map(|r| r.load_before).collect();
+    let loads: Vec<f64> = sc.runs.iter().filter(|r| !r.warmup).map(|r| r.load_before).collect();
     summarize(&loads).map_or("—".into(), |l| format!("{:.1} ({:.1}–{:.1})", l.median, l.min, l.max))
 }
 
@@ -146,17 +154,20 @@ fn load_range(sc: &ScenarioResult) -> String {
 pub fn scenario_table(sc: &ScenarioResult) -> String {
     let rows = rows(sc);
     let wire = wire_time(sc, &rows);
-    let refs = Refs { wire: wire.map(|w| w.0), best: best_transfer(&rows), disk: disk_time(&rows) };
+    let first_run = rows.iter().any(|r| r.first_run.is_some());
+    let refs = Refs { wire: wire.map(|w| w.0), best: best_transfer(&rows), disk: disk_time(&rows), first_run };
     let mut out = scenario_header(sc, wire, refs.disk);
     if let Some(e) = &sc.error {
         let _ = writeln!(out, "**scenario error:** {e}\n");
     }
     let disk_col = if refs.disk.is_some() { " % of disk |" } else { "" };
+    let first_col = if refs.first_run { " first run s |" } else { "" };
     let _ = writeln!(
         out,
-        "| tool | ok | TTC median s (min–max) | goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | CPU s per GB, both ends | peak PSS MiB client / server |"
+        "| tool | ok | TTC median s (min–max) |{first_col} goodput median (min–max) | × wire | × best |{disk_col} CPU s client / server | CPU s per GB, both ends | peak PSS MiB client / server |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|{}---|---|---|", if refs.disk.is_some() { "---|" } else { "" });
+    let columns = 9 + usize::from(refs.disk.is_some()) + usize::from(refs.first_run);
+    let _ = writeln!(out, "|{}", "---|".repeat(columns));
     for r in &rows {
         out += &table_row(r, &refs);
     }
@@ -176,7 +187,7 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
 /// `tool_report`), median and range over the runs that said.
 fn parked_line(sc: &ScenarioResult) -> String {
     let mut by: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for r in &sc.runs {
+    for r in sc.runs.iter().filter(|r| !r.warmup) {
         if let Some(p) = r.tool_report.as_ref().and_then(|t| t["tree"]["parked_peak"].as_u64()) {
             by.entry(&r.label).or_default().push(p);
         }
@@ -221,13 +232,34 @@ fn emulator_lag(sc: &ScenarioResult) -> String {
         .iter()
         .filter_map(|r| {
             let n = r.emulator.as_ref()?.late_over_1ms;
-            (n > 0).then(|| format!("{} #{} ({n})", r.label, r.repetition))
+            (n > 0).then(|| format!("{} {} ({n})", r.label, run_name(r)))
         })
         .collect();
     if lagged.is_empty() {
         return String::new();
     }
     format!("\n- emulator behind (packets more than 1 ms late) in: {}\n", lagged.join(", "))
+}
+
+/// `#3`, or `warm-up #1` for a warm-up run.
+fn run_name(r: &RunRecord) -> String {
+    if r.warmup {
+        format!("warm-up #{}", r.repetition)
+    } else {
+        format!("#{}", r.repetition)
+    }
+}
+
+/// `5`, or `5 (+ 1 warm-up)` when warm-up runs were recorded (counted from
+/// the runs: results from before warm-ups have none).
+fn repetitions(sc: &ScenarioResult) -> String {
+    let warm = sc.runs.iter().filter(|r| r.warmup).map(|r| r.repetition).max().unwrap_or(0);
+    let reps = sc.scenario.repetitions;
+    if warm == 0 {
+        reps.to_string()
+    } else {
+        format!("{reps} (+ {warm} warm-up)")
+    }
 }
 
 /// The title and the line about the path, data set and references.
@@ -241,7 +273,7 @@ fn scenario_header(sc: &ScenarioResult, wire: Option<(f64, &str)>, disk: Option<
         sc.dataset,
         sc.dataset_files,
         fmt_bytes(sc.dataset_bytes),
-        s.repetitions,
+        repetitions(sc),
         wire.map_or(String::new(), |(w, src)| format!(" · wire time {w:.2} s ({src})")),
         disk.map_or(String::new(), |d| format!(" · disk time {d:.2} s (fio)")),
         load_range(sc),
@@ -265,20 +297,35 @@ fn disk_cell(tool: Option<ToolKind>, ttc: f64, disk: f64) -> String {
     }
 }
 
+/// The `first run` cell: the warm-up's TTC, `failed`, or `—`.
+fn first_cell(r: &Row) -> String {
+    match r.first_run {
+        Some(Some(t)) => format!("{t:.2}"),
+        Some(None) => "failed".into(),
+        None => "—".into(),
+    }
+}
+
 fn table_row(r: &Row, refs: &Refs) -> String {
+    let first = if refs.first_run { format!(" {} |", first_cell(r)) } else { String::new() };
     let Some(ttc) = r.ttc else {
         let empty = if refs.disk.is_some() { 7 } else { 6 };
-        return format!("| {} | {}/{} | FAILED |{}\n", r.label, r.ok, r.total, " — |".repeat(empty));
+        return format!("| {} | {}/{} | FAILED |{first}{}\n", r.label, r.ok, r.total, " — |".repeat(empty));
     };
     let g = r.goodput.expect("goodput exists when ttc does");
     let mut cells = vec![
         r.label.clone(),
         format!("{}/{}", r.ok, r.total),
         format!("{:.2} ({:.2}–{:.2})", ttc.median, ttc.min, ttc.max),
+    ];
+    if refs.first_run {
+        cells.push(first_cell(r));
+    }
+    cells.extend([
         rate_range(&g),
         opt(refs.wire, |w| format!("{:.2}", ttc.median / w)),
         best_cell(r.tool, ttc.median, refs.best),
-    ];
+    ]);
     if let Some(d) = refs.disk {
         cells.push(disk_cell(r.tool, ttc.median, d));
     }
@@ -338,6 +385,10 @@ RSS where unreadable), sampled when the client starts and every 100 ms: pages th
 forking server share (globus-gridftp-server forks one per session) count once, not once per
 process (results before 2026-11-28 summed RSS). `ok` = successful
 runs / runs; statistics cover the successful runs, and every failure is listed under its table.
+`first run` = TTC of the tool's warm-up run (the scenario's `warmup`, run before the measured
+repetitions, caches dropped alike): its first visit, when lightpath's peer book and state, TCP Fast
+Open cookies and route metrics are still empty; warm-up runs are in no other figure. The tools'
+order rotates each repetition.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
 above the tools' own share means other work shared the CPUs with that scenario. Every run
 writes into a new file system (`dest_fs` in results.json; see bench/README.md).
@@ -352,7 +403,7 @@ pub fn failures(res: &Results) -> Vec<String> {
         }
         for r in sc.runs.iter().filter(|r| !r.ok) {
             let e = r.error.as_deref().unwrap_or("failed");
-            out.push(format!("{} | {} #{}: {e}", sc.name, r.label, r.repetition));
+            out.push(format!("{} | {} {}: {e}", sc.name, r.label, run_name(r)));
         }
     }
     out

@@ -93,22 +93,61 @@ pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<Sce
     if path.ns(Side::A) != path.ns(Side::B) {
         res.path_settings.insert("B".into(), path.settings(Side::B));
     }
+    forget_client_state(&env.cache)?;
     let scratch = ScratchFs::new(&env.cache.join("scratch"), ds.bytes, ds.files);
-    for rep in 1..=sc.repetitions {
-        for spec in run_order(tools.len(), rep).into_iter().map(|i| tools[i]) {
-            match run_once(env, sc, &path, &scratch, &ds, spec, rep) {
-                Ok(rec) => {
-                    report_progress(sc, &rec);
-                    res.runs.push(rec);
-                }
-                Err(e) => {
-                    res.error = Some(format!("stopped after {} runs: {e:#}", res.runs.len()));
-                    return Err(PartialScenario { result: Box::new(res), cause: e }.into());
-                }
+    for slot in schedule(sc, tools.len()) {
+        match run_once(env, sc, &path, &scratch, &ds, tools[slot.tool], slot) {
+            Ok(rec) => {
+                report_progress(sc, &rec);
+                res.runs.push(rec);
+            }
+            Err(e) => {
+                res.error = Some(format!("stopped after {} runs: {e:#}", res.runs.len()));
+                return Err(PartialScenario { result: Box::new(res), cause: e }.into());
             }
         }
     }
     Ok(res)
+}
+
+/// What a lightpath client keeps between runs, in the bench's cache: its
+/// book of servers met (`LIGHTPATH_PEERS`; data connections opened ahead
+/// from the second visit on) and its state (`XDG_STATE_HOME`: notes of
+/// uploads kept for `cp --partial`).
+fn client_state(cache: &Path) -> [PathBuf; 2] {
+    [cache.join("lightpath-peers"), cache.join("lightpath-state")]
+}
+
+/// Clears [`client_state`] as a scenario starts (its namespaces, with their
+/// TCP Fast Open cookies and route metrics, are new too), so that its first
+/// run is a first visit whatever ran before.
+fn forget_client_state(cache: &Path) -> Result<()> {
+    for p in client_state(cache) {
+        let gone = match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&p),
+            Ok(_) => fs::remove_file(&p),
+            Err(_) => Ok(()),
+        };
+        gone.with_context(|| format!("cannot remove {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// One run to do: which tool, which repetition (from 1), warm-up or counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub tool: usize,
+    pub rep: u32,
+    pub warmup: bool,
+}
+
+/// Every run of a scenario of `n` tools in order: the warm-up rounds
+/// (each tool `sc.warmup` times), then the measured repetitions, each
+/// round in its [`run_order`]. Caches are dropped before each alike.
+pub fn schedule(sc: &Scenario, n: usize) -> Vec<Slot> {
+    let round = |rep: u32, warmup: bool| run_order(n, rep).into_iter().map(move |tool| Slot { tool, rep, warmup });
+    let warm = (1..=sc.warmup).flat_map(|w| round(w, true));
+    warm.chain((1..=sc.repetitions).flat_map(|r| round(r, false))).collect()
 }
 
 /// The order of the `n` tools in repetition `rep` (from 1): rotated by one
@@ -157,23 +196,21 @@ fn empty_result(sc: &Scenario, ds: &Dataset) -> ScenarioResult {
 }
 
 fn failed_runs(sc: &Scenario, tools: &[&ToolSpec], ds: &Dataset, msg: &str) -> Vec<RunRecord> {
-    let mut runs = Vec::new();
-    for rep in 1..=sc.repetitions {
-        for t in tools {
-            let mut r = base_record(sc, t, ds, rep);
-            r.error = Some(msg.to_string());
-            runs.push(r);
-        }
-    }
-    runs
+    let record = |slot: Slot| {
+        let mut r = base_record(sc, tools[slot.tool], ds, slot);
+        r.error = Some(msg.to_string());
+        r
+    };
+    schedule(sc, tools.len()).into_iter().map(record).collect()
 }
 
-fn base_record(sc: &Scenario, spec: &ToolSpec, ds: &Dataset, rep: u32) -> RunRecord {
+fn base_record(sc: &Scenario, spec: &ToolSpec, ds: &Dataset, slot: Slot) -> RunRecord {
     RunRecord {
         scenario: sc.name.clone(),
         label: spec.label(),
         tool: Some(spec.tool),
-        repetition: rep,
+        repetition: slot.rep,
+        warmup: slot.warmup,
         started: now_rfc3339(),
         payload_bytes: ds.bytes,
         verified: "no".into(),
@@ -191,7 +228,8 @@ fn report_progress(sc: &Scenario, r: &RunRecord) {
         Some(f) => format!("{what} ({f})"),
         None => what,
     };
-    eprintln!("bench: {} | {} | run {}/{}: {what}", sc.name, r.label, r.repetition, sc.repetitions);
+    let (kind, of) = if r.warmup { ("warm-up", sc.warmup) } else { ("run", sc.repetitions) };
+    eprintln!("bench: {} | {} | {kind} {}/{of}: {what}", sc.name, r.label, r.repetition);
 }
 
 /// Fresh, empty destination and log directories.
@@ -214,10 +252,10 @@ fn run_once(
     scratch: &ScratchFs,
     ds: &Dataset,
     spec: &ToolSpec,
-    rep: u32,
+    slot: Slot,
 ) -> Result<RunRecord> {
     check_stop()?;
-    let mut rec = base_record(sc, spec, ds, rep);
+    let mut rec = base_record(sc, spec, ds, slot);
     let (dest, logs) = prepare_scratch(env, scratch)?;
     rec.dest_fs = scratch.describe();
     rec.caches_dropped = drop_caches();
@@ -299,8 +337,9 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
         // lightpath's book of servers met (data connections opened ahead
         // from the second visit on) and its notes of uploads kept for
         // `cp --partial` live with the bench's cache, not in ~root.
-        cmd.env("LIGHTPATH_PEERS", env.cache.join("lightpath-peers"));
-        cmd.env("XDG_STATE_HOME", env.cache.join("lightpath-state"));
+        let [peers, state] = client_state(&env.cache);
+        cmd.env("LIGHTPATH_PEERS", peers);
+        cmd.env("XDG_STATE_HOME", state);
         cmd
     };
     let groups: Vec<&Group> = std::iter::once(&group).chain(running.iter().map(|r| &r.group)).collect();
@@ -487,7 +526,8 @@ fn log_tail(base: &Path) -> String {
 /// Copies the logs of a failed run into the results.
 fn keep_logs(env: &Env, rec: &RunRecord, logs: &Path) {
     let slug: String = rec.label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    let dir = env.out.join("logs").join(&rec.scenario).join(format!("{slug}-run{}", rec.repetition));
+    let run = if rec.warmup { "warmup" } else { "run" };
+    let dir = env.out.join("logs").join(&rec.scenario).join(format!("{slug}-{run}{}", rec.repetition));
     if fs::create_dir_all(&dir).is_err() {
         return;
     }
@@ -522,6 +562,30 @@ mod tests {
         assert_eq!(run_order(3, 4), [0, 1, 2]);
         assert_eq!(run_order(1, 5), [0]);
         assert!(run_order(0, 1).is_empty());
+    }
+
+    #[test]
+    fn warm_up_rounds_come_first_and_every_round_is_rotated() {
+        let text = "repetitions = 2\nwarmup = 1\n[path]\nkind = \"loopback\"\n[dataset]\nkind = \"memory\"\n\
+            [[tool]]\ntool = \"iperf3\"\n[[tool]]\ntool = \"lightpath\"\n";
+        let mut sc = Scenario::parse(text, Path::new("s.toml")).unwrap();
+        let slots: Vec<(usize, u32, bool)> = schedule(&sc, 2).iter().map(|s| (s.tool, s.rep, s.warmup)).collect();
+        assert_eq!(slots, [(0, 1, true), (1, 1, true), (0, 1, false), (1, 1, false), (1, 2, false), (0, 2, false)]);
+        sc.warmup = 0;
+        assert!(schedule(&sc, 2).iter().all(|s| !s.warmup), "warmup = 0: measured runs only");
+        assert_eq!(schedule(&sc, 2).len(), 4);
+    }
+
+    #[test]
+    fn a_scenario_starts_with_no_client_state() {
+        let cache = tempfile::tempdir().unwrap();
+        let [peers, state] = client_state(cache.path());
+        fs::write(&peers, "127.0.0.1:2911 dcon=2912\n").unwrap();
+        fs::create_dir_all(state.join("lightpath")).unwrap();
+        fs::write(state.join("lightpath/partial"), "x").unwrap();
+        forget_client_state(cache.path()).unwrap();
+        assert!(!peers.exists() && !state.exists());
+        forget_client_state(cache.path()).expect("nothing to forget is fine");
     }
 
     #[test]

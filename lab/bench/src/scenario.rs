@@ -20,6 +20,12 @@ pub struct Scenario {
     pub description: String,
     #[serde(default = "default_repetitions")]
     pub repetitions: u32,
+    /// Uncounted runs of each tool before the measured repetitions: the
+    /// first visit (lightpath's peer book and state, TCP Fast Open cookies
+    /// and the kernel's route metrics all start empty) is recorded and
+    /// shown apart (`first run`), not mixed into the medians. 0 = none.
+    #[serde(default = "default_warmup")]
+    pub warmup: u32,
     #[serde(default)]
     pub mode: Mode,
     /// Per-run time limit; a run that exceeds it is recorded as failed.
@@ -73,6 +79,9 @@ impl FaultConfig {
 
 fn default_repetitions() -> u32 {
     5
+}
+fn default_warmup() -> u32 {
+    1
 }
 fn default_timeout() -> Dur {
     Dur(Duration::from_secs(600))
@@ -175,6 +184,7 @@ pub enum DatasetKind {
 #[serde(deny_unknown_fields)]
 pub struct QuickConfig {
     pub repetitions: Option<u32>,
+    pub warmup: Option<u32>,
     pub size: Option<Size>,
     pub count: Option<u64>,
     pub timeout: Option<Dur>,
@@ -503,6 +513,9 @@ impl Scenario {
         let Some(q) = self.quick.clone() else { return };
         if let Some(r) = q.repetitions {
             self.repetitions = r;
+        }
+        if let Some(w) = q.warmup {
+            self.warmup = w;
         }
         if let Some(s) = q.size {
             self.dataset.size = Some(s);

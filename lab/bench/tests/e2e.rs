@@ -123,7 +123,9 @@ fn loopback_quick_run_measures_consistently() {
     let res = Plan::build(&args).unwrap().execute().unwrap();
     assert_eq!(res.scenarios.len(), 3);
     let runs: Vec<&RunRecord> = res.scenarios.iter().flat_map(|s| &s.runs).collect();
-    assert_eq!(runs.len(), 2 + 1 + 6, "every run is recorded, failed ones too");
+    // Each tool's one warm-up run (the default `warmup = 1`), then its repetitions.
+    assert_eq!(runs.len(), 2 * 2 + 2 + 3 * 3, "every run is recorded, warm-up and failed ones too");
+    assert_eq!(runs.iter().filter(|r| r.warmup).count(), 2 + 1 + 3, "one warm-up run per tool");
     for r in &runs {
         if r.label == "guc broken" {
             assert!(!r.ok && r.error.as_deref().unwrap().contains("exited with code"), "{r:?}");

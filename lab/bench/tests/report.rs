@@ -225,3 +225,38 @@ fn failures_list_every_failed_run_and_scenario() {
     res.scenarios[0].error = None;
     assert!(report::failures(&res).is_empty());
 }
+
+/// The demo scenario with a warm-up run of guc (30 s) and of lightpath
+/// (failed) before the measured ones.
+fn with_warmups() -> Results {
+    let mut res = results();
+    let sc = &mut res.scenarios[0];
+    let mut guc = run("guc -p 4", ToolKind::GlobusUrlCopy, 1, Some(30.0));
+    let mut lp = run("lightpath -p 4", ToolKind::Lightpath, 1, None);
+    guc.warmup = true;
+    lp.warmup = true;
+    sc.runs.splice(0..0, [guc, lp]);
+    res
+}
+
+#[test]
+fn warm_up_runs_are_shown_apart_and_left_out_of_the_statistics() {
+    let md = report::summary(&with_warmups());
+    assert!(md.contains("| TTC median s (min–max) | first run s | goodput"), "{md}");
+    assert!(md.contains("repetitions: 5 (+ 1 warm-up)"), "{md}");
+    let guc = line(&md, "guc -p 4");
+    assert!(guc.contains("| 3/3 | 11.00 (10.00–12.00) | 30.00 | 727 Mbit/s (667–800) |"), "{guc}");
+    assert!(guc.contains("| 1.38 | 1.22 |"), "{guc}");
+    let lp = line(&md, "lightpath -p 4");
+    assert!(lp.contains("| 2/3 | 9.00 (9.00–9.00) | failed |"), "{lp}");
+    let broken = line(&md, "broken");
+    assert!(broken.ends_with("| 0/3 | FAILED | — | — | — | — | — | — | — |"), "no warm-up, one cell more: {broken}");
+    let header = md.lines().find(|l| l.starts_with("| tool |")).unwrap();
+    let rule = md.lines().find(|l| l.starts_with("|---")).unwrap();
+    assert_eq!(header.matches('|').count(), rule.matches('|').count(), "{header}\n{rule}");
+    let f = report::failures(&with_warmups());
+    assert!(f.contains(&"demo | lightpath -p 4 warm-up #1: client exited with code 1".to_string()), "{f:?}");
+    let csv = with_warmups().csv();
+    assert!(csv.lines().nth(1).unwrap().ends_with(",true"), "{csv}");
+    assert!(!report::summary(&results()).contains("first run s"), "no warm-up, no column");
+}

@@ -199,3 +199,15 @@ fn faults_are_parsed_and_an_empty_one_is_refused() {
     let e = err(&format!("{GOOD}\n[fault]\nkill_client_after = \"4s\"\n"));
     assert!(e.contains("unknown field"), "{e}");
 }
+
+#[test]
+fn one_warm_up_run_unless_the_scenario_says_otherwise() {
+    let s = Scenario::parse(GOOD, Path::new("x.toml")).unwrap();
+    assert_eq!(s.warmup, 1, "the default");
+    let none = GOOD.replace("repetitions = 3\n", "repetitions = 3\nwarmup = 0\n");
+    assert_eq!(Scenario::parse(&none, Path::new("x.toml")).unwrap().warmup, 0, "0 is allowed");
+    let quick = GOOD.replace("[quick]\n", "[quick]\nwarmup = 0\n");
+    let mut q = Scenario::parse(&quick, Path::new("x.toml")).unwrap();
+    q.apply_quick();
+    assert_eq!(q.warmup, 0, "[quick] can change it");
+}
