@@ -287,7 +287,13 @@ fn check_output(sc: &Scenario, spec: &ToolSpec, ds: &Dataset, dest: &Path, rec: 
     } else if spec.tool == ToolKind::Fio {
         "n/a (fio measures the disk)".into()
     } else if ds.kind == DatasetKind::Memory {
-        "n/a (memory to memory)".into()
+        match wire_check(rec) {
+            Ok(()) => "wire bytes".into(),
+            Err(e) => {
+                rec.error = Some(format!("output check failed: {e}"));
+                "failed".into()
+            }
+        }
     } else if sc.verify == Verify::None {
         "none".into()
     } else {
@@ -300,6 +306,19 @@ fn check_output(sc: &Scenario, spec: &ToolSpec, ds: &Dataset, dest: &Path, rec: 
             }
         }
     };
+}
+
+/// A memory-to-memory run leaves no copy to check: at least the payload
+/// must have crossed the counted interfaces in the data direction (a
+/// client that exits 0 having sent less moved less than it was asked to).
+fn wire_check(rec: &RunRecord) -> Result<(), String> {
+    if rec.wire_bytes >= rec.payload_bytes {
+        return Ok(());
+    }
+    Err(format!(
+        "{} bytes on the wire in the data direction, fewer than the {} asked for",
+        rec.wire_bytes, rec.payload_bytes
+    ))
 }
 
 /// A started server with its accounting group.
@@ -586,6 +605,32 @@ mod tests {
         forget_client_state(cache.path()).unwrap();
         assert!(!peers.exists() && !state.exists());
         forget_client_state(cache.path()).expect("nothing to forget is fine");
+    }
+
+    #[test]
+    fn a_memory_run_must_put_its_payload_on_the_wire() {
+        let text = "[path]\nkind = \"loopback\"\n[dataset]\nkind = \"memory\"\nsize = \"1M\"\n\
+            [[tool]]\ntool = \"lightpath\"\n";
+        let sc = Scenario::parse(text, Path::new("m.toml")).unwrap();
+        let ds = Dataset {
+            kind: DatasetKind::Memory,
+            id: "memory".into(),
+            root: None,
+            entry: "dev/zero".into(),
+            is_dir: false,
+            files: 0,
+            bytes: 1_000_000,
+            manifest: Default::default(),
+        };
+        let check = |wire_bytes: u64| {
+            let mut rec = RunRecord { payload_bytes: ds.bytes, wire_bytes, ..Default::default() };
+            check_output(&sc, &sc.tools[0], &ds, Path::new("/nonexistent"), &mut rec);
+            (rec.verified, rec.error)
+        };
+        assert_eq!(check(1_040_000), ("wire bytes".to_string(), None));
+        let (verified, error) = check(999_999);
+        assert_eq!(verified, "failed");
+        assert!(error.unwrap().contains("999999 bytes on the wire"), "a short run fails");
     }
 
     #[test]
