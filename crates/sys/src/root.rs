@@ -608,10 +608,15 @@ impl StrictDir {
     /// [`Root::create_temp`]) with exactly the permission bits `mode`
     /// (`& 0o7777`; a caller that wants no setuid/setgid drops them). The
     /// mode is given at creation when the umask and the directory allow it
-    /// (no extra call), else set at once with `fchmod`.
+    /// (no extra call), else set at once with `fchmod`. A file already at
+    /// `name` is replaced only if this process could write it in place, as
+    /// [`Root::create_temp_replacing`] rules for a single file: a tree
+    /// does not get round a read-only file that `STOR` may not replace.
     pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
         let mode = mode & 0o7777;
-        let t = TempFile::create(self.fd.clone(), component(name)?, mode)?;
+        let name = component(name)?;
+        beneath::replaceable_mode_in(&self.fd, name)?;
+        let t = TempFile::create(self.fd.clone(), name, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {
             rustix::fs::fchmod(t.file(), Mode::from_raw_mode(mode))?;
@@ -690,157 +695,4 @@ mod strict_dir_tests {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    fn scratch() -> (PathBuf, Root) {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("lp-root-test-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(p.join("root/sub")).unwrap();
-        std::fs::write(p.join("secret"), b"outside").unwrap();
-        let r = Root::open(&p.join("root")).unwrap();
-        (p, r)
-    }
-
-    #[test]
-    fn temporary_names_carry_a_token_a_peer_cannot_guess() {
-        let name = |n: &[u8]| String::from_utf8(temp_name(OsStr::from_bytes(n))).unwrap();
-        let (a, b) = (name(b"x"), name(b"x"));
-        let pid = std::process::id();
-        let token = |s: &str| s.split('-').nth(1).map(str::to_string);
-        assert!(a.starts_with(&format!(".x.lp{pid}-")) && a.ends_with(".part"), "{a}");
-        assert_eq!(token(&a).map(|t| t.len()), Some(16), "{a}");
-        assert_eq!(token(&a), token(&b), "one token per process");
-        assert_ne!(a, b, "the counter still makes each unique");
-    }
-
-    #[test]
-    fn symlinks_out_of_root_are_refused() {
-        let (p, r) = scratch();
-        std::os::unix::fs::symlink(p.join("secret"), p.join("root/abs")).unwrap();
-        std::os::unix::fs::symlink("../secret", p.join("root/rel")).unwrap();
-        std::os::unix::fs::symlink("..", p.join("root/sub/up")).unwrap();
-        assert!(r.open_read(b"abs").is_err());
-        assert!(r.open_read(b"rel").is_err());
-        assert!(r.open_read(b"../secret").is_err());
-        assert!(r.open_write(b"sub/up/up/secret", WriteMode::InPlace).is_err());
-        assert!(r.mkdir(b"rel/x").is_err());
-        assert_eq!(std::fs::read(p.join("secret")).unwrap(), b"outside");
-        std::fs::remove_dir_all(&p).unwrap();
-    }
-
-    #[test]
-    fn fifos_are_refused_without_waiting_for_a_partner() {
-        let (p, r) = scratch();
-        let fifo = p.join("root/sub/fifo");
-        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o666), 0).unwrap();
-        let kind = |e: io::Error| e.kind();
-        assert_eq!(r.open_read(b"sub/fifo").map_err(kind).err(), Some(io::ErrorKind::InvalidInput));
-        assert!(r.open_write(b"sub/fifo", WriteMode::Append).is_err(), "no reader: refused at once");
-        assert_eq!(r.chmod(b"sub/fifo", 0o600).map_err(kind).err(), Some(io::ErrorKind::InvalidInput));
-        assert_eq!(r.open_read(b"sub").map_err(kind).err(), Some(io::ErrorKind::IsADirectory));
-        r.chmod(b"sub", 0o750).unwrap();
-        std::fs::write(p.join("root/f"), b"x").unwrap();
-        let f = r.open_read(b"f").unwrap();
-        let fl = rustix::fs::fcntl_getfl(&f).unwrap();
-        assert!(!fl.contains(OFlags::NONBLOCK), "a regular file is handed over blocking");
-        std::fs::remove_dir_all(&p).unwrap();
-    }
-
-    /// A special file is refused without being opened (an open of a device
-    /// node acts on the device); inotify sees every open but `O_PATH`'s.
-    #[test]
-    fn special_files_are_refused_unopened() {
-        use rustix::fs::inotify;
-        let (p, r) = scratch();
-        let fifo = p.join("root/sub/fifo");
-        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o666), 0).unwrap();
-        let ino = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
-        inotify::add_watch(&ino, &fifo, inotify::WatchFlags::OPEN).unwrap();
-        assert!(r.open_read(b"sub/fifo").is_err());
-        assert!(r.open_write(b"sub/fifo", WriteMode::InPlace).is_err());
-        assert!(r.open_write_strict(b"sub/fifo", 0o644).is_err());
-        assert!(r.chmod(b"sub/fifo", 0o600).is_err());
-        let mut buf = [std::mem::MaybeUninit::uninit(); 1024];
-        let mut events = inotify::Reader::new(&ino, &mut buf);
-        assert_eq!(events.next().err(), Some(rustix::io::Errno::AGAIN), "the FIFO was opened");
-        // The watch works: an open of our own is seen.
-        drop(File::from(rustix::fs::open(&fifo, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty()).unwrap()));
-        assert!(events.next().unwrap().events().contains(inotify::ReadFlags::OPEN));
-        std::fs::remove_dir_all(&p).unwrap();
-    }
-
-    #[test]
-    fn temp_file_commit_and_drop() {
-        let (p, r) = scratch();
-        let t = r.create_temp(b"sub/f").unwrap();
-        std::io::Write::write_all(&mut t.file(), b"data").unwrap();
-        drop(t);
-        assert_eq!(std::fs::read_dir(p.join("root/sub")).unwrap().count(), 0, "dropped temp removed");
-        let t = r.create_temp(b"sub/f").unwrap();
-        std::io::Write::write_all(&mut t.file(), b"data").unwrap();
-        t.commit().unwrap();
-        assert_eq!(std::fs::read(p.join("root/sub/f")).unwrap(), b"data");
-        assert_eq!(r.read_dir(b"sub").unwrap().len(), 1);
-        std::fs::remove_dir_all(&p).unwrap();
-    }
-
-    #[test]
-    fn a_replacement_keeps_the_old_permission_bits() {
-        let (p, r) = scratch();
-        std::fs::write(p.join("root/f"), b"old").unwrap();
-        std::fs::set_permissions(p.join("root/f"), std::fs::Permissions::from_mode(0o4640)).unwrap();
-        assert_eq!(r.replaceable_mode(b"f").unwrap(), Some(0o640), "setuid is not carried over");
-        assert_eq!(r.replaceable_mode(b"new").unwrap(), None);
-        let fifo = p.join("root/fifo");
-        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
-        assert_eq!(r.replaceable_mode(b"fifo").unwrap(), None, "no writer opened, no wait");
-        let e = r.replaceable_mode(b"sub").unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::IsADirectory);
-        let t = r.create_temp_replacing(b"f").unwrap();
-        t.file().set_len(3).unwrap();
-        t.commit().unwrap();
-        let mode = std::fs::metadata(p.join("root/f")).unwrap().permissions().mode();
-        assert_eq!(mode & 0o7777, 0o640);
-        let t = r.create_temp_replacing(b"new").unwrap();
-        t.commit().unwrap();
-        let mode = std::fs::metadata(p.join("root/new")).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o644 & !umask().unwrap_or(0o022), "a new file gets the default mode");
-        std::fs::remove_dir_all(&p).unwrap();
-    }
-
-    /// A file that cannot be written in place is not replaced either. As
-    /// root (CI) permission bits do not stop us, but a running program does
-    /// (`ETXTBSY`), for root too.
-    #[test]
-    fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
-        let (p, r) = scratch();
-        let prog = p.join("root/prog");
-        std::fs::copy("/bin/sleep", &prog).unwrap();
-        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut child = spawn_retrying(&prog);
-        let e = r.create_temp_replacing(b"prog").unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::TXTBSY.raw_os_error()), "{e}");
-        let _ = child.kill();
-        let _ = child.wait();
-        let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
-        assert_eq!(names, [&b"prog"[..], b"sub"], "no temporary file left");
-        std::fs::remove_dir_all(&p).unwrap();
-    }
-
-    /// Run `prog 30`; another test thread's fork may briefly hold the copy
-    /// open for writing (`ETXTBSY` on exec).
-    fn spawn_retrying(prog: &Path) -> std::process::Child {
-        for _ in 0..50 {
-            match std::process::Command::new(prog).arg("30").spawn() {
-                Ok(c) => return c,
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::TXTBSY.raw_os_error()) => {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                Err(e) => panic!("{}: {e}", prog.display()),
-            }
-        }
-        panic!("{}: still busy", prog.display())
-    }
-}
+mod tests;

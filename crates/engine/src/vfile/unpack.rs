@@ -545,8 +545,6 @@ impl Drop for Unpacker {
         let dirs = std::mem::take(&mut self.lock().dirs);
         if !dirs.is_empty() {
             self.pool.abort();
-            // The files' temporary names first (see `finish`).
-            drop(std::mem::take(&mut self.lock().files));
             self.release_dirs(&dirs);
         }
     }

@@ -17,7 +17,7 @@ fn symlink_refused(e: io::Error) -> io::Error {
 /// process has shown it could open it for writing (not following a
 /// symlink, not blocking, not truncating); `None` when nothing or a symlink
 /// or special file is there (the rename replaces it without following it).
-fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<u32>> {
+pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<u32>> {
     let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(rustix::io::Errno::NOENT) => return Ok(None),
