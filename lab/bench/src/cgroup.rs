@@ -50,6 +50,20 @@ pub struct Usage {
     pub cgroup_mem_peak_bytes: Option<u64>,
 }
 
+impl Usage {
+    /// What was used since `base` was read: CPU times less `base`'s (a
+    /// counter `base` lacks counts from 0); the memory peak as read now.
+    pub fn since(&self, base: &Usage) -> Usage {
+        let less = |now: Option<f64>, then: Option<f64>| now.map(|n| (n - then.unwrap_or(0.0)).max(0.0));
+        Usage {
+            cpu_s: less(self.cpu_s, base.cpu_s),
+            user_s: less(self.user_s, base.user_s),
+            system_s: less(self.system_s, base.system_s),
+            cgroup_mem_peak_bytes: self.cgroup_mem_peak_bytes,
+        }
+    }
+}
+
 /// Finds our own path in the hierarchy that has `controller` (`""` = v2).
 fn own_path(controller: &str) -> Option<String> {
     let text = fs::read_to_string("/proc/self/cgroup").ok()?;
@@ -269,6 +283,16 @@ fn kb_field(text: &str, name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_since_a_snapshot_leaves_out_what_came_before() {
+        let at_start = Usage { cpu_s: Some(0.25), user_s: Some(0.2), system_s: None, cgroup_mem_peak_bytes: Some(1) };
+        let at_end = Usage { cpu_s: Some(2.0), user_s: Some(1.5), system_s: Some(0.5), cgroup_mem_peak_bytes: Some(9) };
+        let run = at_end.since(&at_start);
+        assert_eq!((run.cpu_s, run.user_s, run.system_s), (Some(1.75), Some(1.3), Some(0.5)));
+        assert_eq!(run.cgroup_mem_peak_bytes, Some(9));
+        assert_eq!(Usage::default().since(&at_start), Usage::default(), "nothing read, nothing used");
+    }
 
     #[test]
     fn memory_is_the_proportional_set_size() {

@@ -23,8 +23,15 @@ pub struct EndRecord {
     pub role: String,
     pub side: String,
     pub command: Vec<String>,
+    /// CPU and memory; a server's CPU counts from the client's start (what
+    /// it used starting up is `startup_cpu_s`).
     #[serde(flatten)]
     pub usage: Usage,
+    /// CPU seconds a server used before the client started (its start-up),
+    /// left out of `cpu_s`; none for the client, and in results from
+    /// before 2026-11-28 (whose server CPU includes it).
+    #[serde(default)]
+    pub startup_cpu_s: Option<f64>,
     /// Highest sum of the memory of the end's processes over the samples:
     /// their PSS (results before 2026-11-28: their RSS, which counted the
     /// pages a forking server's processes share once per process).

@@ -378,7 +378,8 @@ median TTC among the transfer tools (1.00 = fastest; iperf3 and fio are referenc
 (only where fio ran) = disk time / median TTC × 100, the disk time being the fio median: the
 share of what the disk sustains for the copy's reads and writes (a tool that writes through the
 page cache can pass 100, its last writes still in memory when it exits). CPU = cgroup CPU
-seconds of all processes of that end (servers: sum of both in third-party runs); per GB, both
+seconds of all processes of that end (servers: from the client's start, their start-up left out;
+sum of both in third-party runs); per GB, both
 ends = (client + server CPU) / (payload bytes / 10^9), the median of the runs' ratios. Peak PSS =
 highest sum of the proportional set size of the end's processes (`Pss` of /proc/PID/smaps_rollup,
 RSS where unreadable), sampled when the client starts and every 100 ms: pages the processes of a

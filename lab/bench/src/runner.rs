@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::cgroup::{Cgroups, Group};
+use crate::cgroup::{Cgroups, Group, Usage};
 use crate::dataset::{self, Dataset};
 use crate::fio;
 use crate::netpath::{NetPath, Side};
@@ -329,6 +329,8 @@ struct Running {
     port: u16,
     proc: Proc,
     group: Group,
+    /// The group's usage as the client starts: the server's start-up.
+    startup: Usage,
 }
 
 fn start_server(env: &Env, path: &NetPath, s: &tools::ServerCmd, logs: &Path) -> Result<Running> {
@@ -337,7 +339,8 @@ fn start_server(env: &Env, path: &NetPath, s: &tools::ServerCmd, logs: &Path) ->
     cmd.args(&s.argv[1..]);
     let mut proc = Proc::spawn(&s.role, cmd, Some(&logs.join(&s.role)))?;
     path.wait_listen(s.side, s.port, Duration::from_secs(15), &mut proc)?;
-    Ok(Running { role: s.role.clone(), side: s.side, argv: s.argv.clone(), port: s.port, proc, group })
+    let (role, argv, startup) = (s.role.clone(), s.argv.clone(), Usage::default());
+    Ok(Running { role, side: s.side, argv, port: s.port, proc, group, startup })
 }
 
 fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Path, rec: &mut RunRecord) -> Result<()> {
@@ -361,6 +364,7 @@ fn execute(env: &Env, sc: &Scenario, path: &NetPath, inv: &Invocation, logs: &Pa
         cmd.env("XDG_STATE_HOME", state);
         cmd
     };
+    running.iter_mut().for_each(|r| r.startup = r.group.usage());
     let groups: Vec<&Group> = std::iter::once(&group).chain(running.iter().map(|r| &r.group)).collect();
     let stop = AtomicBool::new(false);
     let reader = path.counter_reader();
@@ -498,6 +502,7 @@ fn record_ends(rec: &mut RunRecord, inv: &Invocation, client: &Group, running: &
         side: side(inv.client_side),
         command: inv.client.clone(),
         usage: client.usage(),
+        startup_cpu_s: None,
         peak_rss_bytes: trace.peak_rss.first().copied().unwrap_or(0),
     });
     for (i, r) in running.iter().enumerate() {
@@ -505,7 +510,8 @@ fn record_ends(rec: &mut RunRecord, inv: &Invocation, client: &Group, running: &
             role: r.role.clone(),
             side: side(r.side),
             command: r.argv.clone(),
-            usage: r.group.usage(),
+            usage: r.group.usage().since(&r.startup),
+            startup_cpu_s: r.startup.cpu_s,
             peak_rss_bytes: trace.peak_rss.get(i + 1).copied().unwrap_or(0),
         });
     }
