@@ -336,7 +336,7 @@ struct Running {
 fn start_server(env: &Env, path: &NetPath, s: &tools::ServerCmd, logs: &Path) -> Result<Running> {
     let group = env.cgroups.group(&s.role)?;
     let mut cmd = path.command(s.side, &group, &s.argv[0]);
-    cmd.args(&s.argv[1..]);
+    cmd.args(&s.argv[1..]).envs(s.env.iter().map(|(k, v)| (k, v)));
     let mut proc = Proc::spawn(&s.role, cmd, Some(&logs.join(&s.role)))?;
     path.wait_listen(s.side, s.port, Duration::from_secs(15), &mut proc)?;
     let (role, argv, startup) = (s.role.clone(), s.argv.clone(), Usage::default());

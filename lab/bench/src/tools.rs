@@ -33,6 +33,9 @@ pub struct ServerCmd {
     pub side: Side,
     pub port: u16,
     pub argv: Vec<String>,
+    /// Set in the server's environment.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
 }
 
 /// Everything one run executes.
@@ -101,7 +104,7 @@ fn iperf3(spec: &ToolSpec, progs: &Programs, ctx: &Ctx) -> Invocation {
         client.extend(["-P".into(), s(p)]);
     }
     client.extend(spec.extra_args.iter().cloned());
-    let srv = ServerCmd { role: "server".into(), side: Side::B, port: 5201, argv: server };
+    let srv = ServerCmd { role: "server".into(), side: Side::B, port: 5201, argv: server, env: Vec::new() };
     Invocation { servers: vec![srv], client_side: Side::A, client }
 }
 
@@ -172,8 +175,13 @@ fn gct_server(spec: &ToolSpec, progs: &Programs, ctx: &Ctx, role: &str, side: Si
     argv.extend([s(port), "-control-interface".into(), s(addr)]);
     argv.extend(["-home-dir".into(), s(root.display()), "-l".into(), s(log.display())]);
     argv.extend(["-log-level".into(), "ERROR,WARN".into()]);
+    // No usage statistics: older servers send a UDP report to Globus
+    // (resolving its name first) unless told not to; 13.x accepts and
+    // ignores the option, reports being gone.
+    argv.push("-disable-usage-stats".into());
     argv.extend(spec.server_args.iter().cloned());
-    ServerCmd { role: s(role), side, port, argv }
+    let env = vec![("GLOBUS_USAGE_OPTOUT".into(), "1".into())];
+    ServerCmd { role: s(role), side, port, argv, env }
 }
 
 fn guc_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {
@@ -244,7 +252,7 @@ fn lightpath_server(spec: &ToolSpec, progs: &Programs, ctx: &Ctx, role: &str, si
         argv.extend(["--data-peers".into(), "any".into()]);
     }
     argv.extend(spec.server_args.iter().cloned());
-    ServerCmd { role: s(role), side, port, argv }
+    ServerCmd { role: s(role), side, port, argv, env: Vec::new() }
 }
 
 fn lightpath_flags(spec: &ToolSpec, ctx: &Ctx) -> Vec<String> {

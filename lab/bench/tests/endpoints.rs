@@ -70,3 +70,20 @@ fn each_client_names_the_data_as_its_server_serves_it() {
         assert_eq!(endpoints(tool, mode, kind), want, "{tool} {mode:?} {kind:?}");
     }
 }
+
+/// GCT's servers never try to send usage statistics (an older server
+/// resolves and reports to Globus unless told not to).
+#[test]
+fn gct_servers_send_no_usage_statistics() {
+    let text = "[path]\nkind = \"loopback\"\n[dataset]\nkind = \"large-file\"\n[[tool]]\ntool = \"globus-url-copy\"\n";
+    let sc = Scenario::parse(text, Path::new("gct.toml")).unwrap();
+    let ds = dataset(DatasetKind::LargeFile);
+    let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let ctx = Ctx { mode: Mode::ThirdParty, ds: &ds, a, b, dest: Path::new("/dst"), logs: Path::new("/logs") };
+    let servers = invocation(&sc.tools[0], &programs(), &ctx).unwrap().servers;
+    assert_eq!(servers.len(), 2);
+    for s in servers {
+        assert!(s.argv.iter().any(|a| a == "-disable-usage-stats"), "{:?}", s.argv);
+        assert_eq!(s.env, [("GLOBUS_USAGE_OPTOUT".to_string(), "1".to_string())], "{}", s.role);
+    }
+}
