@@ -393,6 +393,14 @@ order rotates each repetition.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
 above the tools' own share means other work shared the CPUs with that scenario. Every run
 writes into a new file system (`dest_fs` in results.json; see bench/README.md).
+
+What the figures are not: (a) CPU, and CPU per GB, count the tools' processes only; kernel
+network work done in softirq context on the emulator's threads is charged to the harness
+(`harness_cpu_s`) and left out for every tool alike, which makes ratios of CPU per GB between
+tools larger than ratios of total CPU would be. (b) iperf3 before 3.16 (such as 3.12) runs all -P
+streams on one thread per end: on loopback it is bound by one core, not the loopback's ceiling.
+(c) The fio reference is fio's own figure for its fixed job (1 MiB blocks, iodepth 16, no
+end_fsync), not a proven ceiling of the disk.
 ";
 
 /// Every failed run and scenario, one line each.

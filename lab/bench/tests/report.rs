@@ -260,3 +260,12 @@ fn warm_up_runs_are_shown_apart_and_left_out_of_the_statistics() {
     assert!(csv.lines().nth(1).unwrap().ends_with(",true"), "{csv}");
     assert!(!report::summary(&results()).contains("first run s"), "no warm-up, no column");
 }
+
+#[test]
+fn the_legend_says_what_the_references_and_cpu_figures_are_not() {
+    let md = report::summary(&results());
+    for said in ["softirq context on the emulator's threads", "one thread per end", "not a proven ceiling of the disk"]
+    {
+        assert!(md.contains(said), "legend lacks `{said}`");
+    }
+}
