@@ -53,6 +53,9 @@ pub struct TempFile {
     tmp: Vec<u8>,
     name: Vec<u8>,
     file: Option<File>,
+    /// Taken up with a kept file's note ([`TempFile::adopt`]): the note
+    /// goes when it is committed, complete.
+    noted: bool,
 }
 
 impl TempFile {
@@ -66,7 +69,13 @@ impl TempFile {
             let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
             match rustix::fs::openat(&*dir, ".", flags, Mode::from_raw_mode(mode)) {
                 Ok(fd) => {
-                    return Ok(TempFile { dir, tmp: Vec::new(), name: name.as_bytes().to_vec(), file: Some(fd.into()) })
+                    return Ok(TempFile {
+                        dir,
+                        tmp: Vec::new(),
+                        name: name.as_bytes().to_vec(),
+                        file: Some(fd.into()),
+                        noted: false,
+                    })
                 }
                 // Not supported by this file system (or kernel): named.
                 Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL) => {}
@@ -90,7 +99,7 @@ impl TempFile {
         let tmp = temp_name(name);
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?;
-        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)) })
+        Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)), noted: false })
     }
 
     /// The open file.
@@ -117,6 +126,13 @@ impl TempFile {
     /// delayed write errors there, and ENOSPC or EDQUOT) fails the commit:
     /// the file gets no name, and its temporary one is removed.
     pub fn commit(mut self) -> io::Result<()> {
+        if let (true, Some(f)) = (self.noted, &self.file) {
+            // A complete file carries no note of a partial one.
+            match rustix::fs::fremovexattr(f, NOTE_XATTR) {
+                Ok(()) | Err(rustix::io::Errno::NODATA) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         if self.is_unnamed() && self.link_as_final()? {
             return Ok(());
         }
@@ -238,6 +254,7 @@ impl TempFile {
             tmp: kept.as_bytes().to_vec(),
             name: name.as_bytes().to_vec(),
             file: Some(file),
+            noted: true,
         };
         Ok(Some((t, note)))
     }
@@ -365,6 +382,9 @@ mod temp_tests {
         t.commit().unwrap();
         assert_eq!(names(&d), ["f"]);
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"half");
+        let mut buf = [0u8; 64];
+        let note = rustix::fs::getxattr(d.path().join("f").as_path(), NOTE_XATTR, &mut buf[..]);
+        assert_eq!(note, Err(rustix::io::Errno::NODATA), "the complete file carries no note");
         assert!(TempFile::adopt(d.path(), k, f).unwrap().is_none(), "gone once committed");
     }
 
