@@ -405,12 +405,19 @@ impl OpenTarget {
 
 /// Where a download of `path` that failed is kept for `cp --partial`:
 /// `.NAME.lightpath-partial` in the same directory (hidden, and never
-/// taken for the complete file).
+/// taken for the complete file). A name over 200 bytes (255 is the most a
+/// name may have) is cut to 190 and told apart from others that begin
+/// alike by the CRC-32C of the whole name (`~1a2b3c4d`).
 pub fn kept_name(path: &Path) -> Result<PathBuf, ClientError> {
     let name = path.file_name().ok_or_else(|| ClientError::Local(format!("{}: not a file name", path.display())))?;
-    let stem = &name.as_bytes()[..name.len().min(200)];
+    let name = name.as_bytes();
     let mut kept = b".".to_vec();
-    kept.extend_from_slice(stem);
+    if name.len() <= 200 {
+        kept.extend_from_slice(name);
+    } else {
+        kept.extend_from_slice(&name[..190]);
+        kept.extend_from_slice(format!("~{:08x}", crc32c::crc32c(name)).as_bytes());
+    }
     kept.extend_from_slice(b".lightpath-partial");
     Ok(path.with_file_name(std::ffi::OsStr::from_bytes(&kept)))
 }
@@ -575,6 +582,19 @@ mod tests {
     fn temp_files(dir: &Path) -> Vec<PathBuf> {
         let all = std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path());
         all.filter(|p| p.to_string_lossy().ends_with(".part")).collect()
+    }
+
+    /// Two long names that begin alike are kept apart; a short name is
+    /// kept as it was (a file kept by an earlier version is still found).
+    #[test]
+    fn kept_names_of_long_names_that_begin_alike_differ() {
+        let long = |end: &str| PathBuf::from(format!("/d/{}{end}", "x".repeat(230)));
+        let (a, b) = (kept_name(&long("a")).expect("a"), kept_name(&long("b")).expect("b"));
+        assert_ne!(a, b);
+        for k in [&a, &b] {
+            assert!(k.file_name().expect("name").len() <= 255, "{}", k.display());
+        }
+        assert_eq!(kept_name(Path::new("/d/f")).expect("f"), Path::new("/d/.f.lightpath-partial"));
     }
 
     #[test]
