@@ -124,7 +124,12 @@ fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".peers.{}.{n}.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
+    // Created, never opened as found: in a directory others may write, a
+    // symlink planted under this (predictable) name would have had the
+    // write truncate its target. A stale one (a reused pid) is removed.
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    std::io::Write::write_all(&mut f, text.as_bytes())?;
     std::fs::rename(&tmp, path)
 }
 
@@ -145,6 +150,22 @@ mod tests {
         for bad in ["", "h 1 2", "h 1 2 3 4", "h x 2 3", "h 1 -1 3", "h 1 70000 3", "h 1 2000 -3", "h 1 22 3"] {
             assert_eq!(parse_line(bad), None, "{bad:?}");
         }
+    }
+
+    /// A symlink planted under the temporary name is not written through.
+    #[test]
+    fn a_planted_symlink_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        for n in 0..64 {
+            let name = format!(".peers.{}.{n}.tmp", std::process::id());
+            std::os::unix::fs::symlink(&victim, dir.path().join(name)).unwrap();
+        }
+        let b = PeerBook::at(dir.path().join("peers"));
+        b.remember("h", 1, Some(Peer { ahead_port: 2002, rtt_us: 300 }));
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(b.lookup("h", 1).map(|p| p.ahead_port), Some(2002));
     }
 
     #[test]
