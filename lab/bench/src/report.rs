@@ -98,12 +98,18 @@ pub fn wire_time(sc: &ScenarioResult, rows: &[Row]) -> Option<(f64, &'static str
 }
 
 /// The lowest median TTC among the transfer tools (the references, iperf3
-/// and fio, excluded).
+/// and fio, excluded) whose runs mostly succeeded: a tool that failed half
+/// its runs or more cannot be the best on the strength of the rest.
 pub fn best_transfer(rows: &[Row]) -> Option<f64> {
     rows.iter()
-        .filter(|r| !r.tool.is_some_and(ToolKind::is_reference))
+        .filter(|r| !r.tool.is_some_and(ToolKind::is_reference) && mostly_ok(r))
         .filter_map(|r| r.ttc.map(|s| s.median))
         .reduce(f64::min)
+}
+
+/// More than half of the row's runs succeeded.
+fn mostly_ok(r: &Row) -> bool {
+    2 * r.ok > r.total
 }
 
 /// The reference time for "% of disk": the fio median TTC (the lowest, if
@@ -280,11 +286,14 @@ fn scenario_header(sc: &ScenarioResult, wire: Option<(f64, &str)>, disk: Option<
     )
 }
 
-fn best_cell(tool: Option<ToolKind>, ttc: f64, best: Option<f64>) -> String {
-    match (tool, best) {
+/// `× best`; a row whose runs did not mostly succeed (never the best) has
+/// its ok count beside the ratio.
+fn best_cell(r: &Row, ttc: f64, best: Option<f64>) -> String {
+    match (r.tool, best) {
         (Some(ToolKind::Iperf3), _) => "ref".into(),
         (Some(ToolKind::Fio), _) => "disk ref".into(),
-        (_, Some(b)) => format!("{:.2}", ttc / b),
+        (_, Some(b)) if mostly_ok(r) => format!("{:.2}", ttc / b),
+        (_, Some(b)) => format!("{:.2} ({}/{} ok)", ttc / b, r.ok, r.total),
         _ => "—".into(),
     }
 }
@@ -324,7 +333,7 @@ fn table_row(r: &Row, refs: &Refs) -> String {
     cells.extend([
         rate_range(&g),
         opt(refs.wire, |w| format!("{:.2}", ttc.median / w)),
-        best_cell(r.tool, ttc.median, refs.best),
+        best_cell(r, ttc.median, refs.best),
     ]);
     if let Some(d) = refs.disk {
         cells.push(disk_cell(r.tool, ttc.median, d));
@@ -374,7 +383,8 @@ two jobs at once, one reading the data set's file and one writing a file of the 
 the destination (O_DIRECT, libaio, 1 MiB blocks, 16 in flight); its TTC is the slower job's
 runtime. Goodput = data-set bytes × 8 / TTC. `× wire` = median TTC / wire time
 (data-set bits at the path rate, or the iperf3 median on loopback). `× best` = median TTC / best
-median TTC among the transfer tools (1.00 = fastest; iperf3 and fio are references). `% of disk`
+median TTC among the transfer tools with more than half their runs ok (1.00 = fastest; iperf3
+and fio are references; a row with fewer ok runs says so beside its ratio). `% of disk`
 (only where fio ran) = disk time / median TTC × 100, the disk time being the fio median: the
 share of what the disk sustains for the copy's reads and writes (a tool that writes through the
 page cache can pass 100, its last writes still in memory when it exits). CPU = cgroup CPU

@@ -269,3 +269,18 @@ fn the_legend_says_what_the_references_and_cpu_figures_are_not() {
         assert!(md.contains(said), "legend lacks `{said}`");
     }
 }
+
+#[test]
+fn a_tool_with_few_successful_runs_cannot_be_the_best() {
+    let mut res = results();
+    // lightpath -p 4: 9 s in run 1 only (runs 2 and 3 fail): 1 of 3 ok.
+    let third = res.scenarios[0].runs.iter_mut().find(|r| r.label == "lightpath -p 4" && r.repetition == 3).unwrap();
+    third.ok = false;
+    third.error = Some("client exited with code 1".into());
+    let md = report::summary(&res);
+    let guc = line(&md, "guc -p 4");
+    assert!(guc.contains("| 1.38 | 1.00 |"), "guc (3/3, 11 s) is the best now: {guc}");
+    let lp = line(&md, "lightpath -p 4");
+    assert!(lp.contains("| 1/3 | 9.00 (9.00–9.00) |"), "{lp}");
+    assert!(lp.contains("| 1.12 | 0.82 (1/3 ok) |"), "faster, but marked and not the best: {lp}");
+}
