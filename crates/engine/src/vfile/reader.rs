@@ -133,9 +133,11 @@ impl PackReader {
         f.read_exact_at(out, within).map_err(|e| shrank(x, e))?;
         if last {
             lock(&self.sh.cache.open).remove(x.start);
-            unchanged(&f, x)?;
         }
-        Ok(())
+        // After every read, not only the last: another thread's read of an
+        // earlier block may come after the last one's check, and a file
+        // rewritten in between would mix old and new bytes.
+        unchanged(&f, x)
     }
 
     /// The whole of a small file, cached unless this read uses all of it.
