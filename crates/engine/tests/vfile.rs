@@ -425,3 +425,23 @@ fn a_skipped_file_is_left_out_and_named() {
     assert!(s.p("dst/tree/sub").is_dir() && !s.p("dst/tree/sub/f").exists());
     assert!(!s.p("dst/tree/sub/z-link").exists());
 }
+
+/// Two tries of one tree into the same place at once (a killed client's
+/// session still ending when its next run began): the first, given up,
+/// removes the empty directory it made, which the second had found there;
+/// the second makes it again rather than fail setting its metadata.
+#[test]
+fn an_empty_directory_removed_by_an_earlier_try_is_made_again() {
+    let s = Scratch::new();
+    let entries = [dir(b"empty"), file(b"f", 3, 0)];
+    let first = Unpacker::new(s.root("dst"), UnpackOptions::default()).unwrap();
+    first.manifest_bytes(&raw(&entries, 3)).unwrap();
+    let second = Unpacker::new(s.root("dst"), UnpackOptions::default()).unwrap();
+    second.manifest_bytes(&raw(&entries, 3)).unwrap();
+    second.write_block(0, b"abc").unwrap();
+    drop(first);
+    assert!(!s.p("dst/empty").exists(), "the first try removed what it made");
+    second.finish().expect("the second try completes");
+    assert!(s.p("dst/empty").is_dir());
+    assert_eq!(fs::read(s.p("dst/f")).unwrap(), b"abc");
+}

@@ -522,7 +522,18 @@ impl Unpacker {
     fn set_dir_meta(&self, dirs: &[DirMade]) -> Result<(), VfileError> {
         for DirMade { path, mode, mtime_ns, .. } in dirs.iter().rev() {
             let io = |e| VfileError::io("setting the metadata of", path, e);
-            self.root().set_dir_meta_strict(path, mode & APPLY_MODE, split_ns(*mtime_ns)).map_err(io)?;
+            let set = || self.root().set_dir_meta_strict(path, mode & APPLY_MODE, split_ns(*mtime_ns));
+            match set() {
+                // Removed as empty meanwhile by another try of this tree
+                // into the same place that gave up (a killed client's
+                // session ending after its next run began): made again,
+                // as the manifest lists it.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.root().mkdir_all_strict(path, 0o700).map_err(io)?;
+                    set().map_err(io)?
+                }
+                r => r.map_err(io)?,
+            }
         }
         Ok(())
     }
