@@ -125,14 +125,8 @@ fn a_replacement_keeps_the_old_permission_bits() {
 #[test]
 fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
     let (p, r) = scratch();
-    let prog = p.join("root/prog");
-    std::fs::copy("/bin/sleep", &prog).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut child = spawn_retrying(&prog);
-    let e = r.create_temp_replacing(b"prog").unwrap_err();
+    let e = while_running(&p.join("root/prog"), || r.create_temp_replacing(b"prog").unwrap_err());
     assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::TXTBSY.raw_os_error()), "{e}");
-    let _ = child.kill();
-    let _ = child.wait();
     let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [&b"prog"[..], b"sub"], "no temporary file left");
     std::fs::remove_dir_all(&p).unwrap();
@@ -144,21 +138,26 @@ fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
 #[test]
 fn a_tree_replaces_only_what_a_single_upload_may() {
     let (p, r) = scratch();
-    let prog = p.join("root/prog");
-    std::fs::copy("/bin/sleep", &prog).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut child = spawn_retrying(&prog);
     let d = r.strict_dir(b"").unwrap();
-    let e = d.create_temp(b"prog", 0o644).unwrap_err();
+    let e = while_running(&p.join("root/prog"), || d.create_temp(b"prog", 0o644).unwrap_err());
     assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::TXTBSY.raw_os_error()), "{e}");
-    let _ = child.kill();
-    let _ = child.wait();
     std::fs::write(p.join("root/f"), b"old").unwrap();
     d.create_temp(b"f", 0o600).unwrap().commit().unwrap();
     assert_eq!(std::fs::read(p.join("root/f")).unwrap(), b"", "a writable file is replaced");
     let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [&b"f"[..], b"prog", b"sub"], "no temporary file left");
     std::fs::remove_dir_all(&p).unwrap();
+}
+
+/// `f()` while a copy of `sleep` at `prog` runs.
+fn while_running<T>(prog: &Path, f: impl FnOnce() -> T) -> T {
+    std::fs::copy("/bin/sleep", prog).unwrap();
+    std::fs::set_permissions(prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = spawn_retrying(prog);
+    let out = f();
+    let _ = child.kill();
+    let _ = child.wait();
+    out
 }
 
 /// Run `prog 30`; another test thread's fork may briefly hold the copy
