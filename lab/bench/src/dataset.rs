@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gen;
@@ -200,7 +200,8 @@ fn make_world_readable(root: &Path) -> Result<()> {
 /// contents when `full`), the directories and the symlinks.
 pub fn verify(ds: &Dataset, dest: &Path, full: bool) -> Result<()> {
     let got = manifest_of(dest, &ds.entry, full)?;
-    let diffs = manifest::differences(&ds.manifest, &got, full);
+    let mut diffs = manifest::differences(&ds.manifest, &got, full);
+    diffs.extend(beside_the_copy(dest, &ds.entry)?);
     if diffs.is_empty() {
         return Ok(());
     }
@@ -215,6 +216,22 @@ pub fn verify(ds: &Dataset, dest: &Path, full: bool) -> Result<()> {
         dest.display(),
         shown.join("; ")
     )
+}
+
+/// Anything in `dest` (a fresh directory for each run) but the copy of
+/// `entry`: a tool's leftover (a temporary or kept partial file beside a
+/// single file's copy) is a difference, as it was when the whole of
+/// `dest` was counted.
+fn beside_the_copy(dest: &Path, entry: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dest).with_context(|| format!("listing {}", dest.display()))? {
+        let name = e?.file_name();
+        if name != std::ffi::OsStr::new(entry) {
+            out.push(format!("unexpected beside the copy: {}", name.to_string_lossy()));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// How many differing paths a failed check names.
@@ -264,6 +281,10 @@ mod tests {
         let e = verify(&ds, dst.path(), false).unwrap_err().to_string();
         assert!(e.contains("2 difference(s)"), "{e}");
         assert!(e.contains("tree/2: unexpected file; tree/x/2: file missing"), "{e}");
+        fs::rename(dst.path().join("tree/2"), dst.path().join("tree/x/2")).unwrap();
+        fs::write(dst.path().join(".tree.lp-1.part"), b"left over").unwrap();
+        let e = verify(&ds, dst.path(), true).unwrap_err().to_string();
+        assert!(e.contains("unexpected beside the copy: .tree.lp-1.part"), "{e}");
     }
 
     #[test]

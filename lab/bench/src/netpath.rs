@@ -184,6 +184,15 @@ impl NetPath {
         &self.ns[side.idx()]
     }
 
+    /// Forgets the TCP route metrics of both namespaces, TCP Fast Open
+    /// cookies among them (`ip tcp_metrics flush all`; a namespace with
+    /// none yet says so, which is not an error).
+    pub fn forget_tcp_metrics(&self) {
+        for ns in self.ns.iter() {
+            let _ = run_quiet(Command::new("ip").args(["-n", ns, "tcp_metrics", "flush", "all"]));
+        }
+    }
+
     pub fn counted_ifaces(&self) -> &[String] {
         &self.ifaces
     }

@@ -93,9 +93,14 @@ pub fn run_scenario(env: &Env, sc: &Scenario, tools: &[&ToolSpec]) -> Result<Sce
     if path.ns(Side::A) != path.ns(Side::B) {
         res.path_settings.insert("B".into(), path.settings(Side::B));
     }
-    forget_client_state(&env.cache)?;
     let scratch = ScratchFs::new(&env.cache.join("scratch"), ds.bytes, ds.files);
     for slot in schedule(sc, tools.len()) {
+        if first_visit(sc, slot) {
+            // Each tool's first run is a first visit, not only the first
+            // tool's: the lightpath rows share one server address.
+            forget_client_state(&env.cache)?;
+            path.forget_tcp_metrics();
+        }
         match run_once(env, sc, &path, &scratch, &ds, tools[slot.tool], slot) {
             Ok(rec) => {
                 report_progress(sc, &rec);
@@ -118,9 +123,10 @@ fn client_state(cache: &Path) -> [PathBuf; 2] {
     [cache.join("lightpath-peers"), cache.join("lightpath-state")]
 }
 
-/// Clears [`client_state`] as a scenario starts (its namespaces, with their
-/// TCP Fast Open cookies and route metrics, are new too), so that its first
-/// run is a first visit whatever ran before.
+/// Clears [`client_state`] before each tool's first run (with the
+/// namespaces' TCP Fast Open cookies and route metrics,
+/// [`NetPath::forget_tcp_metrics`]), so that its first run is a first
+/// visit whatever ran before.
 fn forget_client_state(cache: &Path) -> Result<()> {
     for p in client_state(cache) {
         let gone = match fs::symlink_metadata(&p) {
@@ -151,13 +157,20 @@ pub fn schedule(sc: &Scenario, n: usize) -> Vec<Slot> {
 }
 
 /// The order of the `n` tools in repetition `rep` (from 1): rotated by one
-/// each repetition, the first repetition in the listed order, so that each
-/// tool runs in every position (first after the path came up, right after
-/// each other tool) as often as the others and drift over a scenario, or
-/// what a run leaves behind for the next, hits every tool alike.
+/// each repetition, the first repetition in the listed order, so that no
+/// tool always runs first in a round. It is not balanced: rounds run back
+/// to back, so each tool mostly follows the same neighbour, and with fewer
+/// repetitions than tools some never start a round (a Williams square
+/// would balance neighbours; not done).
 pub fn run_order(n: usize, rep: u32) -> Vec<usize> {
     let start = (rep as usize).saturating_sub(1) % n.max(1);
     (0..n).map(|i| (start + i) % n).collect()
+}
+
+/// Whether `slot` is its tool's first run in the scenario: its first
+/// warm-up run, or without warm-up its first measured run.
+fn first_visit(sc: &Scenario, slot: Slot) -> bool {
+    slot.rep == 1 && (slot.warmup || sc.warmup == 0)
 }
 
 /// A scenario that stopped early (Ctrl-C): what it ran, and why it stopped.
@@ -596,8 +609,12 @@ mod tests {
         let mut sc = Scenario::parse(text, Path::new("s.toml")).unwrap();
         let slots: Vec<(usize, u32, bool)> = schedule(&sc, 2).iter().map(|s| (s.tool, s.rep, s.warmup)).collect();
         assert_eq!(slots, [(0, 1, true), (1, 1, true), (0, 1, false), (1, 1, false), (1, 2, false), (0, 2, false)]);
+        let firsts = |sc: &Scenario| schedule(sc, 2).into_iter().filter(|s| first_visit(sc, *s)).collect::<Vec<_>>();
+        let want = |warmup| vec![Slot { tool: 0, rep: 1, warmup }, Slot { tool: 1, rep: 1, warmup }];
+        assert_eq!(firsts(&sc), want(true), "each tool's state is forgotten before its warm-up");
         sc.warmup = 0;
         assert!(schedule(&sc, 2).iter().all(|s| !s.warmup), "warmup = 0: measured runs only");
+        assert_eq!(firsts(&sc), want(false), "or before its first measured run");
         assert_eq!(schedule(&sc, 2).len(), 4);
     }
 
