@@ -295,7 +295,10 @@ fn a_client_that_reads_no_replies_is_dropped() {
     });
     let (e, after) = rx.recv_timeout(Duration::from_secs(60)).expect("the server still holds the session");
     assert!(after >= Duration::from_secs(2), "closed after {after:?}: {e}");
-    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    while fds(s.0.id()) != base && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(fds(s.0.id()), base, "the session's socket is closed");
     drop(c);
 }

@@ -259,7 +259,7 @@ impl ReplyParser {
         if self.pending.is_some() {
             return self.continue_reply(line, code);
         }
-        if code.is_none() && !self.greeted {
+        if code.is_none() && !self.greeted && !line.trim().is_empty() {
             let shown: String = line.chars().take(40).collect();
             return Err(ReplyError::NotFtp(shown));
         }
@@ -401,6 +401,7 @@ mod tests {
         let e = p.handle_line("SSH-2.0-OpenSSH_9.6").unwrap_err();
         assert_eq!(e.to_string(), "not an FTP server: it began with \"SSH-2.0-OpenSSH_9.6\"");
         let mut p = ReplyParser::new();
+        assert_eq!(p.handle_line("").unwrap(), None, "an empty line first is let pass");
         assert_eq!(p.handle_line("220 ready").unwrap().unwrap().code, 220);
         assert_eq!(p.handle_line("stray text").unwrap(), None, "later, as GCT writes it, ignored");
     }

@@ -145,10 +145,10 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
         tracing::info!(?peer, "session ended: {e}");
+        // A session that ends on a failed write may leave its transfer
+        // running: the read half, aborted below, would not stop it.
+        stop(&s.current, Control::lose);
     }
-    // A session that ends on a failed write may leave its transfer running:
-    // the read half, aborted below, would not stop it.
-    stop(&s.current, Control::lose);
     // The read half keeps the socket open until the client closes it.
     reader.abort();
     tracing::info!(?peer, user = s.pi.user(), "session end");
@@ -323,13 +323,21 @@ impl Session {
         }
         let out = std::mem::take(&mut self.held);
         let wait = self.ctx.cfg.limits.reply_wait;
-        match tokio::time::timeout(wait, self.out.write_all(&out)).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("the client took no reply for {} s", wait.as_secs()),
-            )),
+        let mut rest = &out[..];
+        // Each write must make progress within `wait`: a client reading
+        // slowly but steadily is not dropped, one reading nothing is.
+        while !rest.is_empty() {
+            match tokio::time::timeout(wait, self.out.write(rest)).await {
+                Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(Ok(n)) => rest = &rest[n..],
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    let why = format!("the client took none of its replies for {} s", wait.as_secs());
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why));
+                }
+            }
         }
+        Ok(())
     }
 
     /// Send a reply now, after any held ones.

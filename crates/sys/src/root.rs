@@ -90,6 +90,18 @@ impl Root {
         Ok(f)
     }
 
+    /// [`Root::open_read`] of a path a walk has just listed as a regular
+    /// file, whose caller compares device and inode with the listing's:
+    /// no peek first (one walk of the path less for each file of a tree).
+    /// A node swapped in since the listing is refused, though opened, as
+    /// one swapped in after a peek would be.
+    pub fn open_read_listed(&self, rel: &[u8]) -> io::Result<File> {
+        let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
+        Self::regular_only(&f)?;
+        rustix::fs::fcntl_setfl(&f, OFlags::empty())?;
+        Ok(f)
+    }
+
     /// The status of what `rel` resolves to, from an `O_PATH` fd, which
     /// opens nothing. An `open` of a device node acts on the device (a
     /// watchdog arms, a tape rewinds on close, a modem line rises), so a

@@ -170,7 +170,7 @@ impl PackReader {
 
     /// Open the file of an extent; it must still be the file the walk saw.
     fn open_checked(&self, x: &Extent) -> Result<File, VfileError> {
-        let f = self.sh.root.open_read(&x.src).map_err(|e| match e.kind() {
+        let f = self.sh.root.open_read_listed(&x.src).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => x.changed(), // removed since the walk
             _ => VfileError::io("opening", &x.src, e),
         })?;
