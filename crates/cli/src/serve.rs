@@ -215,11 +215,6 @@ fn listen_error(at: std::net::SocketAddr, e: std::io::Error) -> anyhow::Error {
 
 /// Run the server until killed.
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
-    // Not clap's `conflicts_with`: it counts LIGHTPATH_READ_ONLY=0 as given.
-    anyhow::ensure!(
-        !(args.read_only && args.anonymous_write),
-        "--read-only and --anonymous-write contradict each other: give one"
-    );
     // Before the port listens: a client may connect as soon as it does.
     let show = |n: Option<u64>| n.map_or("unlimited".to_string(), |n| n.to_string());
     match lightpath_sys::privs::raise_open_files_limit() {
