@@ -83,11 +83,8 @@ impl Root {
     /// is opened ([`Root::peek`]). Opened without blocking all the same, so
     /// that a FIFO swapped in meanwhile cannot hold the caller forever.
     pub fn open_read(&self, rel: &[u8]) -> io::Result<File> {
-        Self::regular_stat(&self.peek(rel, RESOLVE)?)?;
-        let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
-        Self::regular_only(&f)?;
-        rustix::fs::fcntl_setfl(&f, OFlags::empty())?;
-        Ok(f)
+        Self::regular_stat(&self.stat(rel)?)?;
+        self.open_read_listed(rel)
     }
 
     /// [`Root::open_read`] of a path a walk has just listed as a regular
@@ -163,8 +160,7 @@ impl Root {
 
     /// Status of a path, following symlinks that stay beneath the root.
     pub fn stat(&self, rel: &[u8]) -> io::Result<Stat> {
-        let fd = self.open_at(rel, OFlags::PATH, 0)?;
-        Ok(rustix::fs::fstat(&fd)?)
+        self.peek(rel, RESOLVE)
     }
 
     /// Split `rel` into an open parent directory and the last component.
@@ -208,7 +204,7 @@ impl Root {
     /// resolves to beneath the root, never the root itself). Opened without blocking (a FIFO
     /// would wait for a writer), and special files are refused.
     pub fn chmod(&self, rel: &[u8], mode: u32) -> io::Result<()> {
-        if let Err(e) = Self::regular_stat(&self.peek(rel, RESOLVE)?) {
+        if let Err(e) = Self::regular_stat(&self.stat(rel)?) {
             if e.kind() != io::ErrorKind::IsADirectory {
                 return Err(e);
             }
