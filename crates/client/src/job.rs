@@ -752,14 +752,23 @@ pub(crate) async fn discard_copy(e: ClientError, dst: &Location, d: Option<&mut 
 /// not pose as a good copy (only a regular file: never `/dev/null`).
 async fn discard_local(e: ClientError, p: &std::path::Path) -> ClientError {
     let path = p.to_path_buf();
-    let removed = tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&path) {
+    discard_local_by(e, p, move || match std::fs::symlink_metadata(&path) {
         Ok(m) if m.is_file() => std::fs::remove_file(&path).map(|()| true),
         Ok(_) => Ok(false),
         Err(e) => Err(e),
     })
     .await
-    .map_err(|e| std::io::Error::other(e.to_string()))
-    .and_then(|r| r);
+}
+
+/// [`discard_local`] with `remove` (on a blocking thread) saying whether
+/// it removed the regular file at `p` or left something else there.
+pub(crate) async fn discard_local_by(
+    e: ClientError,
+    p: &std::path::Path,
+    remove: impl FnOnce() -> std::io::Result<bool> + Send + 'static,
+) -> ClientError {
+    let removed =
+        tokio::task::spawn_blocking(remove).await.map_err(|e| std::io::Error::other(e.to_string())).and_then(|r| r);
     let what = match removed {
         Ok(true) => format!("the copy {} was removed", p.display()),
         Ok(false) => format!("{} is not a regular file: left alone", p.display()),

@@ -1,7 +1,7 @@
 //! `--verify` of a tree copied as one virtual file: each file's digest
 //! on both sides, and a copy that differs removed.
 
-use crate::job::{compare_digests, discard_copy, local_digest, mismatch, FileResult};
+use crate::job::{compare_digests, discard_copy, discard_local_by, local_digest, mismatch, FileResult};
 use crate::plan::{describe, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
@@ -55,13 +55,7 @@ impl Reader {
             Err(err) => return mismatch(e, format!("the copy {} could not be removed: {err}", p.display())),
         };
         let root = root.clone();
-        let removed = tokio::task::spawn_blocking(move || root.remove_file_strict(&rel)).await;
-        let what = match removed.map_err(|e| std::io::Error::other(e.to_string())).and_then(|r| r) {
-            Ok(true) => format!("the copy {} was removed", p.display()),
-            Ok(false) => format!("{} is not a regular file: left alone", p.display()),
-            Err(err) => format!("the copy {} could not be removed: {err}", p.display()),
-        };
-        mismatch(e, what)
+        discard_local_by(e, p, move || root.remove_file_strict(&rel)).await
     }
 }
 
