@@ -61,9 +61,9 @@ pub struct CpArgs {
     /// ~/.local/state/lightpath/peers, or LIGHTPATH_PEERS).
     #[arg(long, env = "LIGHTPATH_NO_CONNECT_AHEAD", value_parser = BoolishValueParser::new())]
     pub no_connect_ahead: bool,
-    /// Do not use TCP Fast Open to lightpath servers met before (with it,
-    /// the login travels in the SYN where the server's kernel allows:
-    /// net.ipv4.tcp_fastopen with bit 2).
+    /// Do not use TCP Fast Open (with it, a first connection asks the
+    /// server for a cookie and later ones send the login in the SYN, where
+    /// the server's kernel allows: net.ipv4.tcp_fastopen with bit 2).
     #[arg(long, env = "LIGHTPATH_NO_FASTOPEN", value_parser = BoolishValueParser::new())]
     pub no_fastopen: bool,
     /// List a remote tree directory by directory (MLSD) even where the

@@ -41,6 +41,18 @@ pub(crate) async fn open_with(
     Err(last)
 }
 
+/// Where a control connection's RTT came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RttSource {
+    /// The timed handshake, or the kernel's once the greeting came.
+    Handshake,
+    /// The peer book's, while a Fast Open handshake is under way.
+    Book,
+    /// None yet: a Fast Open handshake under way to a server the book does
+    /// not know.
+    Unknown,
+}
+
 /// How long to wait for a reply to begin, and then for the whole of it to
 /// arrive (a server trickling one line of a reply every few seconds must
 /// not keep the client waiting forever). `LIGHTPATH_REPLY_TIMEOUT`
@@ -79,10 +91,11 @@ pub struct ControlConn {
     /// Commands held back by [`ControlConn::cork`], written in one piece.
     corked: Option<Vec<u8>>,
     /// Round-trip time: the TCP handshake of the control connection (with
-    /// Fast Open, the book's until the greeting arrives, then the kernel's).
+    /// Fast Open, the book's or none until the greeting arrives, then the
+    /// kernel's).
     pub rtt: Duration,
-    /// `rtt` is the book's, to be replaced by a measurement.
-    rtt_from_book: bool,
+    /// Where `rtt` came from.
+    rtt_source: RttSource,
     /// Server name for messages.
     pub name: String,
     /// The data path the server's last perf marker named (logged on change).
@@ -128,19 +141,34 @@ impl std::fmt::Debug for HeldHook {
 
 impl ControlConn {
     /// Connect (the 220 greeting is read by [`ControlConn::login`], so that
-    /// the login can travel before it arrives). With `fastopen` (the RTT a
-    /// past visit measured), the connection uses TCP Fast Open: `connect`
-    /// returns at once, the first write (the whole corked login flight)
-    /// travels in the SYN, and that RTT stands in for the handshake's.
-    pub async fn connect(host: &str, port: u16, fastopen: Option<Duration>) -> Result<ControlConn, ClientError> {
+    /// the login can travel before it arrives). With `fastopen`, the
+    /// connection uses TCP Fast Open. Holding a cookie from an earlier
+    /// connection, the kernel sends no SYN yet: `connect` returns at once,
+    /// the first write (the whole corked login flight) travels in the SYN,
+    /// and `book_rtt` (the RTT a past visit measured), if any, stands in
+    /// for the handshake's. Without a cookie the SYN asks for one (a server
+    /// without Fast Open ignores the request) and the handshake is timed as
+    /// usual: a first visit earns the next one its saved round trip.
+    pub async fn connect(
+        host: &str,
+        port: u16,
+        fastopen: bool,
+        book_rtt: Option<Duration>,
+    ) -> Result<ControlConn, ClientError> {
         let name = format!("{host}:{port}");
         let started = std::time::Instant::now();
-        let fut = open(host, port, fastopen.is_some());
+        let fut = open(host, port, fastopen);
         let stream = tokio::time::timeout(Duration::from_secs(30), fut)
             .await
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
             .map_err(|e| ClientError::Connect(name.clone(), e.to_string()))?;
         let _ = stream.set_nodelay(true);
+        let deferred = fastopen && !lightpath_sys::net::tcp_handshake_done(&stream).unwrap_or(true);
+        let (rtt, rtt_source) = match (deferred, book_rtt) {
+            (false, _) => (started.elapsed(), RttSource::Handshake),
+            (true, Some(b)) => (b, RttSource::Book),
+            (true, None) => (Duration::ZERO, RttSource::Unknown),
+        };
         let c = ControlConn {
             stream,
             lines: LineBuffer::new(),
@@ -148,8 +176,8 @@ impl ControlConn {
             pending: Default::default(),
             refused_optional: Vec::new(),
             corked: None,
-            rtt: fastopen.unwrap_or_else(|| started.elapsed()),
-            rtt_from_book: fastopen.is_some(),
+            rtt,
+            rtt_source,
             name,
             server_path: None,
             confirmed: RangeSet::new(),
@@ -165,15 +193,23 @@ impl ControlConn {
     }
 
     /// With Fast Open, the handshake is done once the greeting is here: take
-    /// the kernel's RTT of it over the book's (which would never change).
+    /// the kernel's RTT of it over the book's (which would never change) or
+    /// none.
     fn measure_rtt(&mut self) {
-        if !std::mem::take(&mut self.rtt_from_book) {
+        if std::mem::replace(&mut self.rtt_source, RttSource::Handshake) == RttSource::Handshake {
             return;
         }
         match lightpath_sys::net::tcp_rtt(&self.stream) {
             Ok(rtt) if !rtt.is_zero() => self.rtt = rtt,
             _ => {}
         }
+    }
+
+    /// Whether `rtt` is known: false only between a Fast Open connect to a
+    /// server the book does not know and the greeting (nothing that
+    /// depends on the RTT, such as the stream count, can be sent before).
+    pub fn rtt_known(&self) -> bool {
+        self.rtt_source != RttSource::Unknown
     }
 
     /// Whether the server took the login flight from the SYN (Fast Open
@@ -203,7 +239,7 @@ impl ControlConn {
             out.extend_from_slice(&line);
             return Ok(());
         }
-        self.stream.write_all(&line).await.map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))
+        self.stream.write_all(&line).await.map_err(|e| self.io_err(e))
     }
 
     /// Close our half of the connection: the server reads its end and ends
@@ -225,7 +261,7 @@ impl ControlConn {
     /// Write the commands held back by [`ControlConn::cork`].
     pub async fn uncork(&mut self) -> Result<(), ClientError> {
         let Some(out) = self.corked.take() else { return Ok(()) };
-        self.stream.write_all(&out).await.map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))
+        self.stream.write_all(&out).await.map_err(|e| self.io_err(e))
     }
 
     /// Read the next reply (preliminary ones included). A reply must begin
@@ -270,7 +306,7 @@ impl ControlConn {
         let n = tokio::time::timeout_at(deadline, self.stream.read(buf))
             .await
             .map_err(|_| self.timeout_err())?
-            .map_err(|e| ClientError::Control(self.name.clone(), e.to_string()))?;
+            .map_err(|e| self.io_err(e))?;
         if n == 0 {
             return Err(ClientError::Control(self.name.clone(), "server closed the control connection".into()));
         }
@@ -304,6 +340,16 @@ impl ControlConn {
             format!("no reply within {secs} s (last command sent: {cmd})")
         };
         ClientError::Control(self.name.clone(), why)
+    }
+
+    /// The error for a failed read or write: before anything came from the
+    /// server, the connection may not be up yet (a Fast Open connect
+    /// returns before its handshake), so it is the connect's.
+    fn io_err(&self, e: std::io::Error) -> ClientError {
+        if self.last_reply.is_none() && self.lines.pending() == 0 {
+            return ClientError::Connect(self.name.clone(), e.to_string());
+        }
+        ClientError::Control(self.name.clone(), e.to_string())
     }
 
     /// The error for a reply over the parser's bounds.

@@ -46,9 +46,10 @@ pub struct SessionOpts {
     /// Open data connections ahead to servers the peer book knows
     /// ([`crate::peers`]), and keep the book.
     pub connect_ahead: bool,
-    /// Open control connections (and those opened ahead) to servers the
-    /// peer book knows with TCP Fast Open: the login flight travels in the
-    /// SYN ([`ControlConn::connect`]).
+    /// Open control connections (and those opened ahead) with TCP Fast
+    /// Open: to a server that gave a cookie before, the login flight
+    /// travels in the SYN; to others, the SYN asks for one
+    /// ([`ControlConn::connect`]).
     pub fastopen: bool,
     /// TCP congestion control of our data connections (`None`: BBR where
     /// the kernel allows it; `kernel`: the system's).
@@ -87,6 +88,12 @@ impl SessionOpts {
 /// them would also put its replies out of step with the stats that were
 /// sent. (A 0xFF name held back from a server not known as lightpath, sent
 /// ahead anyway, reached GCT mangled: it drops 0xFF and the byte after.)
+/// The receive window data connections start with, for `rtt`.
+fn start_window(opts: &SessionOpts, rtt: Duration) -> Option<usize> {
+    let rtt_us = rtt.as_micros() as u64;
+    lightpath_plan::start_recv_window(rtt_us, opts.target_share(), crate::plan::stream_count(opts, rtt_us))
+}
+
 fn follow_flight<'a>(spec: Speculation<'a>, flight: &[&Vec<u8>]) -> Speculation<'a> {
     match spec {
         Speculation::File(p) | Speculation::Tree(p) if !flight.iter().any(|f| f.as_slice() == p) => Speculation::None,
@@ -208,13 +215,13 @@ impl Session {
         // (`ControlConn::send`); `stat` asks later.
         let flight: Vec<&Vec<u8>> = paths.iter().filter(|p| peer.is_some() || !p.contains(&0xFF)).collect();
         let spec = follow_flight(spec, &flight);
-        let fastopen = peer.filter(|_| opts.fastopen).map(|p| Duration::from_micros(p.rtt_us));
         let pending = peer.filter(|p| spec != Speculation::None && p.ahead_port != 0).map(|p| {
             let n = crate::plan::stream_count(&opts, p.rtt_us);
             let window = lightpath_plan::start_recv_window(p.rtt_us, opts.target_share(), n);
             ahead::start(&remote.host, p.ahead_port, n, window, opts.fastopen)
         });
-        let ctl = ControlConn::connect(&remote.host, remote.port, fastopen).await;
+        let book_rtt = peer.map(|p| Duration::from_micros(p.rtt_us));
+        let ctl = ControlConn::connect(&remote.host, remote.port, opts.fastopen, book_rtt).await;
         let mut ctl = match (ctl, &pending) {
             (Err(e), Some(job)) => {
                 job.abort();
@@ -222,11 +229,13 @@ impl Session {
             }
             (ctl, _) => ctl?,
         };
+        // A Fast Open SYN still to leave, to a server the book does not
+        // know: no stream count before the greeting brings the RTT.
+        let rtt_known = ctl.rtt_known();
+        let spec = if rtt_known { spec } else { Speculation::None };
         let extra: Vec<Vec<u8>> = flight.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
-        let rtt_us = ctl.rtt.as_micros() as u64;
-        let recv_window =
-            lightpath_plan::start_recv_window(rtt_us, opts.target_share(), crate::plan::stream_count(&opts, rtt_us));
+        let recv_window = start_window(&opts, ctl.rtt);
         let mut s = Session {
             ctl,
             feat: Features::default(),
@@ -265,7 +274,11 @@ impl Session {
             Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(..) => {}
         }
         let (feat, replies) = s.ctl.login_read(extra.len()).await?;
-        if fastopen.is_some() && s.ctl.fastopen_used() {
+        if !rtt_known {
+            s.recv_window = start_window(&s.opts, s.ctl.rtt);
+            s.dc = Some(s.new_dc());
+        }
+        if s.opts.fastopen && s.ctl.fastopen_used() {
             tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
         }
         s.feat = feat;

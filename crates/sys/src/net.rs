@@ -207,6 +207,15 @@ pub fn syn_data_acked(sock: &impl AsFd) -> io::Result<bool> {
     Ok(tcp_info(sock)?.tcpi_options & TCPI_OPT_SYN_DATA != 0)
 }
 
+/// Whether this socket's handshake is done (or was never deferred): false
+/// for a TCP Fast Open client whose `connect` returned at once, its SYN
+/// waiting for the first write (`TCP_INFO`'s state still `SYN_SENT`).
+pub fn tcp_handshake_done(sock: &impl AsFd) -> io::Result<bool> {
+    /// `TCP_SYN_SENT` from linux/tcp_states.h.
+    const TCP_SYN_SENT: u8 = 2;
+    Ok(tcp_info(sock)?.tcpi_state != TCP_SYN_SENT)
+}
+
 /// The window scale the peer offered in its handshake (`TCP_INFO`'s
 /// `tcpi_snd_wscale`, the low nibble of the byte it shares).
 pub fn tcp_peer_wscale(sock: &impl AsFd) -> io::Result<u8> {
