@@ -178,3 +178,41 @@ fn anonymous_sessions_only_read_unless_allowed_to_write() {
     assert_eq!(code, 0, "{err}");
     assert_same_file(&root.join("f"), &root.join("up"));
 }
+
+/// Two VSTOs into one tree (or into a tree and one inside it) never run
+/// at once: a run that gives up removes what looks empty and its partly
+/// written files, which would break the other. The second is refused with
+/// a transient 450 until the first ends; other trees are not held up.
+#[test]
+fn overlapping_tree_uploads_are_refused_while_one_runs() {
+    let (_d, root) = with_root();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let start = |c: &mut Raw, tree: &str| {
+        assert_eq!(c.cmd("MODE E").0, 200);
+        let at = c.pasv();
+        c.send(format!("VSTO {tree}").as_bytes());
+        let data = std::net::TcpStream::connect(at).unwrap();
+        (c.reply(), data)
+    };
+    let mut a = Raw::login(port);
+    let ((code, text), a_data) = start(&mut a, "t");
+    assert!((100..200).contains(&code), "the first run starts: {text}");
+    let mut b = Raw::login(port);
+    for tree in ["t", "t/sub"] {
+        let ((code, text), _) = start(&mut b, tree);
+        assert_eq!(code, 450, "VSTO {tree} beside a run into t: {text}");
+        assert!(text.contains("under way"), "{text}");
+    }
+    let ((code, text), other) = start(&mut b, "u");
+    assert!((100..200).contains(&code), "another tree is not held up: {text}");
+    drop(other);
+    assert!(b.final_reply().0 >= 400);
+    // The first run ends (its data connection closes with nothing sent):
+    // the tree is free again.
+    drop(a_data);
+    assert!(a.final_reply().0 >= 400);
+    let ((code, text), again) = start(&mut b, "t/sub");
+    assert!((100..200).contains(&code), "free once the first run ended: {text}");
+    drop(again);
+    assert!(b.final_reply().0 >= 400);
+}

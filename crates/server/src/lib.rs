@@ -133,6 +133,8 @@ pub struct ServerCtx {
     pub login_checks: tokio::sync::Semaphore,
     /// Uploads whose data connections broke, kept for a restart.
     pub partials: partial::Partials<lightpath_sys::root::TempFile>,
+    /// Trees being written by VSTO (one run per tree at a time).
+    pub trees: vfile::TreeClaims,
 }
 
 impl ServerCtx {
@@ -230,7 +232,7 @@ impl Server {
         let login_checks = tokio::sync::Semaphore::new(cpus);
         let partials = partial::Partials::new(cfg.keep_partial);
         let users = std::sync::RwLock::new(users);
-        Ok(ServerCtx { cfg, root, users, ahead: None, login_checks, partials })
+        Ok(ServerCtx { cfg, root, users, ahead: None, login_checks, partials, trees: Default::default() })
     }
 
     /// Check the configuration and bind the control port.

@@ -99,7 +99,7 @@ pub fn execute(
     let (root, cfg) = (&ctx.root, &ctx.cfg);
     match t.kind {
         TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
-        TransferKind::VfileStor => return crate::vfile::receive(root, dc, &t, ctl, ready, (cfg, path)),
+        TransferKind::VfileStor => return crate::vfile::receive(ctx, dc, &t, ctl, ready, path),
         _ => {}
     }
     if t.kind.is_upload() {
@@ -507,6 +507,10 @@ fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
     match e {
         EngineError::Setup(_) => Reply::new(425, format!("Can't open data connection: {e}")),
         EngineError::Aborted => Reply::new(426, "Transfer aborted."),
+        // Other transfers hold what this one needs: transient, not the file's.
+        EngineError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy => {
+            Reply::new(450, format!("Server busy: {at}{e}"))
+        }
         EngineError::Io { ref context, .. } if context.starts_with("writing") || context.starts_with("reading") => {
             Reply::new(451, format!("Local error: {at}{e}"))
         }

@@ -146,17 +146,64 @@ fn remove_made(root: &Root, made: &[VPath]) {
     }
 }
 
+/// Trees being written by VSTO, so that no two overlap: one run giving up
+/// removes the directories it made that look empty and the files it left
+/// partly written, which would break another run writing the same tree
+/// (or one inside it). The second is refused (450, transient) until the
+/// first ends.
+#[derive(Debug, Default)]
+pub struct TreeClaims(std::sync::Mutex<Vec<VPath>>);
+
+/// A tree claimed for one VSTO, released when dropped.
+#[derive(Debug)]
+pub struct TreeClaim<'a>(&'a TreeClaims, VPath);
+
+impl TreeClaims {
+    /// Claim `tree` unless a tree around it, inside it or itself is
+    /// being written.
+    pub fn claim(&self, tree: &VPath) -> Result<TreeClaim<'_>, Reply> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(other) = held.iter().find(|h| nested(h, tree) || nested(tree, h)) {
+            let why =
+                format!("{}: a tree upload into {} is under way; try again later", tree.display(), other.display());
+            return Err(Reply::new(450, why));
+        }
+        held.push(tree.clone());
+        Ok(TreeClaim(self, tree.clone()))
+    }
+}
+
+impl Drop for TreeClaim<'_> {
+    fn drop(&mut self) {
+        let mut held = self.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = held.iter().position(|h| *h == self.1) {
+            held.swap_remove(i);
+        }
+    }
+}
+
+/// Whether `inner` is `outer` or beneath it.
+fn nested(outer: &VPath, inner: &VPath) -> bool {
+    let mut i = inner.components();
+    outer.components().all(|c| i.next() == Some(c))
+}
+
 /// VSTO: receive and rebuild the tree under the target directory. The
 /// directories it created are removed again, before the reply, if it
 /// fails before putting anything in them.
 pub fn receive(
-    root: &Root,
+    ctx: &crate::ServerCtx,
     dc: &mut DataChannel,
     t: &Transfer,
     ctl: &Control,
     ready: Ready,
-    (cfg, mut path): (&crate::ServerConfig, crate::transfer::ClientPath),
+    mut path: crate::transfer::ClientPath,
 ) -> Result<u64, Reply> {
+    let (root, cfg) = (&ctx.root, &ctx.cfg);
+    let _claim = match ctx.trees.claim(&t.path) {
+        Ok(c) => c,
+        Err(r) => return fail_early(ready, r),
+    };
     let mut made = Vec::new();
     let prepared = check_resume(root, t).and_then(|_| unpack_sink(root, t, ctl, &mut made)).and_then(|sink| {
         let reused = dc.prepare_recv().map_err(|e| Reply::new(425, format!("Can't open data connection: {e}")))?;
@@ -257,6 +304,28 @@ mod tests {
 
     fn path() -> VPath {
         VPath::root().join(b"tree").unwrap()
+    }
+
+    fn vpath(p: &str) -> VPath {
+        p.split('/').fold(VPath::root(), |v, c| v.join(c.as_bytes()).unwrap())
+    }
+
+    /// Two runs into one tree, or into a tree and one inside it, never at
+    /// once; side by side they may, and a claim ends with its run.
+    #[test]
+    fn overlapping_tree_uploads_wait_for_each_other() {
+        let claims = TreeClaims::default();
+        let a = claims.claim(&vpath("d/a")).unwrap();
+        for busy in ["d/a", "d/a/sub/x", "d"] {
+            let r = claims.claim(&vpath(busy)).expect_err(busy);
+            assert_eq!(r.code, 450, "{busy}: {}", r.full_text());
+            assert!(r.full_text().contains("/d/a"), "{}", r.full_text());
+        }
+        let ab = claims.claim(&vpath("d/ab")).expect("a sibling whose name starts alike");
+        drop(a);
+        let again = claims.claim(&vpath("d/a/sub")).expect("claimed again once the first run ended");
+        drop((ab, again));
+        assert!(claims.0.lock().unwrap().is_empty());
     }
 
     fn fail(sent: Result<u64, EngineError>, walk: Result<PackStats, VfileError>) -> Reply {

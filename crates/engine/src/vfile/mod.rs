@@ -76,10 +76,14 @@ pub enum VfileError {
         total: u64,
     },
     /// The sender scattered its bytes over more files at once than the
-    /// receiver keeps open ([`writer::MAX_PARTLY_WRITTEN`]; or every tree
-    /// of the server together).
-    #[error("more than {0} files partly written at once; the sender scatters its data (or the server is busy with other trees)")]
+    /// receiver keeps open ([`writer::MAX_PARTLY_WRITTEN`]).
+    #[error("more than {0} files partly written at once; the sender scatters its data")]
     TooScattered(usize),
+    /// Every tree of this process together holds as many files partly
+    /// written as it may ([`writer::MAX_PARTLY_WRITTEN_ALL`]): a later try
+    /// may pass.
+    #[error("more than {0} files partly written by all trees at once: busy, try again later")]
+    Busy(usize),
     /// Too much data arrived ahead of the manifest entries it belongs to.
     #[error("more than {0} bytes of data arrived ahead of their manifest entries")]
     ParkLimit(u64),
@@ -122,6 +126,7 @@ impl From<VfileError> for EngineError {
             }
             VfileError::Aborted => EngineError::Aborted,
             e @ VfileError::Changed(_) => EngineError::io("reading source", io::Error::other(e.to_string())),
+            e @ VfileError::Busy(_) => EngineError::io("writing data", io::Error::from(e)),
             e => EngineError::Protocol(e.to_string()),
         }
     }
@@ -138,6 +143,7 @@ impl From<VfileError> for io::Error {
             // a retry gets past (`EngineError::is_transient`), resuming
             // after the files complete.
             VfileError::ParkLimit(_) => io::Error::new(io::ErrorKind::TimedOut, e.to_string()),
+            VfileError::Busy(_) => io::Error::new(io::ErrorKind::ResourceBusy, e.to_string()),
             _ => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
         }
     }

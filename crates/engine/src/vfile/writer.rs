@@ -126,11 +126,23 @@ impl PartlyWritten {
         let mine = tree.now.fetch_add(1, Ordering::AcqRel) + 1;
         let all = PARTLY_WRITTEN_ALL.fetch_add(1, Ordering::AcqRel) + 1;
         tree.peak.fetch_max(mine, Ordering::Relaxed);
-        if mine > MAX_PARTLY_WRITTEN || all > MAX_PARTLY_WRITTEN_ALL {
-            return Err(VfileError::TooScattered(mine.min(MAX_PARTLY_WRITTEN)));
-        }
+        over_bound(mine, all)?;
         Ok(counted)
     }
+}
+
+/// Whether `mine` files partly written in one tree, `all` in every tree of
+/// the process, pass the bounds: past the tree's, the sender scatters its
+/// data (final); past the process's, other trees hold the room (busy, a
+/// later try may pass).
+fn over_bound(mine: usize, all: usize) -> Result<(), VfileError> {
+    if mine > MAX_PARTLY_WRITTEN {
+        return Err(VfileError::TooScattered(MAX_PARTLY_WRITTEN));
+    }
+    if all > MAX_PARTLY_WRITTEN_ALL {
+        return Err(VfileError::Busy(MAX_PARTLY_WRITTEN_ALL));
+    }
+    Ok(())
 }
 
 impl Drop for PartlyWritten {
@@ -421,6 +433,19 @@ mod tests {
         let tasks = std::fs::read_dir("/proc/self/task").unwrap();
         let comm = |t: std::fs::DirEntry| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         tasks.flatten().map(comm).filter(|c| c.starts_with("lp-unpack")).count()
+    }
+
+    /// Past a tree's own bound the sender is at fault; past the process's,
+    /// other trees hold the room: busy, and a retry is worth it.
+    #[test]
+    fn the_process_bound_is_busy_not_the_senders_fault() {
+        assert!(over_bound(MAX_PARTLY_WRITTEN, MAX_PARTLY_WRITTEN_ALL).is_ok());
+        let tree = over_bound(MAX_PARTLY_WRITTEN + 1, 10).unwrap_err();
+        assert!(matches!(tree, VfileError::TooScattered(MAX_PARTLY_WRITTEN)), "{tree}");
+        assert!(!crate::EngineError::io("writing data", std::io::Error::from(tree)).is_transient());
+        let all = over_bound(3, MAX_PARTLY_WRITTEN_ALL + 1).unwrap_err();
+        assert!(matches!(all, VfileError::Busy(MAX_PARTLY_WRITTEN_ALL)), "{all}");
+        assert_eq!(std::io::Error::from(all).kind(), std::io::ErrorKind::ResourceBusy);
     }
 
     fn ctx(dir: &std::path::Path) -> Arc<WorkCtx> {
