@@ -83,17 +83,17 @@ impl SessionOpts {
     }
 }
 
-/// `spec`, unless it names a path held out of the login flight (`flight`):
-/// that path's commands wait for FEAT, and a RETR or VRET sent ahead of
-/// them would also put its replies out of step with the stats that were
-/// sent. (A 0xFF name held back from a server not known as lightpath, sent
-/// ahead anyway, reached GCT mangled: it drops 0xFF and the byte after.)
 /// The receive window data connections start with, for `rtt`.
 fn start_window(opts: &SessionOpts, rtt: Duration) -> Option<usize> {
     let rtt_us = rtt.as_micros() as u64;
     lightpath_plan::start_recv_window(rtt_us, opts.target_share(), crate::plan::stream_count(opts, rtt_us))
 }
 
+/// `spec`, unless it names a path held out of the login flight (`flight`):
+/// that path's commands wait for FEAT, and a RETR or VRET sent ahead of
+/// them would also put its replies out of step with the stats that were
+/// sent. (A 0xFF name held back from a server not known as lightpath, sent
+/// ahead anyway, reached GCT mangled: it drops 0xFF and the byte after.)
 fn follow_flight<'a>(spec: Speculation<'a>, flight: &[&Vec<u8>]) -> Speculation<'a> {
     match spec {
         Speculation::File(p) | Speculation::Tree(p) if !flight.iter().any(|f| f.as_slice() == p) => Speculation::None,
