@@ -605,6 +605,16 @@ mod tests {
         ClientPath { rtt, loopback: true, control, owner }
     }
 
+    /// A tree that failed because every tree together held the room is
+    /// told to try again (450), not blamed on its data (451, final).
+    #[test]
+    fn a_busy_receiver_answers_450() {
+        let busy = std::io::Error::from(lightpath_engine::vfile::VfileError::Busy(8192));
+        assert_eq!(data_reply(EngineError::io("writing data", busy)).code, 450);
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert_eq!(data_reply(EngineError::io("writing data", full)).code, 451);
+    }
+
     #[test]
     fn an_unknown_rtt_is_learned_from_the_control_connection() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
