@@ -110,7 +110,8 @@ pub struct CpArgs {
     #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub reply_timeout: u64,
-    /// No progress bar.
+    /// No progress bar, and nothing said of a copy that succeeds (no
+    /// summary); failures are still reported, with the summary.
     #[arg(short, long)]
     pub quiet: bool,
 }
@@ -220,39 +221,54 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         eprintln!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept");
         return Ok(Outcome::Interrupted);
     };
+    Ok(report(&a, &results, &progress, started.elapsed()))
+}
+
+/// Say what failed, then (unless `-q` and nothing failed: a quiet copy
+/// that succeeds prints nothing) the summary, the bytes kept from earlier
+/// tries and a `--verify` that passed.
+fn report(a: &CpArgs, results: &[lightpath_client::FileResult], progress: &Progress, t: Duration) -> Outcome {
     let failed: Vec<_> = results.iter().filter(|r| r.result.is_err()).collect();
     for f in &failed {
         let why = f.result.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
         let (src, dst) = (crate::term::name(&f.src.to_string()), crate::term::name(&f.dst.to_string()));
         eprintln!("lightpath: FAILED {src} -> {dst}: {}", crate::term::message(&why));
     }
+    if a.quiet && failed.is_empty() {
+        return Outcome::Done;
+    }
     let bytes: u64 = results.iter().filter_map(|r| r.result.as_ref().ok()).sum();
     let ok: Vec<_> = results.iter().filter(|r| r.result.is_ok()).collect();
     let files = ok.iter().filter_map(|r| r.files).sum::<u64>();
-    let uncounted = ok.iter().filter(|r| r.files.is_none()).count();
-    let what = match uncounted {
+    let what = match ok.iter().filter(|r| r.files.is_none()).count() {
         0 => format!("{files} file(s)"),
         n => format!("{files} file(s) and {n} tree(s) whose server did not count their files"),
     };
-    let kept = bytes.saturating_sub(progress.bytes.load(Ordering::Relaxed));
     // A failure may stand for several files (those a tree's sender could
     // not read, beyond the ones it named).
     let failures = failed.iter().map(|r| r.files.unwrap_or(1)).sum::<u64>();
-    summary(&what, failures, bytes, started.elapsed());
-    if kept > 0 {
-        // Resumed files count whole above; the rate is what moved.
-        let moved = bytes - kept;
-        let rate = moved as f64 / started.elapsed().as_secs_f64().max(1e-9);
-        eprintln!(
-            "lightpath: {kept} of those bytes were kept from earlier tries; {moved} moved ({:.1} MB/s)",
-            rate / 1e6
-        );
-    }
+    summary(&what, failures, bytes, t);
+    kept_note(bytes.saturating_sub(progress.bytes.load(Ordering::Relaxed)), bytes, t);
     if let (Some(alg), false) = (&a.verify, ok.is_empty()) {
         // It said nothing of a check that passed (a UX audit).
         eprintln!("lightpath: --verify {alg}: the checksums of the {what} copied match their sources'");
     }
-    Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed })
+    if failed.is_empty() {
+        Outcome::Done
+    } else {
+        Outcome::Failed
+    }
+}
+
+/// Resumed files count whole in the summary: say how many of its `bytes`
+/// were `kept` from earlier tries, and the rate of what moved.
+fn kept_note(kept: u64, bytes: u64, t: Duration) {
+    if kept == 0 {
+        return;
+    }
+    let moved = bytes - kept;
+    let rate = moved as f64 / t.as_secs_f64().max(1e-9);
+    eprintln!("lightpath: {kept} of those bytes were kept from earlier tries; {moved} moved ({:.1} MB/s)", rate / 1e6);
 }
 
 /// How long an interrupted copy has to stop its transfers and remove
@@ -341,8 +357,31 @@ pub struct SumArgs {
     pub alg: String,
 }
 
+/// An argument that cannot be used (a bad URL, a local path where a
+/// server's is needed): exit status 2, as for clap's own usage errors and
+/// `cp`'s, where a failure once running exits 1.
+#[derive(Debug)]
+pub struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// The server and path `url` names, for `ls` and `sum`.
+fn remote_arg(url: &str) -> Result<lightpath_client::Remote, Usage> {
+    match Location::parse(url) {
+        Ok(Location::Remote(r)) => Ok(r),
+        Ok(Location::Local(_)) => Err(Usage(format!("{url}: not an ftp:// URL (ls and sum ask a server)"))),
+        Err(e) => Err(Usage(e.to_string())),
+    }
+}
+
 fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)> {
-    let Location::Remote(r) = Location::parse(url)? else { anyhow::bail!("{url}: not an ftp:// URL") };
+    let r = remote_arg(url)?;
     let rt = tokio::runtime::Runtime::new()?;
     let opts = SessionOpts {
         streams: 1,

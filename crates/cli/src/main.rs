@@ -76,7 +76,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lightpath: {}", term::message(&format!("{e:#}")));
-            ExitCode::from(1)
+            // A usage error exits 2, as clap's own do; a failure, 1.
+            ExitCode::from(if e.is::<cp::Usage>() { 2 } else { 1 })
         }
     }
 }

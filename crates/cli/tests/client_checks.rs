@@ -194,7 +194,8 @@ fn verify_checks_every_file_of_a_tree_copied_as_one_virtual_file() {
     let (_a, pa) = lp_server(&a, &["--anonymous-write"]);
     let (_b, pb) = lp_server(&b, &["--anonymous-write"]);
     let dl = format!("{}/", local.join("dl").display());
-    let cp = |alg: &str, src: &str, dst: &str| run(&["-vv", "cp", "-q", "-r", "--verify", alg, src, dst], 60);
+    // Not -q: a quiet copy that succeeds says nothing, not even that --verify passed.
+    let cp = |alg: &str, src: &str, dst: &str| run(&["-vv", "cp", "-r", "--verify", alg, src, dst], 60);
     let (ok, log) = cp("MD5", &url(pa, "/tree/"), &dl);
     assert!(ok && log.contains("VRET"), "{log}");
     assert_eq!(cksm_sent(&log), n, "download: one CKSM per file");

@@ -134,3 +134,63 @@ fn connect_retrying(port: u16) -> Raw {
     }
     Raw::connect(port)
 }
+
+/// `cp -q` of a copy that succeeds prints nothing at all: no summary, in
+/// any direction, file or tree, nor `--verify`'s word that it passed (it
+/// still printed the summary). A failure is still told, with the summary.
+#[test]
+fn a_quiet_copy_that_succeeds_prints_nothing() {
+    let (_d, root, local) = root_and_local();
+    make_tree(&root.join("tree"), 12, 9);
+    write_random(&root.join("f"), 70_000, 1);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let (f, got) = (local.join("f").display().to_string(), local.join("got").display().to_string());
+    let (src, up, tree, back) = (url(port, "/f"), url(port, "/up"), url(port, "/tree/"), url(port, "/back"));
+    let into = format!("{got}/");
+    let runs: [&[&str]; 4] = [&[&src, &f], &["--verify", "MD5", &f, &up], &["-r", &tree, &into], &["-r", &got, &back]];
+    for args in runs {
+        let (code, err) = cp(args);
+        assert_eq!((code, err.as_str()), (0, ""), "cp -q {args:?}");
+    }
+    assert_same_file(&root.join("f"), &root.join("up"));
+    assert_same_tree(&root.join("tree"), &root.join("back"));
+    let (code, err) = cp(&[&url(port, "/nope"), local.join("nope").to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("FAILED") && err.contains("0 file(s) copied, 1 failed"), "{err}");
+}
+
+/// Run `lightpath ARGS` (`ls URL`, `sum URL`): its exit status and stderr.
+fn ls_sum(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(LP).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `ls` and `sum` exit 2 for an argument that cannot be used, as `cp`
+/// and clap's own usage errors do (they exited 1, as a failure does), and
+/// 1 for a failure once running.
+#[test]
+fn ls_and_sum_usage_errors_exit_2_and_failures_1() {
+    let (_d, root, local) = root_and_local();
+    std::fs::write(root.join("f"), b"x").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let local_path = local.display().to_string();
+    for cmd in ["ls", "sum"] {
+        for (arg, said) in [
+            (local_path.as_str(), "not an ftp:// URL"),
+            ("file:///etc/passwd", "not an ftp:// URL"),
+            ("gsiftp://host/x", "not supported"),
+            ("ftp:///x", "no host"),
+            ("ftp://host:99999/x", "bad URL"),
+        ] {
+            let (code, err) = ls_sum(&[cmd, arg]);
+            assert_eq!(code, Some(2), "{cmd} {arg}: {err}");
+            assert!(err.contains(said), "{cmd} {arg}: {err}");
+        }
+        let (code, err) = ls_sum(&[cmd, &url(free_port(), "/")]);
+        assert_eq!(code, Some(1), "{cmd}: no server there is a failure: {err}");
+        let (code, err) = ls_sum(&[cmd, &url(port, "/nope")]);
+        assert_eq!(code, Some(1), "{cmd}: a missing path is a failure: {err}");
+    }
+    let (code, err) = ls_sum(&["sum", &url(port, "/f")]);
+    assert_eq!(code, Some(0), "{err}");
+}

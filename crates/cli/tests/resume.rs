@@ -450,11 +450,12 @@ impl UpInterrupted {
         u
     }
 
-    /// `cp -v -q --partial -p 4 [args] local/big URL`, its notes in `state`.
+    /// `cp -v --partial -p 4 [args] local/big URL`, its notes in `state`
+    /// (not -q: the summary says what was kept).
     fn run(&self, args: &[&str]) -> Child {
         Command::new(LP)
             .env("XDG_STATE_HOME", self.state.path())
-            .args(["-v", "cp", "-q", "--partial", "-p", "4"])
+            .args(["-v", "cp", "--partial", "-p", "4"])
             .args(args)
             .args([self.local.join("big").to_str().unwrap(), &self.url])
             .stderr(std::process::Stdio::piped())

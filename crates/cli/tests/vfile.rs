@@ -269,6 +269,11 @@ fn a_trees_summary_counts_its_files_bytes() {
     }
     let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let said = "50 file(s) copied, 0 failed, 1275000 bytes in";
+    // Not `cp` (-q): a quiet copy that succeeds prints no summary.
+    let cp = |args: &[&str]| {
+        let out = std::process::Command::new(LP).arg("cp").args(args).output().unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
     let (code, err) = cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/t")]);
     assert!(code == 0 && err.contains(said), "upload: {err}");
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), d.path().join("back").to_str().unwrap()]);
