@@ -189,6 +189,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         retries: a.retries,
         partial: a.partial,
         mlsr: !a.no_mlsr,
+        quiet: a.quiet,
     };
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
@@ -397,6 +398,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
         data_from_any: false,
         keep_interrupted: false,
         mlsr: true,
+        quiet: true,
         sessions: 1,
     };
     let s = rt.block_on(Session::open(&r, opts)).context("opening session")?;

@@ -98,6 +98,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         retries: 0,
         partial: false,
         mlsr: true,
+        quiet: false,
     };
     let progress = Arc::new(Progress::default());
     let pb = bar(progress.clone(), a.size);

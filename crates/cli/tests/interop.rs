@@ -276,7 +276,7 @@ fn lightpath_client_against_gct_server() {
     // and says it falls back and `says`.
     let fetch = |src: &str, dir: &str, more: &[&str], says: &str| {
         let out = std::process::Command::new(LP)
-            .args(["-v", "cp", "-q", "-r"])
+            .args(["-v", "cp", "-r"])
             .args(more)
             .args([&format!("{}/", g(src)), &format!("{}/", local.join(dir).display())])
             .output()
@@ -291,6 +291,15 @@ fn lightpath_client_against_gct_server() {
     assert_same_tree(&local.join("tree"), &local.join("back"));
     back("back-mlsd", &["--no-mlsr"], "several control sessions sessions=4");
     assert_same_tree(&local.join("tree"), &local.join("back-mlsd"));
+    // Quiet (-q, not -v): the copy that succeeds says nothing, not even
+    // that it falls back.
+    let quiet = std::process::Command::new(LP)
+        .args(["cp", "-q", "-r", &format!("{}/", g("tree")), &format!("{}/", local.join("back-q").display())])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success() && err.is_empty(), "cp -q: {err}");
+    assert_same_tree(&local.join("tree"), &local.join("back-q"));
     // Symlinks on the server: MLSR shows them as links, and MLST says where
     // each leads. Both listings copy the one to a file as the file and
     // leave out the one to a directory and the dangling one.

@@ -64,6 +64,10 @@ pub struct CopyOptions {
     pub partial: bool,
     /// List a remote tree with one `MLSR` where the server offers it.
     pub mlsr: bool,
+    /// Say nothing of how a copy that succeeds went (`cp -q`): no word of
+    /// a server without LPVF, nor of a tree's files kept from earlier
+    /// tries. Warnings and failures are still told.
+    pub quiet: bool,
 }
 
 /// Outcome for one file.
@@ -150,6 +154,7 @@ pub async fn copy(
         data_from_any: opts.data_from_any,
         keep_interrupted: opts.partial,
         mlsr: opts.mlsr,
+        quiet: opts.quiet,
         sessions: 1,
     };
     let zero = Location::Local("/dev/zero".into());

@@ -66,6 +66,8 @@ pub struct SessionOpts {
     /// List a remote tree with one `MLSR` where the server offers it
     /// (otherwise directory by directory with MLSD).
     pub mlsr: bool,
+    /// Say nothing of how a copy that succeeds went ([`crate::job::CopyOptions::quiet`]).
+    pub quiet: bool,
     /// Sessions of the job that transfer at once (`cp --cc`): they share
     /// the target rate and the job's streams.
     pub sessions: u32,

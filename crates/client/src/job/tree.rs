@@ -51,7 +51,9 @@ pub(super) async fn try_tree(
     let lacking: Vec<String> =
         lister.iter().chain(dst_s.iter()).filter(|s| s.feat.lpvf.is_none()).map(|s| s.ctl.name.clone()).collect();
     if !lacking.is_empty() {
-        eprintln!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
+        if !sopts.quiet {
+            eprintln!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
+        }
         if let Some(d) = dst_s {
             d.quit().await;
         }
@@ -155,7 +157,9 @@ impl TreeEnds<'_> {
                 Err(e) => Err(e),
             };
             let Err(e) = &r else {
-                held.say_kept();
+                if !self.sopts.quiet {
+                    held.say_kept();
+                }
                 crate::partial::tree::end(self.src, self.target, &held, false, false);
                 return Some((r, std::mem::take(&mut held.unreadable)));
             };
