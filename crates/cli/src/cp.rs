@@ -110,6 +110,12 @@ pub struct CpArgs {
     #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub reply_timeout: u64,
+    /// Seconds a server may take to answer the connect of a control
+    /// connection (with TCP Fast Open, to send its greeting) before the
+    /// attempt fails (and is tried again, with --retries).
+    #[arg(long, value_name = "SECS", default_value_t = 30, env = "LIGHTPATH_CONNECT_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=WEEK))]
+    pub connect_timeout: u64,
     /// No progress bar, and nothing said of a copy that succeeds (no
     /// summary); failures are still reported, with the summary.
     #[arg(short, long)]
@@ -164,6 +170,7 @@ pub fn run(a: CpArgs) -> ExitCode {
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     lightpath_client::control::set_reply_timeout(Duration::from_secs(a.reply_timeout));
+    lightpath_client::control::set_connect_timeout(Duration::from_secs(a.connect_timeout));
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = match (a.off, a.len) {

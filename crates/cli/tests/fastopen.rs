@@ -14,7 +14,12 @@ struct Netns(String);
 
 impl Netns {
     fn new() -> Netns {
-        let name = format!("lp-tfo-{}", std::process::id());
+        Netns::named("lp-tfo")
+    }
+
+    /// `new`, its name `prefix-PID` (tests running at once use others).
+    fn named(prefix: &str) -> Netns {
+        let name = format!("{prefix}-{}", std::process::id());
         let _ = Command::new("ip").args(["netns", "del", &name]).status();
         let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
         ok(Command::new("ip").args(["netns", "add", &name]));
@@ -38,9 +43,13 @@ impl Drop for Netns {
 }
 
 fn serve(ns: &Netns, root: &Path, port: u16) -> Proc {
+    serve_on(ns, root, &format!("127.0.0.1:{port}"))
+}
+
+fn serve_on(ns: &Netns, root: &Path, listen: &str) -> Proc {
     let mut child = ns
         .cmd(LP)
-        .args(["-v", "serve", "--anonymous-write", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .args(["-v", "serve", "--anonymous-write", "--listen", listen, "--root"])
         .arg(root)
         .stderr(Stdio::piped())
         .spawn()
@@ -105,4 +114,50 @@ fn a_server_met_before_gets_the_login_in_the_syn() {
     assert!(!rtts.is_empty() && rtts.iter().all(|&r| r > 0), "{rtts:?}: {log}");
     let log = fetch("fourth", &["--no-fastopen"]);
     assert!(!log.contains(SENT_IN_SYN), "{log}");
+}
+
+/// A server whose host stops answering after it gave a Fast Open cookie:
+/// the client's connect returns at once (the kernel defers the SYN, to
+/// carry the login), and the wait for the greeting is bounded by the
+/// connect timeout, not by the kernel's SYN retries (about two minutes).
+#[test]
+fn a_host_gone_silent_fails_within_the_connect_timeout() {
+    let (d, root, local) = root_and_local();
+    write_random(&root.join("file"), 100_000, 12);
+    let (client, server) = (Netns::named("lp-tfoc"), Netns::named("lp-tfos"));
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new("ip")
+        .args(["-n", &client.0, "link", "add", "vc", "type", "veth", "peer", "vs", "netns", &server.0]));
+    // The client knows the server's link address for good, so that no
+    // failed address resolution answers for the silent host below.
+    let mac = "02:00:00:09:09:02";
+    ok(Command::new("ip").args(["-n", &server.0, "link", "set", "vs", "address", mac]));
+    for (ns, dev, addr) in [(&client, "vc", "10.9.9.1/24"), (&server, "vs", "10.9.9.2/24")] {
+        ok(Command::new("ip").args(["-n", &ns.0, "addr", "add", addr, "dev", dev]));
+        ok(Command::new("ip").args(["-n", &ns.0, "link", "set", dev, "up"]));
+    }
+    let neigh = ["-n", &client.0, "neigh", "replace", "10.9.9.2", "lladdr", mac, "dev", "vc", "nud", "permanent"];
+    ok(Command::new("ip").args(neigh));
+    let _server = serve_on(&server, &root, "10.9.9.2:2811");
+    let book = d.path().join("peers");
+    let url = "ftp://10.9.9.2:2811/file";
+    let dst = local.join("got").display().to_string();
+    // The first visit asks for the cookie; the second sends its login in the SYN.
+    cp(&client, &book, &[url, &dst]);
+    let log = String::from_utf8_lossy(&cp(&client, &book, &[url, &dst]).stderr).into_owned();
+    assert!(log.contains(SENT_IN_SYN), "{log}");
+    // The server's host loses its address: every packet to it is dropped
+    // there, unanswered (it does not forward, nor say so).
+    ok(Command::new("ip").args(["-n", &server.0, "addr", "del", "10.9.9.2/24", "dev", "vs"]));
+    let started = std::time::Instant::now();
+    let out = client
+        .cmd(LP)
+        .env("LIGHTPATH_PEERS", &book)
+        .args(["cp", "-q", "--connect-timeout", "2", "--retries", "0", url, &dst])
+        .output()
+        .unwrap();
+    let (took, err) = (started.elapsed(), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("no answer to the SYN (TCP Fast Open) within 2 s"), "{err}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}: {err}");
 }

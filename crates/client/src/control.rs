@@ -77,6 +77,32 @@ pub fn reply_timeout() -> Duration {
     })
 }
 
+/// How long the TCP connect of a control connection may take. With TCP
+/// Fast Open and a cookie the kernel defers the SYN and `connect` returns
+/// at once: then the greeting must come within it (a host that is down
+/// would otherwise be waited for through every SYN retry of the kernel,
+/// about two minutes). `LIGHTPATH_CONNECT_TIMEOUT` (seconds) overrides
+/// it; see [`connect_timeout`].
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connect timeout in force ([`connect_timeout`]), once read or set.
+static CONNECT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Set the connect timeout (`cp --connect-timeout`) before any session
+/// opens; no effect once one has read it.
+pub fn set_connect_timeout(d: Duration) {
+    let _ = CONNECT.set(d);
+}
+
+/// [`CONNECT_TIMEOUT`], or `LIGHTPATH_CONNECT_TIMEOUT` seconds if set (read
+/// once), or what [`set_connect_timeout`] set.
+pub fn connect_timeout() -> Duration {
+    *CONNECT.get_or_init(|| {
+        let secs = std::env::var("LIGHTPATH_CONNECT_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
+        secs.filter(|&s| s > 0).map_or(CONNECT_TIMEOUT, Duration::from_secs)
+    })
+}
+
 /// One control connection.
 #[derive(Debug)]
 pub struct ControlConn {
@@ -96,6 +122,10 @@ pub struct ControlConn {
     pub rtt: Duration,
     /// Where `rtt` came from.
     rtt_source: RttSource,
+    /// With a Fast Open connect the kernel deferred: when the greeting
+    /// must have come, [`connect_timeout`] after the connect began (the
+    /// handshake is under way until then). `None` once it came.
+    handshake_by: Option<tokio::time::Instant>,
     /// Server name for messages.
     pub name: String,
     /// The data path the server's last perf marker named (logged on change).
@@ -156,9 +186,9 @@ impl ControlConn {
         book_rtt: Option<Duration>,
     ) -> Result<ControlConn, ClientError> {
         let name = format!("{host}:{port}");
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let fut = open(host, port, fastopen);
-        let stream = tokio::time::timeout(Duration::from_secs(30), fut)
+        let stream = tokio::time::timeout(connect_timeout(), fut)
             .await
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
             .map_err(|e| ClientError::Connect(name.clone(), e.to_string()))?;
@@ -178,6 +208,7 @@ impl ControlConn {
             corked: None,
             rtt,
             rtt_source,
+            handshake_by: deferred.then(|| started + connect_timeout()),
             name,
             server_path: None,
             confirmed: RangeSet::new(),
@@ -196,6 +227,7 @@ impl ControlConn {
     /// the kernel's RTT of it over the book's (which would never change) or
     /// none.
     fn measure_rtt(&mut self) {
+        self.handshake_by = None;
         if std::mem::replace(&mut self.rtt_source, RttSource::Handshake) == RttSource::Handshake {
             return;
         }
@@ -302,7 +334,7 @@ impl ControlConn {
 
     /// Read more of the control connection, by the reply's deadline.
     async fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, ClientError> {
-        let deadline = self.deadline();
+        let deadline = self.handshake_by.map_or(self.deadline(), |by| by.min(self.deadline()));
         let n = tokio::time::timeout_at(deadline, self.stream.read(buf))
             .await
             .map_err(|_| self.timeout_err())?
@@ -328,6 +360,11 @@ impl ControlConn {
     /// The error for a reply that did not come (or not whole) in time,
     /// saying what was waited for.
     fn timeout_err(&self) -> ClientError {
+        if self.handshake_by.is_some_and(|by| by <= tokio::time::Instant::now()) {
+            let secs = connect_timeout().as_secs();
+            let why = format!("timed out: no answer to the SYN (TCP Fast Open) within {secs} s");
+            return ClientError::Connect(self.name.clone(), why);
+        }
         let secs = reply_timeout().as_secs();
         let cmd = &self.last_sent;
         let why = if self.reply_started.is_some() {
