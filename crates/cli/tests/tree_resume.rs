@@ -129,13 +129,13 @@ fn a_third_party_tree_whose_data_stream_dies_resumes_after_the_files_the_destina
     assert_same_tree(&tree, &dst_root.join("tree"));
 }
 
-/// `lightpath -v cp -q -r --partial -p 4 URL local/tree` from `port`,
+/// `lightpath -v cp -r --partial -p 4 URL local/tree` from `port`,
 /// its notes kept in `state`. The first run makes `local/tree`; the same
 /// command run again resumes it there (not in `local/tree/tree`, where
 /// `cp -r` puts a tree copied to an existing directory).
 fn partial_tree_cp(state: &Path, port: u16, local: &Path) -> std::process::Command {
     let mut c = std::process::Command::new(LP);
-    c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-q", "-r", "--partial", "-p", "4"]);
+    c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-r", "--partial", "-p", "4"]);
     c.args([&format!("ftp://127.0.0.1:{port}/tree"), local.join("tree").to_str().unwrap()]);
     c.stderr(std::process::Stdio::piped());
     c
@@ -261,7 +261,7 @@ fn a_tree_changed_since_the_interrupted_run_goes_whole() {
 /// `port`, its notes kept in `state`: the tree lands as `/tree`.
 fn partial_tree_up(state: &Path, tree: &Path, port: u16) -> std::process::Command {
     let mut c = std::process::Command::new(LP);
-    c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-q", "-r", "--partial", "-p", "4"]);
+    c.env("XDG_STATE_HOME", state).args(["-v", "cp", "-r", "--partial", "-p", "4"]);
     c.args([tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{port}/")]);
     c.stderr(std::process::Stdio::piped());
     c

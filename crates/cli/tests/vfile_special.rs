@@ -24,7 +24,7 @@ fn tree_with_fifos(root: &Path) {
 
 fn cp_r(src: &str, dst: &str) -> String {
     own_peer_book();
-    let out = Command::new(LP).args(["cp", "-q", "-r", src, dst]).output().unwrap();
+    let out = Command::new(LP).args(["cp", "-r", src, dst]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "cp -r {src} {dst}: {err}");
     err

@@ -71,8 +71,10 @@ pub fn kill_a_stream(pid: u32, port: u16) {
     assert!(st.success(), "ss -K {local} {peer}");
 }
 
+/// Start `lightpath -v cp ARGS`, stderr piped (so no progress bar; not
+/// `-q`, which would leave out the summary the tests read).
 pub fn start_cp(args: &[&str]) -> Child {
-    Command::new(LP).args(["-v", "cp", "-q"]).args(args).stderr(Stdio::piped()).spawn().expect("start cp")
+    Command::new(LP).args(["-v", "cp"]).args(args).stderr(Stdio::piped()).spawn().expect("start cp")
 }
 
 /// Exit status 0, and what `cp` said; panics with its stderr otherwise.
