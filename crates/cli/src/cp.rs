@@ -154,7 +154,8 @@ enum Outcome {
 }
 
 /// Run a copy; exit code 0 only when every file arrived complete, 1 when
-/// some failed, 130 when interrupted, 2 when the copy could not start.
+/// some failed (or the copy failed before its first file: see
+/// [`start_failure_code`]), 130 when interrupted, 2 for a usage error.
 pub fn run(a: CpArgs) -> ExitCode {
     match run_inner(a) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
@@ -163,8 +164,20 @@ pub fn run(a: CpArgs) -> ExitCode {
         Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
             eprintln!("lightpath: {}", crate::term::message(&format!("{e:#}")));
-            ExitCode::from(2)
+            ExitCode::from(start_failure_code(&e))
         }
+    }
+}
+
+/// The exit code of a copy that ended before its first file: 2 when the
+/// arguments, or the local files they name, cannot be copied as asked (a
+/// usage error, as clap's own), 1 when a server could not be reached, or
+/// refused the login or a command, as a file that fails once running
+/// (a download from a server that is down exited 2, an upload 1).
+fn start_failure_code(e: &anyhow::Error) -> u8 {
+    match e.chain().find_map(|c| c.downcast_ref::<ClientError>()) {
+        Some(ClientError::Usage(_) | ClientError::Local(_)) | None => 2,
+        Some(_) => 1,
     }
 }
 

@@ -194,3 +194,24 @@ fn ls_and_sum_usage_errors_exit_2_and_failures_1() {
     let (code, err) = ls_sum(&["sum", &url(port, "/f")]);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A server that cannot be reached fails a copy with exit 1 whichever
+/// way it goes, as a file that fails once running does; 2 is for usage
+/// errors (a download from a server that is down exited 2, an upload 1).
+#[test]
+fn a_server_that_is_down_is_a_failure_not_a_usage_error() {
+    let (_d, root, local) = root_and_local();
+    std::fs::write(local.join("f"), b"x").unwrap();
+    let dead = free_port();
+    let (f, got) = (local.join("f").display().to_string(), local.join("got").display().to_string());
+    for (src, dst) in [(url(dead, "/f"), got.clone()), (f.clone(), url(dead, "/f"))] {
+        let (code, err) = cp(&["--retries", "0", &src, &dst]);
+        assert_eq!(code, 1, "{src} -> {dst}: {err}");
+        assert!(err.contains("Connection refused"), "{src} -> {dst}: {err}");
+    }
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = cp(&["--retries", "0", &url(port, "/f"), &url(dead, "/f")]);
+    assert_eq!(code, 1, "third party: {err}");
+    let (code, err) = cp(&[&f, &got]);
+    assert_eq!(code, 2, "local to local stays a usage error: {err}");
+}
