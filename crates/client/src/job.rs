@@ -383,13 +383,18 @@ async fn worker(
     while !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
         let batch = next_batch(&q, &mut again, opts.pipeline.max(1));
         if batch.is_empty() {
+            if sessions.is_some() && crew.wait_for_more().await {
+                continue;
+            }
             break;
         }
+        let out_now = crew.took();
         batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
         let failed = open_if_needed(&mut sessions, &batch[0], (&sopts, &opts), &mut pre).await;
         crew.holds(sessions.is_some(), &mut counted);
         if failed.as_ref().is_some_and(|e| crew.turned_away(e, &batch)) {
             crew::give_back(&q, batch);
+            drop(out_now);
             turned_away += 1;
             crew::wait_turned_away(&q, turned_away, &sopts.cancel).await;
             continue;
@@ -408,6 +413,7 @@ async fn worker(
         }
         let retries = if sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) { None } else { Some(opts.retries) };
         let wait = settle_batch(batch, results, (retries, keeping), &mut out, &mut again);
+        drop(out_now);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }

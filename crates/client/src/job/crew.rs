@@ -4,24 +4,56 @@
 //! nothing of the files: while other workers hold sessions, a worker
 //! turned away hands its files back to them and asks again later, and
 //! the copy goes on with the sessions the server took. Only when no
-//! worker holds one does the refusal count as a failed try.
+//! worker holds one does the refusal count as a failed try. So that
+//! files handed back find a session, a worker that holds one and finds
+//! the queue empty stays while other workers' batches are out
+//! ([`Crew::wait_for_more`]).
 
 use super::Queue;
 use crate::retry::{self, Task};
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Workers holding sessions, and whether a refusal was reported.
+/// Workers holding sessions, batches out, and whether a refusal was
+/// reported.
 #[derive(Debug, Default)]
 pub(super) struct Crew {
     live: AtomicUsize,
     said: AtomicBool,
+    /// Batches taken from the queue and not yet settled or handed back.
+    out: AtomicUsize,
+    /// Told when a batch is settled or handed back.
+    settled: tokio::sync::Notify,
 }
 
 impl Crew {
     /// A crew of which `live` workers start with sessions.
     pub(super) fn new(live: usize) -> Crew {
-        Crew { live: AtomicUsize::new(live), said: AtomicBool::new(false) }
+        Crew { live: AtomicUsize::new(live), ..Crew::default() }
+    }
+
+    /// A worker took a batch: out until the guard is dropped (settled or
+    /// handed back; also if the worker panics, so no other waits on it).
+    pub(super) fn took(&self) -> BatchOut<'_> {
+        self.out.fetch_add(1, Ordering::Relaxed);
+        BatchOut(self)
+    }
+
+    /// For a worker holding sessions that found the queue empty: whether
+    /// to look again, after waiting until a batch is settled or handed
+    /// back (at most 100 ms, so none is missed), because other workers'
+    /// batches are out: one of them, turned away by the server while
+    /// this worker's session was the only one counted, or before its own
+    /// was, may hand its files back. Without it, the worker holding the
+    /// planning session could end first, and the files handed back went
+    /// through retries, as if no session were held.
+    pub(super) async fn wait_for_more(&self) -> bool {
+        let notified = self.settled.notified();
+        if self.out.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(100), notified).await;
+        true
     }
 
     /// A worker's sessions came (`true`) or went.
@@ -51,6 +83,16 @@ impl Crew {
             tracing::debug!("{e}; files handed back");
         }
         true
+    }
+}
+
+/// A batch out ([`Crew::took`]).
+pub(super) struct BatchOut<'a>(&'a Crew);
+
+impl Drop for BatchOut<'_> {
+    fn drop(&mut self) {
+        self.0.out.fetch_sub(1, Ordering::Relaxed);
+        self.0.settled.notify_waiters();
     }
 }
 
