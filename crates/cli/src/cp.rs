@@ -182,8 +182,8 @@ fn start_failure_code(e: &anyhow::Error) -> u8 {
 }
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
-    lightpath_client::control::set_reply_timeout(Duration::from_secs(a.reply_timeout));
-    lightpath_client::control::set_connect_timeout(Duration::from_secs(a.connect_timeout));
+    lightpath_client::control::REPLY_TIMEOUT.set(Duration::from_secs(a.reply_timeout));
+    lightpath_client::control::CONNECT_TIMEOUT.set(Duration::from_secs(a.connect_timeout));
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = match (a.off, a.len) {

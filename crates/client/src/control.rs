@@ -53,54 +53,56 @@ enum RttSource {
     Unknown,
 }
 
+/// A timeout that a command-line option sets, or else an environment
+/// variable (whole seconds, read once), or else a default.
+pub struct Timeout {
+    value: std::sync::OnceLock<Duration>,
+    var: &'static str,
+    default: Duration,
+}
+
+impl Timeout {
+    const fn new(var: &'static str, default: Duration) -> Timeout {
+        Timeout { value: std::sync::OnceLock::new(), var, default }
+    }
+
+    /// Set it before any session opens; no effect once one has read it.
+    pub fn set(&self, d: Duration) {
+        let _ = self.value.set(d);
+    }
+
+    /// What was set, or the variable's seconds if set (and above 0), or
+    /// the default.
+    pub fn get(&self) -> Duration {
+        *self.value.get_or_init(|| {
+            let secs = std::env::var(self.var).ok().and_then(|v| v.trim().parse::<u64>().ok());
+            secs.filter(|&s| s > 0).map_or(self.default, Duration::from_secs)
+        })
+    }
+}
+
 /// How long to wait for a reply to begin, and then for the whole of it to
 /// arrive (a server trickling one line of a reply every few seconds must
-/// not keep the client waiting forever). `LIGHTPATH_REPLY_TIMEOUT`
-/// (seconds) overrides it; see [`reply_timeout`].
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
+/// not keep the client waiting forever): 300 s, `LIGHTPATH_REPLY_TIMEOUT`
+/// or `cp --reply-timeout`.
+pub static REPLY_TIMEOUT: Timeout = Timeout::new("LIGHTPATH_REPLY_TIMEOUT", Duration::from_secs(300));
 
-/// The reply timeout in force ([`reply_timeout`]), once read or set.
-static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-
-/// Set the reply timeout (`cp --reply-timeout`) before any session opens;
-/// no effect once one has read it.
-pub fn set_reply_timeout(d: Duration) {
-    let _ = TIMEOUT.set(d);
-}
-
-/// [`REPLY_TIMEOUT`], or `LIGHTPATH_REPLY_TIMEOUT` seconds if set (read
-/// once), or what [`set_reply_timeout`] set.
-pub fn reply_timeout() -> Duration {
-    *TIMEOUT.get_or_init(|| {
-        let secs = std::env::var("LIGHTPATH_REPLY_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
-        secs.filter(|&s| s > 0).map_or(REPLY_TIMEOUT, Duration::from_secs)
-    })
-}
-
-/// How long the TCP connect of a control connection may take. With TCP
-/// Fast Open and a cookie the kernel defers the SYN and `connect` returns
-/// at once: then the greeting must come within it (a host that is down
+/// How long the TCP connect of a control connection may take: 30 s,
+/// `LIGHTPATH_CONNECT_TIMEOUT` or `cp --connect-timeout`. With TCP Fast
+/// Open and a cookie the kernel defers the SYN and `connect` returns at
+/// once: then the greeting must come within it (a host that is down
 /// would otherwise be waited for through every SYN retry of the kernel,
-/// about two minutes). `LIGHTPATH_CONNECT_TIMEOUT` (seconds) overrides
-/// it; see [`connect_timeout`].
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// about two minutes).
+pub static CONNECT_TIMEOUT: Timeout = Timeout::new("LIGHTPATH_CONNECT_TIMEOUT", Duration::from_secs(30));
 
-/// The connect timeout in force ([`connect_timeout`]), once read or set.
-static CONNECT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-
-/// Set the connect timeout (`cp --connect-timeout`) before any session
-/// opens; no effect once one has read it.
-pub fn set_connect_timeout(d: Duration) {
-    let _ = CONNECT.set(d);
+/// [`REPLY_TIMEOUT`] in force.
+pub fn reply_timeout() -> Duration {
+    REPLY_TIMEOUT.get()
 }
 
-/// [`CONNECT_TIMEOUT`], or `LIGHTPATH_CONNECT_TIMEOUT` seconds if set (read
-/// once), or what [`set_connect_timeout`] set.
+/// [`CONNECT_TIMEOUT`] in force.
 pub fn connect_timeout() -> Duration {
-    *CONNECT.get_or_init(|| {
-        let secs = std::env::var("LIGHTPATH_CONNECT_TIMEOUT").ok().and_then(|v| v.trim().parse::<u64>().ok());
-        secs.filter(|&s| s > 0).map_or(CONNECT_TIMEOUT, Duration::from_secs)
-    })
+    CONNECT_TIMEOUT.get()
 }
 
 /// One control connection.
