@@ -217,6 +217,23 @@ fn a_pipe_as_source_or_destination_is_refused() {
     assert_eq!(code, 0, "{err}");
     let (code, err) = cp(&["/dev/zero", &url(port, "/z")]);
     assert!(code == 2 && err.contains("/dev/zero as a source needs --len"), "{err}");
+    // --verify checks whole files: with a part of one it compared the
+    // whole source's checksum with the part, failed every time and left
+    // the part under its name. Refused before anything is copied.
+    let (src, dst) = (url(port, "/f"), url(port, "/part"));
+    for part in [&["--off", "100", "--len", "1000"][..], &["--len", "1000"], &["--off", "100"]] {
+        let dl = local.join("part");
+        let args = [part, &["--verify", "MD5", &src, dl.to_str().unwrap()]].concat();
+        let (code, err) = cp(&args);
+        assert!(code == 2 && err.contains("--verify checks whole files"), "{args:?}: {err}");
+        assert!(!dl.exists(), "{args:?}: nothing copied");
+        let up = local.join("up-src");
+        std::fs::write(&up, vec![7u8; 5000]).unwrap();
+        let args = [part, &["--verify", "MD5", up.to_str().unwrap(), &dst]].concat();
+        let (code, err) = cp(&args);
+        assert!(code == 2 && err.contains("--verify checks whole files"), "{args:?}: {err}");
+        assert!(!root.join("part").exists(), "{args:?}: nothing stored");
+    }
     // A destination that is a symlink is written through, as cp does (as
     // root, `cp URL /dev/stdout > out` replaced the system's link); one
     // that leads nowhere is refused.

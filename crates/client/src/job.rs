@@ -162,6 +162,13 @@ pub async fn copy(
         // It has no end: without a length it sent nothing, exit 0.
         return Err(ClientError::Usage("/dev/zero as a source needs --len (how many bytes)".into()));
     }
+    if opts.part.is_some() && opts.verify.is_some() {
+        // It compared the whole source's checksum with the part copied:
+        // every such copy failed, its part left in place.
+        return Err(ClientError::Usage(
+            "--verify checks whole files: not with --off/--len (a part of a file); nothing copied".into(),
+        ));
+    }
     let remote_src = one_source_server(&srcs, &dst)?;
     // The sources on the planning server are asked about in the login's round trip.
     let same_server =
