@@ -111,8 +111,8 @@ pub struct CpArgs {
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub reply_timeout: u64,
     /// Seconds a server may take to answer the connect of a control
-    /// connection (with TCP Fast Open, to send its greeting) before the
-    /// attempt fails (and is tried again, with --retries).
+    /// connection with its greeting before the attempt fails (and is
+    /// tried again, with --retries).
     #[arg(long, value_name = "SECS", default_value_t = 30, env = "LIGHTPATH_CONNECT_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub connect_timeout: u64,

@@ -215,3 +215,22 @@ fn a_server_that_is_down_is_a_failure_not_a_usage_error() {
     let (code, err) = cp(&[&f, &got]);
     assert_eq!(code, 2, "local to local stays a usage error: {err}");
 }
+
+/// A server that takes the connection and never greets is given up after
+/// the connect timeout (it was waited for through the reply timeout, 300
+/// s a try), and the error says no greeting came.
+#[test]
+fn a_server_that_never_greets_is_given_up_after_the_connect_timeout() {
+    let (_d, _root, local) = root_and_local();
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || mute.accept().map(|(s, _)| s));
+    let started = Instant::now();
+    let dst = local.join("x").display().to_string();
+    let (code, err) = cp(&["--connect-timeout", "2", "--retries", "0", &url(port, "/x"), &dst]);
+    let took = started.elapsed();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no greeting within 2 s"), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}: {err}");
+    drop(held);
+}

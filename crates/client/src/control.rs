@@ -124,9 +124,11 @@ pub struct ControlConn {
     pub rtt: Duration,
     /// Where `rtt` came from.
     rtt_source: RttSource,
-    /// With a Fast Open connect the kernel deferred: when the greeting
-    /// must have come, [`connect_timeout`] after the connect began (the
-    /// handshake is under way until then). `None` once it came.
+    /// When the greeting must have come: [`connect_timeout`] after the
+    /// connect began (with a Fast Open connect the kernel deferred, the
+    /// handshake itself is under way until then; a server that takes the
+    /// connection and says nothing is not waited for either). `None`
+    /// once a reply came.
     handshake_by: Option<tokio::time::Instant>,
     /// Server name for messages.
     pub name: String,
@@ -210,7 +212,7 @@ impl ControlConn {
             corked: None,
             rtt,
             rtt_source,
-            handshake_by: deferred.then(|| started + connect_timeout()),
+            handshake_by: Some(started + connect_timeout()),
             name,
             server_path: None,
             confirmed: RangeSet::new(),
@@ -323,6 +325,7 @@ impl ControlConn {
             if let Some(r) = parsed {
                 tracing::debug!(server = %self.name, "< {} {}", r.code, r.full_text());
                 self.reply_started = None;
+                self.handshake_by = None;
                 self.last_reply = Some(r.code);
                 self.note_data_path(&r);
                 if let Some(m) = RestartMarker::from_reply(&r) {
@@ -364,7 +367,11 @@ impl ControlConn {
     fn timeout_err(&self) -> ClientError {
         if self.handshake_by.is_some_and(|by| by <= tokio::time::Instant::now()) {
             let secs = connect_timeout().as_secs();
-            let why = format!("timed out: no answer to the SYN (TCP Fast Open) within {secs} s");
+            let why = if lightpath_sys::net::tcp_handshake_done(&self.stream).unwrap_or(true) {
+                format!("timed out: no greeting within {secs} s (the server took the connection and said nothing)")
+            } else {
+                format!("timed out: no answer to the SYN (TCP Fast Open) within {secs} s")
+            };
             return ClientError::Connect(self.name.clone(), why);
         }
         let secs = reply_timeout().as_secs();
