@@ -1,6 +1,6 @@
 //! `lightpath cp`, `ls`, `sum`.
 
-use crate::units::{parse_rate, parse_size, WEEK};
+use crate::units::{parse_block, parse_rate, parse_size, WEEK};
 use anyhow::Context;
 use clap::builder::BoolishValueParser;
 use clap::Args;
@@ -37,8 +37,10 @@ pub struct CpArgs {
     /// Commands kept in flight per session (1 = no pipelining).
     #[arg(long, default_value_t = 16, env = "LIGHTPATH_PIPELINE")]
     pub pipeline: usize,
-    /// MODE E block size (e.g. 256K, 1M).
-    #[arg(long, default_value = "256K", value_parser = parse_size)]
+    /// MODE E block size this client sends in (e.g. 256K, 1M; 4K to
+    /// 64M): uploads and trees it sends. Downloads and third-party copies
+    /// take the sending server's (a lightpath server's grow to 1M).
+    #[arg(long, default_value = "256K", value_parser = parse_block)]
     pub block: u64,
     /// Partial copy: start offset (alone: to the end of the file, one file).
     #[arg(long, value_parser = parse_size)]
