@@ -140,7 +140,7 @@ async fn verify_follows_no_symlink_beneath_the_destination() {
     std::fs::write(dst.join("top"), b"a bad copy").expect("write");
     std::os::unix::fs::symlink(&outside, dst.join("sub")).expect("symlink");
     let (s, t) = (Location::Local(src), Location::Local(dst.clone()));
-    let failed = verify_tree(&s, &t, "MD5", (None, None), &Unreadables::default()).await.expect("verify");
+    let (failed, _) = verify_tree(&s, &t, "MD5", (None, None), &Unreadables::default()).await.expect("verify");
     let said: Vec<String> = failed.iter().map(|f| format!("{}: {}", f.dst, f.result.as_ref().unwrap_err())).collect();
     assert_eq!(failed.len(), 2, "{said:?}");
     assert_eq!(std::fs::read(outside.join("victim")).expect("kept"), b"the user's own file", "{said:?}");

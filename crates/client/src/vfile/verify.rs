@@ -64,14 +64,15 @@ impl Reader {
 /// file's `alg` digest compared on both sides: CKSM pipelined on each
 /// server's control connection, a local side's files read on a blocking
 /// thread meanwhile. `s` and `d` are the sessions of the remote ends.
-/// Returns a failed result for each file that differs or could not be checked.
+/// Returns a failed result for each file that differs or could not be
+/// checked, and how many files the walk found (checked or failed).
 pub(crate) async fn verify_tree(
     src: &Location,
     target: &Location,
     alg: &str,
     (mut s, mut d): (Option<&mut Session>, Option<&mut Session>),
     unreadable: &Unreadables,
-) -> Result<Vec<FileResult>, ClientError> {
+) -> Result<(Vec<FileResult>, u64), ClientError> {
     let left_out = !unreadable.is_empty();
     // Named as left out (read, but changed on every try): reported once.
     let named: std::collections::HashSet<String> =
@@ -101,7 +102,7 @@ pub(crate) async fn verify_tree(
     let unlisted = if left_out { Vec::new() } else { unlisted };
     let not_checked = |why| ClientError::Local(format!("--verify could not check what it holds: {why}"));
     failed.extend(unlisted.into_iter().map(|u| u.failed(not_checked)));
-    Ok(failed)
+    Ok((failed, items.len() as u64))
 }
 
 /// The `alg` digests of `locs`: by CKSM on `s` for remote ones, else read here.
