@@ -304,6 +304,16 @@ fn an_interrupted_tree_upload_is_resumed_by_the_next_partial_run() {
     let state = scratch();
     let (tree, n) = tree_with_a_big_last_file(&local, 15);
     let (_srv, port) = interrupted_tree_upload(state.path(), &tree, &root);
+    // The tree kept for what it holds has its source's mode, not the
+    // 0700 it was made with for the writing (which it kept).
+    let mode =
+        |p: &Path| std::fs::metadata(p).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777);
+    let want = mode(&tree).unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while mode(&root.join("tree")).ok() != Some(want) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(mode(&root.join("tree")).ok(), Some(want), "the kept tree's own mode");
     let err = succeeded(partial_tree_up(state.path(), &tree, port).output().unwrap());
     assert!(err.contains(&format!("{n} files, ")) && err.contains("held)"), "{err}");
     assert!(err.contains(&format!("{} file(s) copied", n + 1)), "{err}");

@@ -222,7 +222,15 @@ pub fn receive(
     };
     let r = receive_tree(dc, sink, t, ctl);
     match (&r, t.settings.vsto_root) {
-        (Err(_), _) => remove_made(root, &made),
+        (Err(_), meta) => {
+            remove_made(root, &made);
+            // Kept for what it holds complete: not left private (0700,
+            // as it was made for the writing), out of its owner's
+            // reach but for the server's user.
+            if let (Some(meta), true) = (meta, made.last() == Some(&t.path) && root.subdir(t.path.relative()).is_ok()) {
+                set_root_meta(root, &t.path, meta);
+            }
+        }
         (Ok(_), Some(meta)) => set_root_meta(root, &t.path, meta),
         (Ok(_), None) => {}
     }
