@@ -380,26 +380,15 @@ pub struct SumArgs {
     pub alg: String,
 }
 
-/// An argument that cannot be used (a bad URL, a local path where a
-/// server's is needed): exit status 2, as for clap's own usage errors and
-/// `cp`'s, where a failure once running exits 1.
-#[derive(Debug)]
-pub struct Usage(String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
-
-/// The server and path `url` names, for `ls` and `sum`.
-fn remote_arg(url: &str) -> Result<lightpath_client::Remote, Usage> {
+/// The server and path `url` names, for `ls` and `sum`; a usage error
+/// (exit status 2, as for clap's own and `cp`'s) for any other argument.
+fn remote_arg(url: &str) -> Result<lightpath_client::Remote, ClientError> {
     match Location::parse(url) {
         Ok(Location::Remote(r)) => Ok(r),
-        Ok(Location::Local(_)) => Err(Usage(format!("{url}: not an ftp:// URL (ls and sum ask a server)"))),
-        Err(e) => Err(Usage(e.to_string())),
+        Ok(Location::Local(_)) => {
+            Err(ClientError::Usage(format!("{url}: not an ftp:// URL (ls and sum ask a server)")))
+        }
+        Err(e) => Err(ClientError::Usage(e.to_string())),
     }
 }
 

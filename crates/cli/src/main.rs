@@ -77,7 +77,8 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("lightpath: {}", term::message(&format!("{e:#}")));
             // A usage error exits 2, as clap's own do; a failure, 1.
-            ExitCode::from(if e.is::<cp::Usage>() { 2 } else { 1 })
+            let usage = matches!(e.downcast_ref(), Some(lightpath_client::ClientError::Usage(_)));
+            ExitCode::from(if usage { 2 } else { 1 })
         }
     }
 }

@@ -231,7 +231,6 @@ impl ControlConn {
     /// the kernel's RTT of it over the book's (which would never change) or
     /// none.
     fn measure_rtt(&mut self) {
-        self.handshake_by = None;
         if std::mem::replace(&mut self.rtt_source, RttSource::Handshake) == RttSource::Handshake {
             return;
         }
