@@ -230,6 +230,35 @@ fn a_file_named_like_an_mlst_fact_is_a_file() {
     }
 }
 
+/// A trailing slash on a source without `-r` is not taken for a
+/// directory the server does not list: `f/` naming a file, or a missing
+/// `gone/`, was refused as "is a directory (use -r)" (exit 2). A missing
+/// one now fails (exit 1) for the server's reason; `f/` is fetched (our
+/// server, like GCT's, reads `/f/` as `/f`). A listed directory still
+/// asks for `-r`. From our server and GCT's.
+#[test]
+fn a_trailing_slash_is_not_a_directory_the_server_does_not_list() {
+    let d = scratch();
+    let (root, local) = (open_dir(&d.path().join("root")), open_dir(&d.path().join("local")));
+    write_random(&root.join("f"), 70_000, 6);
+    std::fs::create_dir(root.join("d")).unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (_g, gp) = gct_server(&root);
+    let gct = format!("{}", root.display());
+    for (n, (p, base)) in [(port, ""), (gp, gct.as_str())].into_iter().enumerate() {
+        let dst = local.join(format!("f{n}")).display().to_string();
+        let (code, err) = cp(&[&url(p, &format!("{base}/f/")), &dst]);
+        assert_eq!(code, 0, "{err}");
+        assert_same_file(&root.join("f"), Path::new(&dst));
+        let (code, err) = cp(&[&url(p, &format!("{base}/gone/")), &dst]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("No such file") || err.contains("not found") || err.contains("exist"), "{err}");
+        let (code, err) = cp(&[&url(p, &format!("{base}/d/")), &dst]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("is a directory (use -r)"), "{err}");
+    }
+}
+
 /// Two sources bound for one file (`a/x` and `b/x` into `out/`, or two
 /// trees merged into one directory) are refused before anything moves:
 /// the second overwrote the first and both were counted as copied.

@@ -132,7 +132,7 @@ pub async fn make_plan(
                 not_a_stream(p, "/dev/zero")?;
                 (p.is_dir(), std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
             }
-            Location::Remote(r) => remote_stat(r, lister.as_deref_mut()).await?,
+            Location::Remote(r) => remote_stat(r, lister.as_deref_mut(), recursive).await?,
         };
         let target =
             if into_dir && !(is_dir && src.is_dir_syntax()) { join(dst, &base_name(src)) } else { dst.clone() };
@@ -228,10 +228,21 @@ pub fn describe(l: &Location) -> String {
 }
 
 /// Whether a remote source is a directory, and its size (see [`Session::stat`]).
-pub(crate) async fn remote_stat(r: &Remote, lister: Option<&mut Session>) -> Result<(bool, u64), ClientError> {
-    let Some(s) = lister else { return Ok((r.path.ends_with(b"/"), 0)) };
+/// What MLST said decides. A trailing slash counts only where MLST said
+/// nothing and a tree is asked for (`recursive`): the tree's listing then
+/// says why it cannot be read. Without `-r`, `f/` naming a file, or a
+/// missing `d/`, is fetched as a file, whose RETR the server refuses for
+/// its reason ("Not a directory", "No such file"), as `cp f/ x` fails; it
+/// was called a directory ("use -r").
+pub(crate) async fn remote_stat(
+    r: &Remote,
+    lister: Option<&mut Session>,
+    recursive: bool,
+) -> Result<(bool, u64), ClientError> {
+    let slash = r.path.ends_with(b"/");
+    let Some(s) = lister else { return Ok((slash, 0)) };
     let (is_dir, size) = s.stat(&r.path).await?;
-    Ok((is_dir || r.path.ends_with(b"/"), size))
+    Ok((is_dir || (slash && recursive && !s.listed(&r.path)), size))
 }
 
 /// The regular files of the tree at `src`, each with where a copy of the

@@ -27,7 +27,7 @@ pub(super) async fn try_tree(
 ) -> Result<Option<Vec<FileResult>>, ClientError> {
     let is_dir = match (src, lister.as_mut()) {
         (Location::Local(p), _) => p.is_dir(),
-        (Location::Remote(r), Some(s)) => crate::plan::remote_stat(r, Some(s)).await?.0,
+        (Location::Remote(r), Some(s)) => crate::plan::remote_stat(r, Some(s), true).await?.0,
         (Location::Remote(_), None) => false,
     };
     if !is_dir {

@@ -51,6 +51,12 @@ impl Session {
         Ok((st.is_dir, st.size))
     }
 
+    /// Whether MLST answered for `path` with its facts, as far as
+    /// [`Session::stat`] asked (or the login did).
+    pub(crate) fn listed(&self, path: &[u8]) -> bool {
+        self.stats.get(path).is_some_and(|st| st.listed)
+    }
+
     /// The mode and mtime of `path` as its MLST facts (`UNIX.mode`,
     /// `Modify`) said them, if [`Session::stat`] asked (or the login did)
     /// and the server gave a mode.
@@ -407,6 +413,8 @@ fn says_exists(r: &Reply, path: &[u8]) -> bool {
 pub(crate) struct RemoteStat {
     pub is_dir: bool,
     pub size: u64,
+    /// Whether MLST gave facts (the path exists, as a directory or not).
+    pub listed: bool,
     /// Mode and mtime, from the `UNIX.mode` and `Modify` facts.
     pub meta: Option<TreeRoot>,
 }
@@ -415,7 +423,8 @@ pub(crate) struct RemoteStat {
 pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Reply) -> RemoteStat {
     let facts = if mlst.is_ok() { mlst.lines.iter().find_map(|l| Facts::of_line(l)) } else { None };
     let size = if size.code == 213 { size.text().trim().parse().unwrap_or(0) } else { 0 };
-    RemoteStat { is_dir: facts.as_ref().is_some_and(|f| f.is_dir), size, meta: facts.and_then(|f| f.meta) }
+    let (is_dir, listed) = (facts.as_ref().is_some_and(|f| f.is_dir), facts.is_some());
+    RemoteStat { is_dir, size, listed, meta: facts.and_then(|f| f.meta) }
 }
 
 /// The mode (`UNIX.mode`, octal) and mtime (`Modify`, whole seconds) in
