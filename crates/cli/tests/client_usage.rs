@@ -234,3 +234,34 @@ fn a_server_that_never_greets_is_given_up_after_the_connect_timeout() {
     assert!(took < Duration::from_secs(20), "{took:?}: {err}");
     drop(held);
 }
+
+/// Ctrl-C while a server has not greeted ends the copy at once, in each
+/// direction: the login was waited for through the interrupted copy's
+/// grace (10 s), or the connect timeout if shorter.
+#[test]
+fn ctrl_c_before_the_greeting_ends_the_copy_at_once() {
+    let (_d, root, local) = root_and_local();
+    std::fs::write(root.join("f"), b"data").unwrap();
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || (0..3).map(|_| mute.accept().map(|(s, _)| s)).collect::<Vec<_>>());
+    let (up, down) = (url(port, "/x"), local.join("x").display().to_string());
+    let f = root.join("f").display().to_string();
+    for args in [[up.as_str(), down.as_str()], [f.as_str(), up.as_str()], ["-r", up.as_str()]] {
+        let dst = if args[0] == "-r" { format!("{down}-tree") } else { String::new() };
+        let child = Command::new(LP)
+            .args(["cp", "--connect-timeout", "60"])
+            .args(args)
+            .args((!dst.is_empty()).then_some(dst.as_str()))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let started = Instant::now();
+        let (code, err) = interrupt(child);
+        let took = started.elapsed();
+        assert_eq!(code, Some(130), "{args:?}: {err}");
+        assert!(took < Duration::from_secs(3), "{args:?}: {took:?}: {err}");
+    }
+    drop(held);
+}

@@ -204,7 +204,25 @@ impl Session {
     ///   [`Session::drop_speculation`] reads the refusal.
     /// - `RETR file`: [`Session::get_many`] takes it over (a server without
     ///   MODE E refuses MODE E and sends the file in MODE S to our PORT).
+    ///
+    /// Ctrl-C (`opts.cancel`) ends the wait at once: a server that never
+    /// greets was waited for through [`crate::control::CONNECT_TIMEOUT`]
+    /// or until the interrupted copy's grace ran out (10 s).
     pub async fn open_speculating(
+        remote: &Remote,
+        opts: SessionOpts,
+        paths: &[Vec<u8>],
+        spec: Speculation<'_>,
+    ) -> Result<Session, ClientError> {
+        let cancel = opts.cancel.clone();
+        tokio::select! {
+            s = Self::log_in(remote, opts, paths, spec) => s,
+            _ = until_set(&cancel) => Err(ClientError::Local("interrupted".into())),
+        }
+    }
+
+    /// [`Session::open_speculating`], until cancelled.
+    async fn log_in(
         remote: &Remote,
         opts: SessionOpts,
         paths: &[Vec<u8>],
@@ -663,6 +681,13 @@ pub(crate) const ABORT_WAIT: Duration = Duration::from_secs(2);
 /// Resolves once `ctl` is cancelled (checked every 50 ms).
 pub(crate) async fn cancelled(ctl: &Control) {
     while !ctl.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Resolves once `flag` is set (checked every 50 ms).
+async fn until_set(flag: &AtomicBool) {
+    while !flag.load(std::sync::atomic::Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
