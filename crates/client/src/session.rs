@@ -659,9 +659,12 @@ impl Session {
 
     /// A new login in place of a session left out of step
     /// ([`Session::abandon_transfer`], [`Session::lost`]); nothing for any other.
+    /// Not cancelled by Ctrl-C: an interrupted upload to GCT logs in again
+    /// to remove its temporary file.
     pub(crate) async fn reopen_if_out_of_step(&mut self) -> Result<(), ClientError> {
         if self.out_of_step {
-            let old = std::mem::replace(self, Session::open(&self.remote, self.opts.clone()).await?);
+            let again = Self::log_in(&self.remote, self.opts.clone(), &[], Speculation::None).await?;
+            let old = std::mem::replace(self, again);
             old.quit().await;
         }
         Ok(())
