@@ -27,6 +27,9 @@ pub struct Item {
     /// with the mode: a third-party copy to a server without lightpath's
     /// extensions gives it the file there (`MFMT`), with the mode.
     pub mtime: Option<i64>,
+    /// A remote source's identity (MLSD's `Unique`), where its listing
+    /// gave it: hard links share it (`--verify` of a tree counts files).
+    pub unique: Option<String>,
 }
 
 /// All the work of one copy.
@@ -143,7 +146,7 @@ pub async fn make_plan(
                 Location::Local(_) => None,
             };
             let (mode, mtime) = (meta.map(|m| m.mode), meta.and_then(|m| m.mtime_secs()));
-            plan.files.push(Item { src: src.clone(), dst: target, size, mode, mtime });
+            plan.files.push(Item { src: src.clone(), dst: target, size, mode, mtime, unique: None });
             continue;
         }
         if !recursive {
@@ -309,9 +312,14 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
                     plan.dirs.push(dst.clone());
                     queue.push_back((path, dst));
                 }
-                Some(LocalKind::File(size)) => {
-                    plan.files.push(Item { src: Location::Local(path), dst, size, mode: None, mtime: None })
-                }
+                Some(LocalKind::File(size)) => plan.files.push(Item {
+                    src: Location::Local(path),
+                    dst,
+                    size,
+                    mode: None,
+                    mtime: None,
+                    unique: None,
+                }),
                 None => {}
             }
         }
@@ -609,7 +617,14 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.plan.dirs.push(dst.clone());
             w.queue.push_back((sr, dst));
         } else {
-            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode, mtime: e.mtime });
+            w.plan.files.push(Item {
+                src: Location::Remote(sr),
+                dst,
+                size: e.size,
+                mode: e.mode,
+                mtime: e.mtime,
+                unique: e.unique.clone(),
+            });
         }
     }
 }
@@ -695,6 +710,7 @@ mod tests {
             unresolved: false,
             mode: None,
             mtime: None,
+            unique: None,
         };
         (0..n).map(entry).collect()
     }

@@ -188,7 +188,7 @@ mod tests {
 
     fn task() -> Task {
         let l = Location::Local("/x".into());
-        Task::new(Item { src: l.clone(), dst: l, size: 1, mode: None, mtime: None })
+        Task::new(Item { src: l.clone(), dst: l, size: 1, mode: None, mtime: None, unique: None })
     }
 
     fn reset() -> ClientError {

@@ -229,7 +229,14 @@ fn add_tree(
         } else if e.is_dir {
             w.plan.dirs.push(dst);
         } else {
-            w.plan.files.push(Item { src: Location::Remote(sr), dst, size: e.size, mode: e.mode, mtime: e.mtime });
+            w.plan.files.push(Item {
+                src: Location::Remote(sr),
+                dst,
+                size: e.size,
+                mode: e.mode,
+                mtime: e.mtime,
+                unique: e.unique.clone(),
+            });
         }
     }
     Ok(links)
@@ -247,7 +254,7 @@ async fn resolve_links(s: &mut Session, w: &mut Walk, links: Vec<(Remote, Locati
         match kind {
             Ok(Some(f)) if !f.is_dir => {
                 let (mode, mtime) = (f.meta.map(|m| m.mode), f.meta.and_then(|m| m.mtime_secs()));
-                w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size, mode, mtime })
+                w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size, mode, mtime, unique: f.unique })
             }
             Ok(Some(_)) => tracing::warn!("skipping {}: a symlink to a directory", sr.display()),
             Ok(None) => tracing::debug!("leaving out {}: a symlink that leads nowhere", sr.display()),

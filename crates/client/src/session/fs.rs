@@ -26,6 +26,9 @@ pub struct Entry {
     /// Modification time (`Modify`, whole seconds since the epoch), if
     /// the listing gave it with the mode.
     pub mtime: Option<i64>,
+    /// `Unique`: the file system's identity of it, if the listing gave it
+    /// (the names of one file, hard links, share it).
+    pub unique: Option<String>,
 }
 
 impl Session {
@@ -354,7 +357,8 @@ pub(crate) fn entry_of(facts: &str, name: &[u8], slinks: bool) -> Option<Entry> 
     let link = unresolved || fact(facts, "unix.slink").is_some();
     let meta = meta_of_facts(facts);
     let (mode, mtime) = (meta.map(|m| m.mode), meta.and_then(|m| m.mtime_secs()));
-    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved, mode, mtime })
+    let unique = fact(facts, "unique").map(String::from);
+    Some(Entry { name: name.to_vec(), is_dir, size, link, unresolved, mode, mtime, unique })
 }
 
 /// What a line of MLST facts says of a file or directory.

@@ -65,7 +65,8 @@ impl Reader {
 /// server's control connection, a local side's files read on a blocking
 /// thread meanwhile. `s` and `d` are the sessions of the remote ends.
 /// Returns a failed result for each file that differs or could not be
-/// checked, and how many files the walk found (checked or failed).
+/// checked, and how many files the walk found (checked or failed; the
+/// names of one file counted once).
 pub(crate) async fn verify_tree(
     src: &Location,
     target: &Location,
@@ -102,7 +103,23 @@ pub(crate) async fn verify_tree(
     let unlisted = if left_out { Vec::new() } else { unlisted };
     let not_checked = |why| ClientError::Local(format!("--verify could not check what it holds: {why}"));
     failed.extend(unlisted.into_iter().map(|u| u.failed(not_checked)));
-    Ok((failed, items.len() as u64))
+    Ok((failed, distinct_files(&items)))
+}
+
+/// How many files `items` name, the names of one file (hard links)
+/// counted once, as the tree's copy counts files: counted per name, each
+/// extra link hid a file the walk could not see from the check for ones
+/// not checked (a helper's defect hunt). A local source's identity is its
+/// device and inode, a remote one's its listing's `Unique`; a name
+/// without one counts alone.
+fn distinct_files(items: &[crate::plan::Item]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let identity = |i: &crate::plan::Item| match &i.src {
+        Location::Local(p) => std::fs::symlink_metadata(p).ok().map(|m| format!("{:x}-{:x}", m.dev(), m.ino())),
+        Location::Remote(_) => i.unique.clone(),
+    };
+    items.iter().filter(|i| identity(i).is_none_or(|k| seen.insert(k))).count() as u64
 }
 
 /// The `alg` digests of `locs`: by CKSM on `s` for remote ones, else read here.
