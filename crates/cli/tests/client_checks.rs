@@ -259,6 +259,40 @@ fn a_trailing_slash_is_not_a_directory_the_server_does_not_list() {
     }
 }
 
+/// A tree download whose destination cannot be made (a file is there)
+/// fails at once for that reason: the server, its VRET sent, waited for
+/// data connections that never came, so no reply came either; that was
+/// "control connection ...: no reply 10 s after our end of the data
+/// channel failed", retried 3 times (47 s). Nothing on the server is held.
+#[test]
+fn a_tree_download_to_a_destination_that_cannot_be_made_fails_at_once() {
+    let (_d, root, local) = root_and_local();
+    make_tree(&root.join("t"), 3, 2);
+    // More than the sockets hold: a server whose tree fits in them
+    // answered without waiting for the client.
+    write_random(&root.join("t/big"), 64 << 20, 3);
+    std::fs::write(local.join("taken"), b"a file").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    // A server known from an earlier copy (the peer book): the VRET goes
+    // with the login, data connections opened ahead.
+    let (code, err) = cp(&["-r", &url(port, "/t"), &local.join("fine").display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let taken = local.join("taken").display().to_string();
+    for dst in [taken.clone(), format!("{taken}/")] {
+        let started = Instant::now();
+        let (code, err) = cp(&["-r", &url(port, "/t"), &dst]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("taken") && err.contains("File exists"), "{err}");
+        assert!(!err.contains("control connection") && !err.contains("trying again"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}: {err}", started.elapsed());
+    }
+    assert_eq!(std::fs::read(local.join("taken")).unwrap(), b"a file");
+    // The server goes on serving.
+    let (code, err) = cp(&["-r", &url(port, "/t"), &local.join("again").display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_tree(&root.join("t"), &local.join("again"));
+}
+
 /// Two sources bound for one file (`a/x` and `b/x` into `out/`, or two
 /// trees merged into one directory) are refused before anything moves:
 /// the second overwrote the first and both were counted as copied.

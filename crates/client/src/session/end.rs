@@ -178,6 +178,17 @@ impl Session {
         if data.is_ok() || ctl.is_cancelled() {
             return self.transfer_reply(ctl).await;
         }
+        if let Err(e @ ClientError::Local(_)) = data {
+            // Our end failed for a reason of its own, as a tree download
+            // whose destination cannot be made does before it serves the
+            // data channel: a server waiting for data connections that
+            // will not come never answers. That was a control-channel
+            // error after 10 s, retried (a defect hunt: 47 s). The transfer
+            // is given up now (the session reopened before its next
+            // command), failing for our reason.
+            let _ = self.abandon_transfer().await;
+            return Err(e.clone());
+        }
         let wait = reply_after_data_failed();
         match tokio::time::timeout(wait, self.transfer_reply(ctl)).await {
             Ok(r) => r,
