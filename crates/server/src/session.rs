@@ -207,8 +207,11 @@ fn stop(current: &Current, how: fn(&Control)) {
     }
 }
 
+/// `ABOR` itself (any case, blanks around it): not any line that starts
+/// with the letters, as `ABORTIVE` did, which stopped the transfer and
+/// was then refused as unknown (a defect hunt).
 fn is_abor(line: &Line) -> bool {
-    matches!(line, Line::Text(t) if t.len() >= 4 && t[..4].eq_ignore_ascii_case(b"ABOR"))
+    matches!(line, Line::Text(t) if t.trim_ascii().eq_ignore_ascii_case(b"ABOR"))
 }
 
 impl Session {
@@ -603,5 +606,17 @@ mod tests {
         assert_eq!((dc.opts.congestion.as_deref(), dc.opts.recv_window), (None, None));
         configure(&mut dc, Some("cubic"), wan);
         assert_eq!(dc.opts.congestion.as_deref(), Some("cubic"));
+    }
+
+    #[test]
+    fn only_abor_itself_stops_a_transfer() {
+        let text = |t: &[u8]| Line::Text(t.to_vec());
+        for yes in [&b"ABOR"[..], b"abor", b" ABOR ", b"Abor\t"] {
+            assert!(is_abor(&text(yes)), "{:?}", String::from_utf8_lossy(yes));
+        }
+        for no in [&b"ABORTIVE-NOT-A-COMMAND"[..], b"ABOR x", b"ABO", b"", b"XABOR"] {
+            assert!(!is_abor(&text(no)), "{:?}", String::from_utf8_lossy(no));
+        }
+        assert!(!is_abor(&Line::TooLong));
     }
 }
