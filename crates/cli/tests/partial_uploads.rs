@@ -137,6 +137,56 @@ fn a_restart_claiming_more_than_was_kept_is_refused() {
     assert!(std::fs::read_dir(&root).unwrap().next().is_none(), "nothing under any name");
 }
 
+/// A whole upload (no REST) of a path replaces what an earlier try of it
+/// left kept, even when it breaks too soon to be kept itself: a restart
+/// that claimed the newer try's ranges resumed the older try's bytes and
+/// was published with 226 (a defect hunt).
+#[test]
+fn a_whole_upload_drops_what_an_earlier_try_left_kept() {
+    let (_d, root, _local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
+    break_after(port, "h", 2 * MIB);
+    break_after(port, "h", MIB / 2);
+    let mut c = Raw::login(port);
+    let ((code, text), dc) = stor(&mut c, "h", Some(&format!("REST 0-{}", MIB / 2)));
+    assert!(dc.is_none() && code == 554 && text.contains("no partial upload"), "{code} {text}");
+    assert!(std::fs::read_dir(&root).unwrap().next().is_none(), "nothing under any name");
+}
+
+/// A restart without ALLO of an upload whose first try announced its size
+/// must still bring all of it: one that sent less was published at the
+/// announced size, the rest zeros, with 226 (a defect hunt).
+#[test]
+fn a_restart_without_allo_still_owes_the_announced_size() {
+    let (_d, root, _local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
+    let data = content();
+    break_after(port, "r", 2 * MIB);
+    let t = Instant::now();
+    let (mut c, dc) = loop {
+        let mut c = Raw::login(port);
+        assert_eq!(c.cmd("TYPE I").0, 200);
+        assert_eq!(c.cmd("MODE E").0, 200);
+        let addr = c.pasv();
+        assert_eq!(c.cmd(&format!("REST 0-{}", 2 * MIB)).0, 350);
+        c.send(b"STOR r");
+        let data = TcpStream::connect(addr).unwrap();
+        let r = c.reply();
+        if r.0 == 150 || r.0 == 125 {
+            break (c, data);
+        }
+        assert!(r.1.contains("no partial upload") && t.elapsed() < Duration::from_secs(10), "{r:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut dc = dc;
+    let end = [block(2 * MIB, &data[2 * MIB..5 * MIB / 2]), BlockHeader::eof_eod(1).encode().to_vec()].concat();
+    dc.write_all(&end).unwrap();
+    let (_, fin) = markers_and_final(&mut c);
+    assert_eq!(fin.0, 451, "{fin:?}");
+    assert!(fin.1.contains("incomplete"), "{fin:?}");
+    assert!(!root.join("r").exists(), "a short file was published");
+}
+
 /// With `--keep-partial 0`, and for an upload that wrote less than a MiB,
 /// nothing is kept.
 #[test]

@@ -153,9 +153,13 @@ fn upload(
         if t.kind == TransferKind::Stor {
             t.restart = None; // REST 0: a whole upload
         }
+        // A whole upload replaces what an earlier try of it left kept:
+        // a later restart resumed that older try's bytes, then the new
+        // ones, published with 226 (a defect hunt).
+        drop(ctx.partials.take(Instant::now(), &path.owner, t.path.as_bytes()));
         open_target(&ctx.root, ctx.cfg.memory_paths, &t)
     } else {
-        take_partial(ctx, &t, &claims, &path.owner).map(|f| (Target::Temp(f), None))
+        take_partial(ctx, &mut t, &claims, &path.owner).map(|f| (Target::Temp(f), None))
     };
     // A reservation ALLO made lasts as long as the transfer.
     match opened {
@@ -165,12 +169,15 @@ fn upload(
 }
 
 /// The partial upload `t` resumes, if the server kept one that holds
-/// `claims` ([`partial::check`]).
-fn take_partial(ctx: &crate::ServerCtx, t: &Transfer, claims: &RangeSet, who: &Owner) -> Result<TempFile, Reply> {
+/// `claims` ([`partial::check`]). Its size, if its first try announced
+/// one (ALLO), is the resumed upload's too: without ALLO, a resume that
+/// sent less was published at that size, the rest zeros (a defect hunt).
+fn take_partial(ctx: &crate::ServerCtx, t: &mut Transfer, claims: &RangeSet, who: &Owner) -> Result<TempFile, Reply> {
     let (p, expired) = ctx.partials.take(Instant::now(), who, t.path.as_bytes());
     drop(expired);
     partial::check(t, claims, p.as_ref())?;
     let p = p.expect("checked");
+    t.allo = t.allo.or(p.size);
     tracing::info!(path = %t.path.display(), have = %p.have, claims = %claims, "resuming a partial upload");
     Ok(p.file)
 }
