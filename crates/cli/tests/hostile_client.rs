@@ -210,6 +210,31 @@ fn abor_stops_a_mode_s_transfer_waiting_for_its_connection() {
     assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
 }
 
+/// ABOR of a MODE S download whose client connected and stopped reading:
+/// the server's send blocked for its whole write timeout (120 s), started
+/// again by every trickle taken, so the ABOR went unanswered for minutes
+/// and the session outlived its control connection (a defect hunt).
+#[test]
+fn abor_stops_a_mode_s_download_its_client_does_not_read() {
+    let big = vec![7u8; 64 << 20];
+    let (_d, _root, _s, port) = served(&[("big", &big[..])], &[]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let addr = c.pasv();
+    c.send(b"RETR big");
+    let data = std::net::TcpStream::connect(addr).unwrap(); // never read
+    assert_eq!(c.reply().0, 150);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    c.send(b"ABOR");
+    let (code, text) = c.final_reply();
+    assert!(code == 426 || code == 451, "{text}");
+    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
+    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+    assert_eq!(c.cmd("NOOP").0, 200, "the session goes on");
+    drop(data);
+}
+
 /// The same with the ABOR sent right behind the RETR, before its 150: the
 /// server reads both before the transfer starts. The ABOR was lost, and
 /// the RETR waited 120 s for its data connection (a review's find).

@@ -294,7 +294,7 @@ impl DataChannel {
     /// MODE S send of `[start, end)`.
     pub fn send_s(&mut self, conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
         ctl.set_data_path(src.data_path());
-        stream::send(conn, src, start, end, ctl)
+        stream::send(conn, src, (start, end), self.idle, ctl)
     }
 
     /// MODE S receive from `base` on, at most `max` bytes.

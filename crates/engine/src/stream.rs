@@ -12,8 +12,15 @@ use std::time::{Duration, Instant};
 /// In MODE S the end of the file is the close, so a send that fails
 /// (the source shrank or could not be read, ABOR) resets the connection
 /// instead: a receiver must not take a truncated file for a whole one.
-pub fn send(mut conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
-    let r = send_range(&mut conn, src, start, end, ctl);
+/// A receiver that takes nothing for `idle` fails the send.
+pub fn send(
+    mut conn: TcpStream,
+    src: &dyn Source,
+    (start, end): (u64, u64),
+    idle: Duration,
+    ctl: &Control,
+) -> Result<u64> {
+    let r = send_range(&mut conn, src, (start, end), idle, ctl);
     if r.is_err() {
         // Failing to set the option leaves the ordinary close: nothing
         // more can be done, and the control reply still says what failed.
@@ -22,25 +29,39 @@ pub fn send(mut conn: TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &C
     r
 }
 
-fn send_range(conn: &mut TcpStream, src: &dyn Source, start: u64, end: u64, ctl: &Control) -> Result<u64> {
+/// How long one send may block before ABOR and idleness are looked at.
+const SEND_TICK: Duration = Duration::from_millis(100);
+
+/// The sending loop. A send blocks at most [`SEND_TICK`], so an ABOR
+/// (or a lost control connection) is seen within it, and only a receiver
+/// that takes nothing for `idle` fails the send. A send blocked for the
+/// whole write timeout (120 s), which every trickle a receiver took
+/// started again, held an aborted session and its slot for minutes (a
+/// defect hunt).
+fn send_range(
+    conn: &mut TcpStream,
+    src: &dyn Source,
+    (start, end): (u64, u64),
+    idle: Duration,
+    ctl: &Control,
+) -> Result<u64> {
     let ctx = |e| EngineError::io("data connection", e);
-    let mut pos = start;
-    let mut buf = vec![0u8; 1 << 20];
+    conn.set_write_timeout(Some(SEND_TICK)).map_err(ctx)?;
+    let (mut pos, mut last) = (start, Instant::now());
+    let mut chunk = Chunk { data: vec![0u8; 1 << 20], at: start, len: 0 };
     while pos < end {
         if ctl.is_cancelled() {
             return Err(EngineError::Aborted);
         }
-        let len = (end - pos).min(buf.len() as u64);
-        if let Some(f) = src.file() {
-            lightpath_sys::net::sendfile_all(conn, f, pos, len)
-                .map_err(|e| EngineError::sending("data connection", e))?;
-        } else {
-            let b = &mut buf[..len as usize];
-            src.read_exact_at(b, pos).map_err(|e| EngineError::io("reading source", e))?;
-            conn.write_all(b).map_err(ctx)?;
+        let want = (end - pos).min(chunk.data.len() as u64) as usize;
+        match send_some(conn, src, &mut chunk, pos, want)? {
+            Some(n) => {
+                ctl.add(n as u64);
+                (pos, last) = (pos + n as u64, Instant::now());
+            }
+            None if last.elapsed() > idle => return Err(EngineError::Idle(idle)),
+            None => {}
         }
-        ctl.add(len);
-        pos += len;
     }
     // The close ends the data: a source that changed meanwhile fails the
     // send first (the connection is then reset, not closed).
@@ -48,6 +69,45 @@ fn send_range(conn: &mut TcpStream, src: &dyn Source, start: u64, end: u64, ctl:
     conn.flush().map_err(ctx)?;
     conn.shutdown(Shutdown::Write).map_err(ctx)?;
     Ok(pos - start)
+}
+
+/// One send of up to `want` bytes at `pos`: `sendfile` from a file, else
+/// from `chunk` (read from `src` when it does not hold `pos`). `None`:
+/// the receiver took nothing within [`SEND_TICK`].
+fn send_some(conn: &TcpStream, src: &dyn Source, chunk: &mut Chunk, pos: u64, want: usize) -> Result<Option<usize>> {
+    let sent = match src.file() {
+        Some(f) => lightpath_sys::net::sendfile_some(conn, f, pos, want),
+        None => (&*conn).write(chunk.holding(src, pos, want)?),
+    };
+    match sent {
+        Ok(0) => Err(EngineError::sending(
+            "data connection",
+            std::io::Error::new(ErrorKind::UnexpectedEof, "file shrank while being sent"),
+        )),
+        Ok(n) => Ok(Some(n)),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => Ok(None),
+        Err(e) => Err(EngineError::sending("data connection", e)),
+    }
+}
+
+/// Bytes of a source that is not a file, read for sending: `len` bytes
+/// from offset `at`.
+struct Chunk {
+    data: Vec<u8>,
+    at: u64,
+    len: usize,
+}
+
+impl Chunk {
+    /// The bytes from `pos` on, read first (`want` of them) unless held.
+    fn holding(&mut self, src: &dyn Source, pos: u64, want: usize) -> Result<&[u8]> {
+        if !(self.at <= pos && pos < self.at + self.len as u64) {
+            let b = &mut self.data[..want];
+            src.read_exact_at(b, pos).map_err(|e| EngineError::io("reading source", e))?;
+            (self.at, self.len) = (pos, want);
+        }
+        Ok(&self.data[(pos - self.at) as usize..self.len])
+    }
 }
 
 /// Receive until the peer closes, writing from `base` on. At most `max`

@@ -135,7 +135,7 @@ fn a_source_read_failing_mid_transfer_fails_a_mode_s_send() {
         let (mut s, mut r) = pair(1);
         let (s, r) = (s.remove(0), r.remove(0));
         let sender = std::thread::spawn(move || {
-            stream::send(s, &BadSource(BytesSource(data())), 0, LEN as u64, &Control::new())
+            stream::send(s, &BadSource(BytesSource(data())), (0, LEN as u64), Duration::from_secs(10), &Control::new())
         });
         let sink = MemorySink::new(1 << 30);
         let got = stream::recv(r, &sink, 0, 1 << 40, Duration::from_secs(10), &Control::new());
@@ -158,7 +158,9 @@ fn a_sink_write_failing_mid_transfer_fails_a_mode_s_receive() {
     let got = within("MODE S receive onto a bad disk", || {
         let (mut s, mut r) = pair(1);
         let (s, r) = (s.remove(0), r.remove(0));
-        let sender = std::thread::spawn(move || stream::send(s, &BytesSource(data()), 0, LEN as u64, &Control::new()));
+        let sender = std::thread::spawn(move || {
+            stream::send(s, &BytesSource(data()), (0, LEN as u64), Duration::from_secs(10), &Control::new())
+        });
         let got =
             stream::recv(r, &BadSink(MemorySink::new(1 << 30)), 0, 1 << 40, Duration::from_secs(10), &Control::new());
         let _ = sender.join().unwrap();
