@@ -261,13 +261,16 @@ fn path(arg: &[u8]) -> Result<RawPath, CommandError> {
     Ok(arg.to_vec())
 }
 
+/// An optional path after `ls`-style options, which are ignored: clients
+/// send `LIST -la`, and `LIST -a /dir` names `/dir` (it listed the
+/// current directory: the whole argument was dropped).
 fn opt_path(arg: &[u8]) -> Option<RawPath> {
-    // Clients send `LIST -la`; options are ignored.
-    if arg.is_empty() || arg.starts_with(b"-") {
-        None
-    } else {
-        Some(arg.to_vec())
+    let mut rest = arg;
+    while rest.starts_with(b"-") {
+        let end = rest.iter().position(|&b| b == b' ')?;
+        rest = rest[end..].trim_ascii_start();
     }
+    (!rest.is_empty()).then(|| rest.to_vec())
 }
 
 fn one_char(arg: &[u8], allowed: &str) -> Result<char, CommandError> {
@@ -675,6 +678,16 @@ mod tests {
         assert_eq!(c, Command::Cksm(CksumArgs { alg: "ADLER32".into(), offset: 0, len: None, path: b"/f".to_vec() }));
         assert_eq!(Command::parse(b"SITE RETRBUFSIZE 1048576").unwrap(), Command::Site(Site::BufSize(1 << 20)));
         assert_eq!(Command::parse(b"SPOR 127,0,0,1,4,1 127,0,0,1,4,2").unwrap().verb(), "SPOR");
+    }
+
+    #[test]
+    fn list_options_are_dropped_and_the_path_after_them_kept() {
+        let list = |l: &[u8]| Command::parse(l).unwrap();
+        assert_eq!(list(b"LIST -la"), Command::List(None));
+        assert_eq!(list(b"LIST -a /dir"), Command::List(Some(b"/dir".to_vec())));
+        assert_eq!(list(b"LIST -l -a  my dir"), Command::List(Some(b"my dir".to_vec())));
+        assert_eq!(list(b"NLST -l "), Command::Nlst(None));
+        assert_eq!(list(b"LIST d"), Command::List(Some(b"d".to_vec())));
     }
 
     /// What a client sends, a server that interprets Telnet reads back
