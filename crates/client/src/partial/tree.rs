@@ -279,8 +279,11 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
     };
     if !keep {
         let (f, b, t) = (held.files, held.bytes, &note.target);
+        // Where depends on the command (a directory the first run made
+        // is copied into, beneath it, as cp -r does; a named one merged
+        // into): said as "beneath it" always, it was wrong for the second.
         let again = match target {
-            Location::Local(_) => "copies the whole tree again, into a directory beneath it, as cp -r does",
+            Location::Local(_) => "copies the whole tree again",
             Location::Remote(_) => "sends the whole tree again",
         };
         eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept, not noted: a run with --partial notes what it leaves, and the same command then sends only the rest; without, the same command {again})");
