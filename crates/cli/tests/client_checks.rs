@@ -293,6 +293,26 @@ fn a_tree_download_to_a_destination_that_cannot_be_made_fails_at_once() {
     assert_same_tree(&root.join("t"), &local.join("again"));
 }
 
+/// A tree copied on one server into itself is refused before anything
+/// moves, as `cp -r d d/sub` is: the sender walked what the receiver was
+/// writing, and left a spurious `zz/self/zz/self`. A sibling whose name
+/// starts the same is not inside it.
+#[test]
+fn a_tree_copied_into_itself_is_refused() {
+    let (_d, root, _local) = root_and_local();
+    make_tree(&root.join("self"), 4, 3);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    for (src, dst) in [("/self", "/self/zz/"), ("/self/", "/self"), ("/self", "//self/./zz")] {
+        let (code, err) = cp(&["-r", &url(port, src), &url(port, dst)]);
+        assert_eq!(code, 2, "{src} -> {dst}: {err}");
+        assert!(err.contains("into itself"), "{err}");
+    }
+    assert!(!root.join("self/zz").exists(), "something was copied");
+    let (code, err) = cp(&["-r", &url(port, "/self"), &url(port, "/selfish")]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_tree(&root.join("self"), &root.join("selfish"));
+}
+
 /// Two sources bound for one file (`a/x` and `b/x` into `out/`, or two
 /// trees merged into one directory) are refused before anything moves:
 /// the second overwrote the first and both were counted as copied.

@@ -108,6 +108,29 @@ type Queue = Arc<Mutex<VecDeque<Item>>>;
 /// (`cp --off` without `--len`, as globus-url-copy's `-off`).
 pub const TO_END: u64 = u64::MAX;
 
+/// A tree copied on one server into itself (`cp -r ftp://h/d
+/// ftp://h/d/sub/`) is refused, as `cp -r d d/sub` is: its sender walked
+/// what its receiver was writing, and left a spurious `sub/d/sub/d`. The
+/// paths are compared as written (a symlink can still lead inside).
+fn not_into_itself(src: &Location, dst: &Location) -> Result<(), ClientError> {
+    let (Location::Remote(s), Location::Remote(d)) = (src, dst) else { return Ok(()) };
+    if (&s.host, s.port) != (&d.host, d.port) {
+        return Ok(());
+    }
+    let parts = |p: &[u8]| -> Vec<Vec<u8>> {
+        p.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").map(<[u8]>::to_vec).collect()
+    };
+    let (sp, dp) = (parts(&s.path), parts(&d.path));
+    if !dp.starts_with(&sp) {
+        return Ok(());
+    }
+    Err(ClientError::Usage(format!(
+        "cannot copy {} into itself ({}); nothing copied",
+        crate::plan::describe(src),
+        crate::plan::describe(dst)
+    )))
+}
+
 /// The server all remote sources are on, if they are remote. Sources on
 /// several servers (or one server as several users) are refused: the
 /// sessions that plan and copy are the first source's, which would read
@@ -173,6 +196,9 @@ pub async fn copy(
         ));
     }
     let remote_src = one_source_server(&srcs, &dst)?;
+    if opts.recursive {
+        srcs.iter().try_for_each(|s| not_into_itself(s, &dst))?;
+    }
     // The sources on the planning server are asked about in the login's round trip.
     let same_server =
         |r: &Remote| remote_src.as_ref().is_some_and(|f| (&f.host, f.port, &f.user) == (&r.host, r.port, &r.user));
