@@ -179,13 +179,18 @@ impl Session {
             return self.transfer_reply(ctl).await;
         }
         if let Err(e @ ClientError::Local(_)) = data {
-            // Our end failed for a reason of its own, as a tree download
-            // whose destination cannot be made does before it serves the
-            // data channel: a server waiting for data connections that
-            // will not come never answers. That was a control-channel
-            // error after 10 s, retried (a defect hunt: 47 s). The transfer
-            // is given up now (the session reopened before its next
-            // command), failing for our reason.
+            // Our end failed for a reason of its own. The server's reply
+            // usually follows at once (our data connections closed); but
+            // a tree download whose destination cannot be made fails
+            // before it serves the data channel, and a server waiting for
+            // data connections that will not come never answers: that
+            // was a control-channel error after 10 s, retried (a defect
+            // hunt: 47 s). Without a reply within ABORT_WAIT the transfer
+            // is given up (the session reopened before its next command),
+            // failing for our reason.
+            if let Ok(r) = tokio::time::timeout(ABORT_WAIT, self.transfer_reply(ctl)).await {
+                return r;
+            }
             let _ = self.abandon_transfer().await;
             return Err(e.clone());
         }
