@@ -10,6 +10,29 @@ pub fn format(secs: i64) -> String {
     format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// [`format`] with the fraction of the second after a dot where there is
+/// one (`nanos`, trailing zeros dropped), as RFC 3659 allows: MLST's
+/// `Modify`, so that a tree's own directory keeps its mtime to the
+/// nanosecond, as every entry of the tree does.
+pub fn format_ns(secs: i64, nanos: u32) -> String {
+    let whole = format(secs);
+    if nanos == 0 || nanos >= 1_000_000_000 {
+        return whole;
+    }
+    let frac = format!("{nanos:09}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// [`parse`] with the fraction kept: seconds since the epoch, and
+/// nanoseconds (digits past the ninth dropped).
+pub fn parse_ns(t: &str) -> Option<(i64, u32)> {
+    let secs = parse(t)?;
+    let frac = t.split_once('.').map_or("", |f| f.1);
+    let digits = &frac[..frac.len().min(9)];
+    let nanos = if digits.is_empty() { 0 } else { digits.parse::<u32>().ok()? * 10u32.pow(9 - digits.len() as u32) };
+    Some((secs, nanos))
+}
+
 /// Seconds since the epoch of `YYYYMMDDHHMMSS` (a fraction after a dot is
 /// allowed and dropped), or `None` for anything else, including a date
 /// or time out of its range.
@@ -74,6 +97,19 @@ mod tests {
             assert_eq!(parse(&format(secs)), Some(secs), "{secs}");
         }
         assert_eq!(parse("20261121191802.123"), Some(1_795_288_682));
+    }
+
+    #[test]
+    fn fractions_of_a_second_format_and_parse_back() {
+        assert_eq!(format_ns(1_795_288_682, 0), "20261121191802");
+        assert_eq!(format_ns(1_795_288_682, 500_000_000), "20261121191802.5");
+        assert_eq!(format_ns(1_795_288_682, 123_456_789), "20261121191802.123456789");
+        for nanos in [0, 1, 10, 500_000_000, 999_999_999, 123_456_000] {
+            assert_eq!(parse_ns(&format_ns(-86_401, nanos)), Some((-86_401, nanos)), "{nanos}");
+        }
+        assert_eq!(parse_ns("20261121191802.1234567891"), Some((1_795_288_682, 123_456_789)));
+        assert_eq!(parse_ns("20261121191802"), Some((1_795_288_682, 0)));
+        assert_eq!(parse_ns("20261121191802.x"), None);
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub fn facts(st: &Stat, name: &[u8], rights: Rights) -> String {
     format!(
         "Type={t};Size={};Modify={};Perm={perm};UNIX.mode=0{:o};Unique={:x}-{:x};",
         st.st_size,
-        ftp_time(st.st_mtime),
+        lightpath_proto::ftptime::format_ns(st.st_mtime, u32::try_from(st.st_mtime_nsec).unwrap_or(0)),
         st.st_mode & 0o7777,
         st.st_dev,
         st.st_ino

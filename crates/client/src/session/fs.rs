@@ -435,8 +435,9 @@ pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Rep
 /// MLST facts (`fact=value;...`); `None` without a mode.
 fn meta_of_facts(facts: &str) -> Option<TreeRoot> {
     let mode = fact(facts, "unix.mode").and_then(|m| u32::from_str_radix(m, 8).ok()).filter(|m| *m <= 0o7777)?;
-    let modify = fact(facts, "modify").and_then(lightpath_proto::ftptime::parse);
-    Some(TreeRoot { mode, mtime_ns: modify.and_then(|s| s.checked_mul(1_000_000_000)) })
+    let modify = fact(facts, "modify").and_then(lightpath_proto::ftptime::parse_ns);
+    let mtime_ns = modify.and_then(|(s, ns)| s.checked_mul(1_000_000_000)?.checked_add(i64::from(ns)));
+    Some(TreeRoot { mode, mtime_ns })
 }
 
 /// The value of the fact `key` (any case) in MLST/MLSD facts
