@@ -431,7 +431,7 @@ pub(super) fn stat_of(mlst: &lightpath_proto::Reply, size: &lightpath_proto::Rep
     RemoteStat { is_dir, size, listed, meta: facts.and_then(|f| f.meta) }
 }
 
-/// The mode (`UNIX.mode`, octal) and mtime (`Modify`, whole seconds) in
+/// The mode (`UNIX.mode`, octal) and mtime (`Modify`, with its fraction of a second) in
 /// MLST facts (`fact=value;...`); `None` without a mode.
 fn meta_of_facts(facts: &str) -> Option<TreeRoot> {
     let mode = fact(facts, "unix.mode").and_then(|m| u32::from_str_radix(m, 8).ok()).filter(|m| *m <= 0o7777)?;
