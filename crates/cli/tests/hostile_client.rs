@@ -235,30 +235,6 @@ fn abor_stops_a_mode_s_download_its_client_does_not_read() {
     drop(data);
 }
 
-/// `REST` past the end of the file refuses the RETR (RFC 3659's 554): it
-/// sent nothing with 226, so a resuming client whose copy was longer (of
-/// another version) took it for whole. At the end exactly, nothing is
-/// left to send, and that is fine.
-#[test]
-fn rest_past_the_end_of_the_file_is_refused() {
-    let (_d, _root, _s, port) = served(&[("f", b"data")], &[]);
-    let mut c = Raw::login(port);
-    assert_eq!(c.cmd("TYPE I").0, 200);
-    c.pasv();
-    assert_eq!(c.cmd("REST 10").0, 350);
-    let (code, text) = c.cmd("RETR f");
-    assert_eq!(code, 554, "{text}");
-    assert!(text.contains("past the end"), "{text}");
-    let addr = c.pasv();
-    assert_eq!(c.cmd("REST 4").0, 350);
-    c.send(b"RETR f");
-    let mut data = std::net::TcpStream::connect(addr).unwrap();
-    let mut got = Vec::new();
-    std::io::Read::read_to_end(&mut data, &mut got).unwrap();
-    assert_eq!(c.final_reply().0, 226);
-    assert!(got.is_empty());
-}
-
 /// The same with the ABOR sent right behind the RETR, before its 150: the
 /// server reads both before the transfer starts. The ABOR was lost, and
 /// the RETR waited 120 s for its data connection (a review's find).

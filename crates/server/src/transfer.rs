@@ -330,14 +330,6 @@ fn send_ranges(t: &Transfer, len: u64) -> (Vec<(u64, u64)>, u64) {
 }
 
 fn send(dc: &mut DataChannel, t: &Transfer, src: &dyn Source, ctl: &Control, ready: Ready) -> Result<u64, Reply> {
-    if let Some(Restart::Offset(o)) = t.restart.as_ref().filter(|_| t.kind == TransferKind::Retr) {
-        if *o > src.len() {
-            // RFC 3659's 554: sent nothing and 226, a resuming client took
-            // its longer copy (of another version of the file) for whole.
-            let why = format!("offset {o} is past the end of the file ({} bytes)", src.len());
-            return fail_early(ready, Reply::new(554, format!("{}: Restart refused: {why}.", t.path.display())));
-        }
-    }
     let (ranges, wire_base) = send_ranges(t, src.len());
     if t.settings.mode == Mode::Stream {
         let _ = ready.send(Ok(false));
