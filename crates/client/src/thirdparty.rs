@@ -155,13 +155,16 @@ pub(crate) async fn watch(
     mut note: impl FnMut(&mut Reply) + Send,
 ) -> Result<(u64, Reply, Reply), ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
-    let mut seen = 0u64;
+    let (mut seen, mut began) = (0u64, (false, false));
     let job = s.opts.control();
     while s_fin.is_none() || d_fin.is_none() {
         tokio::select! {
             _ = cancelled(&job) => return Err(interrupted(s, d, s_fin.is_none(), d_fin.is_none()).await),
             r = s.ctl.reply(), if s_fin.is_none() => match r {
-                Ok(r) => s_fin = (!r.is_preliminary()).then_some(r),
+                Ok(r) => {
+                    began.0 |= r.is_preliminary();
+                    s_fin = (!r.is_preliminary()).then_some(r);
+                }
                 Err(e) => {
                     s.lost();
                     return Err(stop_other(d, verbs.1, d_fin.is_none(), e, &mut note).await);
@@ -170,6 +173,7 @@ pub(crate) async fn watch(
             r = d.ctl.reply(), if d_fin.is_none() => match r {
                 Ok(r) => {
                     count_marker(&r, &s.opts.total, &mut seen);
+                    began.1 |= r.is_preliminary();
                     d_fin = (!r.is_preliminary()).then_some(r);
                 }
                 Err(e) => {
@@ -180,17 +184,33 @@ pub(crate) async fn watch(
         }
         if let Some(r) = s_fin.as_mut().filter(|r| !r.is_ok()) {
             note(r);
-            let e = s.ctl.unexpected(verbs.0, r);
+            let e = under_way(s.ctl.unexpected(verbs.0, r), began.0);
             return Err(stop_other(d, verbs.1, d_fin.is_none(), e, &mut note).await);
         }
         if let Some(r) = d_fin.as_mut().filter(|r| !r.is_ok()) {
             note(r);
-            let e = d.ctl.unexpected(verbs.1, r);
+            let e = under_way(d.ctl.unexpected(verbs.1, r), began.1);
             return Err(stop_other(s, verbs.0, s_fin.is_none(), e, &mut |_| {}).await);
         }
     }
     let (sr, dr) = (s_fin.unwrap_or_else(|| Reply::new(0, "")), d_fin.unwrap_or_else(|| Reply::new(0, "")));
     Ok((seen, sr, dr))
+}
+
+/// A failure reply to a transfer that had begun (its 1xx came): GCT
+/// reports a data connection that broke with its generic `500 Command
+/// failed. : callback failed.`, which after the 1xx is no syntax error
+/// but a broken transfer, retried as one ([`crate::DataEnd::Broke`]). It
+/// was taken for a permanent refusal: a third-party copy with a GCT end
+/// whose stream broke failed at once, where every two-party copy retried
+/// (an interop hunt, 7 of 7 runs).
+fn under_way(mut e: ClientError, began: bool) -> ClientError {
+    if let ClientError::Refused { code: 500, here, .. } = &mut e {
+        if began {
+            *here = crate::DataEnd::Broke;
+        }
+    }
+    e
 }
 
 /// Add what a destination's perf marker says it received to the job's count.
@@ -255,7 +275,7 @@ fn cause(first: ClientError, second: Option<ClientError>) -> ClientError {
 
 #[cfg(test)]
 mod tests {
-    use super::cause;
+    use super::{cause, under_way};
     use crate::ClientError;
 
     fn refused(code: u16) -> ClientError {
@@ -285,5 +305,19 @@ mod tests {
         assert_eq!(code(cause(refused(426), Some(refused(451)))), 451, "the source's reason");
         assert_eq!(code(cause(refused(451), Some(refused(426)))), 451);
         assert_eq!(code(cause(refused(426), Some(lost()))), 426);
+    }
+
+    /// GCT's `500 Command failed. : callback failed.` after the 1xx is a
+    /// broken transfer, tried again; before it, or a file's 550, is not.
+    #[test]
+    fn a_500_under_way_is_a_broken_transfer() {
+        assert!(under_way(refused(500), true).is_transient());
+        assert!(!under_way(refused(500), false).is_transient());
+        assert!(!under_way(refused(550), true).is_transient());
+        assert!(under_way(refused(426), true).is_transient());
+        // And it still wins over the other side's lost connection as the
+        // cause, now retried.
+        let lost = ClientError::Control("h:1".into(), "closed".into());
+        assert!(cause(lost, Some(under_way(refused(500), true))).is_transient());
     }
 }
