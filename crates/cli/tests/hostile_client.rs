@@ -195,6 +195,16 @@ fn port_names_the_client_only_unless_the_server_allows_any_host() {
     assert_eq!(c.cmd("PORT 255,255,255,255,19,137").0, 501, "never a broadcast address");
 }
 
+/// ABOR now: the transfer's failure reply, then ABOR's own 226, within 5 s.
+fn abor_stops_it(c: &mut Raw) {
+    let t = Instant::now();
+    c.send(b"ABOR");
+    let (code, text) = c.final_reply();
+    assert!(code == 426 || code == 451, "{text}");
+    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
+    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+}
+
 #[test]
 fn abor_stops_a_mode_s_transfer_waiting_for_its_connection() {
     let (_d, _root, _s, port) = served(&[("f", b"data")], &[]);
@@ -202,12 +212,7 @@ fn abor_stops_a_mode_s_transfer_waiting_for_its_connection() {
     c.pasv();
     c.send(b"RETR f");
     assert_eq!(c.reply().0, 150);
-    let t = Instant::now();
-    c.send(b"ABOR");
-    let (code, text) = c.final_reply();
-    assert!(code == 426 || code == 451, "{text}");
-    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
-    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+    abor_stops_it(&mut c);
 }
 
 /// ABOR of a MODE S download whose client connected and stopped reading:
@@ -225,12 +230,7 @@ fn abor_stops_a_mode_s_download_its_client_does_not_read() {
     let data = std::net::TcpStream::connect(addr).unwrap(); // never read
     assert_eq!(c.reply().0, 150);
     std::thread::sleep(Duration::from_millis(500));
-    let t = Instant::now();
-    c.send(b"ABOR");
-    let (code, text) = c.final_reply();
-    assert!(code == 426 || code == 451, "{text}");
-    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
-    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+    abor_stops_it(&mut c);
     assert_eq!(c.cmd("NOOP").0, 200, "the session goes on");
     drop(data);
 }

@@ -32,6 +32,14 @@ pub struct Item {
     pub unique: Option<String>,
 }
 
+impl Item {
+    /// A remote file `src` as its listing's entry `e` gave it, bound for `dst`.
+    pub(crate) fn listed(src: Remote, dst: Location, e: &crate::session::Entry) -> Item {
+        let (size, mode, mtime, unique) = (e.size, e.mode, e.mtime, e.unique.clone());
+        Item { src: Location::Remote(src), dst, size, mode, mtime, unique }
+    }
+}
+
 /// All the work of one copy.
 #[derive(Debug, Default)]
 pub struct Plan {
@@ -617,14 +625,7 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
             w.plan.dirs.push(dst.clone());
             w.queue.push_back((sr, dst));
         } else {
-            w.plan.files.push(Item {
-                src: Location::Remote(sr),
-                dst,
-                size: e.size,
-                mode: e.mode,
-                mtime: e.mtime,
-                unique: e.unique.clone(),
-            });
+            w.plan.files.push(Item::listed(sr, dst, &e));
         }
     }
 }

@@ -229,14 +229,7 @@ fn add_tree(
         } else if e.is_dir {
             w.plan.dirs.push(dst);
         } else {
-            w.plan.files.push(Item {
-                src: Location::Remote(sr),
-                dst,
-                size: e.size,
-                mode: e.mode,
-                mtime: e.mtime,
-                unique: e.unique.clone(),
-            });
+            w.plan.files.push(Item::listed(sr, dst, &e));
         }
     }
     Ok(links)
