@@ -526,13 +526,21 @@ impl LocalSource {
         self.len().map(|l| l == 0)
     }
 
-    /// A file's size and mtime, to tell whether it changed between tries
-    /// of its upload (`None`: zeros, or a file that cannot be read).
+    /// A file's size and what tells it from another file of that size, to
+    /// tell whether it changed between tries of its upload (`None`: zeros,
+    /// or a file that cannot be read): its mtime, device, inode and ctime
+    /// (nanoseconds), in fixed-width digits. Size and mtime alone let a
+    /// file renamed over it with its mtime kept (`cp -p`, `rsync -t`), or
+    /// rewritten within the mtime's grain, be resumed: two versions joined
+    /// under the final name, exit 0 (a defect hunt). A rename gives another
+    /// inode; any write, and setting the mtime, a new ctime.
     pub(crate) fn stamp(&self) -> Option<crate::resume::Stamp> {
+        use std::os::unix::fs::MetadataExt;
         let LocalSource::File(p) = self else { return None };
-        let nanos = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_nanos());
         let m = std::fs::metadata(p).ok()?;
-        Some((m.len(), m.modified().ok().and_then(nanos).map(|n| n.to_string())))
+        let ns = |s: i64, n: i64| (i128::from(s) * 1_000_000_000 + i128::from(n)).max(0) as u128;
+        let (mtime, ctime) = (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()));
+        Some((m.len(), Some(format!("{mtime:020}{:020}{:020}{ctime:020}", m.dev(), m.ino()))))
     }
 
     /// A source opened at `len` bytes whose send was planned (and
@@ -757,5 +765,29 @@ mod tests {
         assert_eq!(got.len(), 1000, "not grown");
         assert_eq!(&got[100..150], [[b'A'; 20].as_slice(), &[b'B'; 30]].concat());
         assert!(got[..100].iter().chain(&got[150..]).all(|&b| b == b'S'), "untouched outside the window");
+    }
+
+    /// A file renamed over the source with the same size and mtime (as
+    /// `cp -p` leaves it), or rewritten with its mtime set back, is
+    /// another file: its upload must not be resumed.
+    #[test]
+    fn a_same_size_same_mtime_replacement_changes_the_stamp() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let (f, g) = (dir.path().join("f"), dir.path().join("g"));
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        for (p, b) in [(&f, b'a'), (&g, b'b')] {
+            std::fs::write(p, [b; 4096]).unwrap();
+            std::fs::File::options().write(true).open(p).unwrap().set_modified(t).unwrap();
+        }
+        let stamp = || LocalSource::File(f.clone()).stamp().expect("stamp");
+        let before = stamp();
+        assert_eq!(stamp(), before, "unchanged");
+        std::fs::rename(&g, &f).unwrap();
+        assert_ne!(stamp(), before, "renamed over");
+        let renamed = stamp();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&f, [b'c'; 4096]).unwrap();
+        std::fs::File::options().write(true).open(&f).unwrap().set_modified(t).unwrap();
+        assert_ne!(stamp(), renamed, "rewritten, mtime set back");
     }
 }

@@ -92,14 +92,15 @@ async fn whole_at(d: &mut Session, path: &[u8], planned: u64) -> Result<(), Clie
     }
 }
 
-/// The source's size and `MDTM` before a try that could resume (a large
+/// The source's size and stamp ([`Session::size_and_stamp`]: `MDTM`,
+/// MLST's `Modify` and `Unique`) before a try that could resume (a large
 /// whole file to a lightpath server, in MODE E); `None`: it cannot.
 async fn stamp_of(s: &mut Session, d: &Session, path: &[u8], size: u64) -> Result<Option<Stamp>, ClientError> {
     if !d.is_lightpath() || size < RESUMABLE {
         return Ok(None);
     }
     // Without a time, nothing tells a source that changed between tries.
-    Ok(match s.size_and_mtime(path).await? {
+    Ok(match s.size_and_stamp(path).await? {
         (Some(now), Some(t)) => Some((now, Some(t))),
         _ => None,
     })

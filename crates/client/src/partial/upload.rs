@@ -6,7 +6,8 @@
 //! connections off rather than sending `ABOR`, which would make the server
 //! drop the file), this end writes those ranges down in a note in the
 //! user's state directory. The next `cp --partial` of the same, unchanged
-//! file (same size and mtime) to the same URL takes the note up and sends
+//! file (same size, mtime, device, inode and ctime: `mtime` holds the four
+//! as fixed-width digits) to the same URL takes the note up and sends
 //! `REST` with the ranges, as a retry within one run does; a server that
 //! no longer holds them answers 554 and the file goes whole at once, a
 //! retry not counted (`retry::again`).
