@@ -169,7 +169,8 @@ impl Session {
 
     /// The final reply once the data job has ended with `data`: waited
     /// for as long as a reply may take after a job that did its part, for
-    /// [`reply_after_data_failed`] after one that failed.
+    /// [`reply_after_data_failed`] after one that failed ([`ABORT_WAIT`]
+    /// after one that failed for a local reason).
     async fn reply_after_data<T>(
         &mut self,
         data: &Result<T, ClientError>,
@@ -178,26 +179,22 @@ impl Session {
         if data.is_ok() || ctl.is_cancelled() {
             return self.transfer_reply(ctl).await;
         }
-        if let Err(e @ ClientError::Local(_)) = data {
-            // Our end failed for a reason of its own. The server's reply
-            // usually follows at once (our data connections closed); but
-            // a tree download whose destination cannot be made fails
-            // before it serves the data channel, and a server waiting for
-            // data connections that will not come never answers: that
-            // was a control-channel error after 10 s, retried (a defect
-            // hunt: 47 s). Without a reply within ABORT_WAIT the transfer
-            // is given up (the session reopened before its next command),
-            // failing for our reason.
-            if let Ok(r) = tokio::time::timeout(ABORT_WAIT, self.transfer_reply(ctl)).await {
-                return r;
+        // Our end failed for a reason of its own (a local error): the
+        // server's reply usually follows at once (our data connections
+        // closed), but a tree download whose destination cannot be made
+        // fails before it serves the data channel, and a server waiting
+        // for data connections that will not come never answers. That was
+        // a control-channel error after 10 s, retried (a defect hunt: 47
+        // s); it is given up after ABORT_WAIT, failing for our reason.
+        let local = matches!(data, Err(ClientError::Local(_)));
+        let wait = if local { ABORT_WAIT } else { reply_after_data_failed() };
+        match (tokio::time::timeout(wait, self.transfer_reply(ctl)).await, data) {
+            (Ok(r), _) => r,
+            (Err(_), Err(e)) if local => {
+                let _ = self.abandon_transfer().await; // the session reopened before its next command
+                Err(e.clone())
             }
-            let _ = self.abandon_transfer().await;
-            return Err(e.clone());
-        }
-        let wait = reply_after_data_failed();
-        match tokio::time::timeout(wait, self.transfer_reply(ctl)).await {
-            Ok(r) => r,
-            Err(_) => {
+            (Err(_), _) => {
                 self.lost();
                 let secs = wait.as_secs();
                 let why = format!("no reply {secs} s after our end of the data channel failed");

@@ -389,7 +389,7 @@ impl Facts {
     /// anything but a file or directory. Only the facts are read, never
     /// the path after them (a file may be named `type=dir`).
     fn of_line(line: &str) -> Option<Facts> {
-        let facts = line.trim_start().split_once(' ')?.0.to_ascii_lowercase();
+        let facts = facts_of(line)?;
         let is_dir = match fact(&facts, "type")? {
             "dir" => true,
             "file" => false,

@@ -8,7 +8,6 @@ use crate::control::ControlConn;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use lightpath_proto::Features;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// The receive window data connections start with, for `rtt`.
@@ -61,10 +60,10 @@ impl Session {
         paths: &[Vec<u8>],
         spec: Speculation<'_>,
     ) -> Result<Session, ClientError> {
-        let cancel = opts.cancel.clone();
+        let job = opts.control();
         tokio::select! {
             s = Self::log_in(remote, opts, paths, spec) => s,
-            _ = until_set(&cancel) => Err(ClientError::Local("interrupted".into())),
+            _ = super::cancelled(&job) => Err(ClientError::Local("interrupted".into())),
         }
     }
 
@@ -163,12 +162,5 @@ impl Session {
         let rtt_us = self.ctl.rtt.as_micros() as u64;
         let entry = self.feat.dcon.map(|p| Peer { ahead_port: if unreachable { 0 } else { p }, rtt_us });
         book.remember(&self.remote.host, self.remote.port, entry);
-    }
-}
-
-/// Resolves once `flag` is set (checked every 50 ms).
-async fn until_set(flag: &AtomicBool) {
-    while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
