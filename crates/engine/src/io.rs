@@ -146,14 +146,21 @@ impl Opened {
     /// Whether `file` still has the length and modification time it had.
     pub(crate) fn check(&self, file: &File) -> io::Result<()> {
         let m = file.metadata()?;
-        if m.len() != self.len || m.modified().ok() != self.modified {
-            let (was, now) = (self.len, m.len());
-            return Err(io::Error::other(format!(
-                "file changed while being read ({was} bytes when opened, {now} now)"
+        let (was, now) = (self.len, m.len());
+        if now != was {
+            return Err(changed(format!("{was} bytes when opened, {now} now")));
+        }
+        if m.modified().ok() != self.modified {
+            return Err(changed(format!(
+                "{was} bytes as when opened, but its modification time moved: written to meanwhile"
             )));
         }
         Ok(())
     }
+}
+
+fn changed(how: String) -> io::Error {
+    io::Error::other(format!("file changed while being read ({how})"))
 }
 
 /// A regular file. The length is taken once; a file that shrinks while

@@ -271,3 +271,19 @@ fn a_direct_source_tells_a_changed_file() {
         assert!(e.to_string().contains("changed while being read"), "{e}");
     }
 }
+
+/// A file rewritten in place to the same size is told apart by its
+/// modification time, and the error says so rather than quoting two equal
+/// sizes (a defect hunt's find: "1048576 bytes when opened, 1048576 now").
+#[test]
+fn a_same_size_rewrite_is_told_by_its_modification_time() {
+    let f = tempfile::tempfile_in(DISK).expect("temp");
+    f.write_all_at(&expected(0, 1 << 20), 0).expect("fill");
+    f.set_modified(std::time::SystemTime::UNIX_EPOCH).expect("old mtime");
+    let g = f.try_clone().expect("clone");
+    let src = DirectFileSource::buffered(f, false).expect("source");
+    g.write_all_at(b"same size", 0).expect("rewrite");
+    let e = src.unchanged().expect_err("rewritten").to_string();
+    assert!(e.contains("modification time moved"), "{e}");
+    assert!(!e.contains("now)"), "{e}");
+}
