@@ -62,6 +62,21 @@ impl EngineError {
         }
     }
 
+    /// Whether the source file changed while it was read: it shrank (a
+    /// short read), or grew or was written to ([`crate::io::SourceChanged`]).
+    /// The copy is not whole, but the file is there: reading it again may
+    /// give a whole one, so a server says "try again" (`450`), not "failed".
+    pub fn source_changed(&self) -> bool {
+        match self {
+            EngineError::Io { context, source } => {
+                context == "reading source"
+                    && (source.kind() == io::ErrorKind::UnexpectedEof
+                        || source.get_ref().is_some_and(|e| e.is::<crate::io::SourceChanged>()))
+            }
+            _ => false,
+        }
+    }
+
     /// An error of a zero-copy send (`sendfile`, `splice`) on the
     /// connection that `context` names. Such a call fails for the file's
     /// sake too: when the file ended early (it shrank), the error is the
@@ -93,6 +108,14 @@ mod tests {
             !EngineError::sending("data connection 1", io::Error::from(io::ErrorKind::UnexpectedEof)).is_transient()
         );
         assert!(!EngineError::Protocol("overlapping block".into()).is_transient());
+        // A source that shrank or was written to: the file's change, not
+        // a disk's failure; a short read elsewhere is not one.
+        let eof = || io::Error::from(io::ErrorKind::UnexpectedEof);
+        assert!(EngineError::sending("data connection 1", eof()).source_changed());
+        let rewritten = crate::io::SourceChanged("written to".into());
+        assert!(EngineError::io("reading source", io::Error::other(rewritten)).source_changed());
+        assert!(!EngineError::io("reading source", io::Error::from(io::ErrorKind::InvalidData)).source_changed());
+        assert!(!EngineError::io("data connection 1", eof()).source_changed());
         assert!(!EngineError::Aborted.is_transient());
         // A tree's data that ran ahead of the manifest chunk a stalled
         // stream held: tried again; a tree that broke the rules is not.

@@ -160,8 +160,16 @@ impl Opened {
 }
 
 fn changed(how: String) -> io::Error {
-    io::Error::other(format!("file changed while being read ({how})"))
+    io::Error::other(SourceChanged(how))
 }
+
+/// A source file written to while it was read, at the same or another
+/// size ([`Opened::check`]); [`crate::EngineError::source_changed`] tells
+/// it (and a file that shrank) from other local errors: reading the file
+/// again may give a whole copy.
+#[derive(Debug, thiserror::Error)]
+#[error("file changed while being read ({0})")]
+pub struct SourceChanged(pub(crate) String);
 
 /// A regular file. The length is taken once; a file that shrinks while
 /// being read makes the read fail instead of sending short data, and one

@@ -122,10 +122,15 @@ pub fn execute(
 /// asked again here, a change in between still fails the reply. A tree's
 /// files are checked so by the pack.
 fn unchanged(src: &dyn Source, t: &Transfer) -> Result<(), Reply> {
-    src.unchanged().map_err(|_| {
-        let path = t.path.display();
-        Reply::new(451, format!("{path}: the file changed while being sent; the copy is not whole."))
-    })
+    src.unchanged().map_err(|e| changed_reply(Some(&t.path), &e))
+}
+
+/// The reply to a download whose file changed while it was sent: `450`
+/// (transient: the file is there, and a client that asks again gets it
+/// whole), where a disk error is a `451`. Our client tries again so.
+fn changed_reply(p: Option<&VPath>, why: &dyn std::fmt::Display) -> Reply {
+    let at = p.map(|p| format!("{}: ", p.display())).unwrap_or_default();
+    Reply::new(450, format!("{at}{why}; the copy is not whole, try again"))
 }
 
 /// An upload, and the ranges its `REST` said the server already has.
@@ -512,6 +517,7 @@ fn file_reply(p: &VPath) -> impl Fn(EngineError) -> Reply + '_ {
 fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
     let at = p.map(|p| format!("{}: ", p.display())).unwrap_or_default();
     match e {
+        EngineError::Io { ref source, .. } if e.source_changed() => changed_reply(p, source),
         EngineError::Setup(_) => Reply::new(425, format!("Can't open data connection: {e}")),
         EngineError::Aborted => Reply::new(426, "Transfer aborted."),
         // Other transfers hold what this one needs: transient, not the file's.
@@ -620,6 +626,9 @@ mod tests {
         assert_eq!(data_reply(EngineError::io("writing data", busy)).code, 450);
         let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
         assert_eq!(data_reply(EngineError::io("writing data", full)).code, 451);
+        // A download's file that shrank while sent: ask again (450).
+        let short = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        assert_eq!(data_reply(EngineError::sending("data connection 1", short)).code, 450);
     }
 
     #[test]
