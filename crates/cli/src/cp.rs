@@ -235,7 +235,9 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         // --partial keeps what a download or an upload left; a third-party
         // copy (no local end) is resumed within its run only.
         let unfinished = match (a.partial, third_party) {
-            (true, false) => "unfinished files kept for --partial",
+            // Each file kept was named as it was (`partial::keep`); a
+            // server without lightpath's partial uploads keeps none.
+            (true, false) => "unfinished files removed but for those said kept above (for --partial)",
             (true, true) => {
                 "unfinished files will not be resumed (--partial resumes downloads and uploads, not third-party copies)"
             }
