@@ -67,6 +67,24 @@ fn full_disk_on_the_server_fails_the_upload_cleanly() {
     assert!(names(&disk.0).is_empty(), "temporary files removed too: {:?}", names(&disk.0));
 }
 
+/// The same with GCT's server: its 500 and reset data connections say
+/// "No space left on device", which another try in seconds meets again:
+/// the copy fails at once, not after three retries (a defect hunt's find:
+/// 7 s of retries).
+#[test]
+fn full_disk_on_a_gct_server_is_not_tried_again() {
+    let d = scratch();
+    let disk = SmallDisk::new(&d.path().join("root"), 8);
+    write_random(&d.path().join("big"), 24 << 20, 3);
+    let (_g, port) = gct_server(&disk.0);
+    let src = d.path().join("big").display().to_string();
+    let (code, err) = cp(&["--retries", "3", &src, &format!("ftp://127.0.0.1:{port}{}/big", disk.0.display())]);
+    assert_eq!(code, 1, "an upload larger than the disk cannot succeed: {err}");
+    assert!(err.contains("No space left"), "the cause says why: {err}");
+    assert!(!err.contains("trying again"), "{err}");
+    assert!(names(&disk.0).is_empty(), "the temporary file is removed: {:?}", names(&disk.0));
+}
+
 #[test]
 fn full_disk_on_the_client_fails_the_download_cleanly() {
     let d = scratch();

@@ -119,6 +119,25 @@ pub enum ClientError {
     },
 }
 
+/// Whether a reply's text names a cause that another try in seconds will
+/// meet again: a full disk or quota, no permission, a read-only file
+/// system. GCT answers such a write failure with its generic `500 Command
+/// failed` and the system's message (`globus_xio: System error in write:
+/// No space left on device`), and resets the data connections, which
+/// alone would make the refusal look like a broken network (a defect hunt
+/// saw a full disk tried three times over 7 s). The messages are the C
+/// library's `strerror` texts, which GCT quotes as they are.
+fn names_a_lasting_cause(reply: &str) -> bool {
+    const LASTING: [&str; 5] = [
+        "No space left on device",
+        "Disk quota exceeded",
+        "Permission denied",
+        "Read-only file system",
+        "File too large",
+    ];
+    LASTING.iter().any(|m| reply.contains(m))
+}
+
 /// What our end of a transfer's data channel had seen when the server's
 /// refusal came ([`ClientError::Refused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,8 +171,8 @@ impl ClientError {
     pub fn is_transient(&self) -> bool {
         match self {
             ClientError::Connect(..) | ClientError::Control(..) => true,
-            ClientError::Refused { code, here, .. } => {
-                let blames_file = matches!(code, 451 | 452 | 550..=553);
+            ClientError::Refused { code, here, reply, .. } => {
+                let blames_file = matches!(code, 451 | 452 | 550..=553) || names_a_lasting_cause(reply);
                 match here {
                     DataEnd::Failed => false,
                     DataEnd::Broke => !blames_file,
@@ -171,5 +190,27 @@ impl ClientError {
     /// vsftpd's `max_clients`), which says nothing of the files.
     pub fn is_busy(&self) -> bool {
         matches!(self, ClientError::Refused { code: 421, cmd, .. } if cmd == "greeting")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16, reply: &str, here: DataEnd) -> ClientError {
+        ClientError::Refused { server: "s".into(), cmd: "STOR /x".into(), reply: reply.into(), code, here }
+    }
+
+    /// GCT's answer to a full disk (a 500 with the system's message, the
+    /// data connections reset) is final; its answer to a broken network
+    /// (the same 500 without such a message) is tried again.
+    #[test]
+    fn a_full_disk_behind_a_generic_500_is_not_tried_again() {
+        let full =
+            "Command failed. : callback failed.\nglobus_xio: System error in write: No space left on device\nEnd.";
+        assert!(!refused(500, full, DataEnd::Broke).is_transient());
+        assert!(!refused(451, "x: Permission denied", DataEnd::Fine).is_transient());
+        assert!(refused(500, "Command failed. : callback failed.", DataEnd::Broke).is_transient());
+        assert!(refused(426, "Transfer aborted.", DataEnd::Broke).is_transient());
     }
 }
