@@ -265,3 +265,31 @@ fn ctrl_c_before_the_greeting_ends_the_copy_at_once() {
     }
     drop(held);
 }
+
+/// A source ending in `..` or `.` (`cp -r .. ftp://h/in/`) goes into the
+/// destination, as GNU cp and rsync copy it: it went to `/in/..`, the
+/// server's root, over a file of the same name there, exit 0 (a defect
+/// hunt's find). The same with a second source (the file-by-file path).
+#[test]
+fn a_source_ending_in_dot_dot_goes_into_the_destination() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::create_dir(root.join("in")).unwrap();
+    std::fs::write(root.join("notes.txt"), b"the server's own").unwrap();
+    let proj = d.path().join("proj");
+    std::fs::create_dir_all(proj.join("sub")).unwrap();
+    std::fs::write(proj.join("notes.txt"), b"the project's").unwrap();
+    std::fs::write(d.path().join("single"), b"one").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let in_url = url(port, "/in/");
+    let single = d.path().join("single").display().to_string();
+    let runs: [&[&str]; 3] = [&["-r", "..", &in_url], &["-r", ".", &in_url], &["-r", "../sub/..", &single, &in_url]];
+    for args in runs {
+        own_peer_book();
+        let out = Command::new(LP).args(["cp", "-q"]).args(args).current_dir(proj.join("sub")).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(std::fs::read(root.join("notes.txt")).unwrap(), b"the server's own", "written over");
+    assert_eq!(std::fs::read(root.join("in/notes.txt")).unwrap(), b"the project's");
+    assert!(root.join("in/sub").is_dir() && root.join("in/single").is_file() && !root.join("sub").exists());
+}

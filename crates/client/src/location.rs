@@ -91,10 +91,18 @@ impl Location {
         }
     }
 
-    /// Whether the argument names a directory by its trailing slash.
+    /// Whether the argument names a directory by its trailing slash, or
+    /// (a local path) by ending in `.` or `..`: such a source's contents
+    /// go into the destination, as `cp -r .. dst/` and rsync do. Its name
+    /// joined to the destination (`dst/..`) wrote into the destination's
+    /// parent, over its files (a defect hunt's find).
     pub fn is_dir_syntax(&self) -> bool {
         match self {
-            Location::Local(p) => p.as_os_str().as_encoded_bytes().ends_with(b"/"),
+            Location::Local(p) => {
+                let b = p.as_os_str().as_encoded_bytes();
+                let last = b.rsplit(|&c| c == b'/').next().unwrap_or(b);
+                b.ends_with(b"/") || last == b"." || last == b".."
+            }
             Location::Remote(r) => r.path.ends_with(b"/"),
         }
     }
@@ -199,6 +207,11 @@ mod tests {
         assert!(Location::parse_os(std::ffi::OsStr::from_bytes(b"ftp://h/\xff")).is_err());
         assert_eq!(Location::parse_os("ftp://h/%ff".as_ref()).unwrap(), Location::parse("ftp://h/%ff").unwrap());
         assert!(Location::parse("ftp://h/d/").unwrap().is_dir_syntax());
+        for dir in ["..", ".", "a/..", "/x/."] {
+            assert!(Location::parse(dir).unwrap().is_dir_syntax(), "{dir}");
+        }
+        assert!(!Location::parse("a..").unwrap().is_dir_syntax());
+        assert!(!Location::parse(".hidden").unwrap().is_dir_syntax());
         let Location::Remote(r) = Location::parse("ftp://[::1]/%ff").unwrap() else { panic!() };
         assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
     }

@@ -90,6 +90,11 @@ impl Plan {
 /// holds two for each of its entries, and growing a copy of the parent's
 /// left up to twice the bytes in each.
 pub(crate) fn join(loc: &Location, name: &[u8]) -> Location {
+    // A name that would lead elsewhere (`dst/..`) is never joined: a
+    // source ending so goes into `loc` ([`Location::is_dir_syntax`]).
+    if matches!(name, b"." | b"..") {
+        return loc.clone();
+    }
     match loc {
         Location::Local(p) => {
             let mut out = PathBuf::with_capacity(p.as_os_str().len() + 1 + name.len());
