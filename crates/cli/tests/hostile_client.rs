@@ -327,3 +327,30 @@ fn a_client_that_reads_no_replies_is_dropped() {
     assert_eq!(fds(s.0.id()), base, "the session's socket is closed");
     drop(c);
 }
+
+/// A `CKSM` of a huge sparse file (a TiB reads for over an hour) stops at
+/// an `ABOR`, and when its client goes: it could not be stopped and read
+/// on at full speed after both, a core per command (a defect hunt's find).
+#[test]
+fn a_cksm_of_a_huge_file_stops_at_abor_and_when_the_client_goes() {
+    let (_d, root, s, port) = served(&[], &[]);
+    std::fs::File::create(root.join("huge")).unwrap().set_len(1 << 40).unwrap();
+    let mut c = Raw::login(port);
+    c.send(b"CKSM MD5 0 -1 huge");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    c.send(b"ABOR");
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 426, "{text}");
+    assert!(t.elapsed() < Duration::from_secs(5), "ABOR waited {:?}", t.elapsed());
+    assert_eq!(c.final_reply().0, 226, "ABOR's own reply");
+    assert_eq!(c.cmd("NOOP").0, 200, "the session goes on");
+    c.send(b"CKSM MD5 0 -1 huge");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(500));
+    let read = common::breaks::rchar(s.0.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let more = common::breaks::rchar(s.0.id()) - read;
+    assert!(more < 16 << 20, "the server read {more} bytes in the second after its client left");
+}

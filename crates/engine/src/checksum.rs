@@ -69,6 +69,17 @@ fn hex(b: &[u8]) -> String {
 
 /// Checksum of `[offset, offset+len)` of `src` (`len` `None`: to the end).
 pub fn checksum(src: &dyn Source, alg: &str, offset: u64, len: Option<u64>) -> io::Result<String> {
+    checksum_until(src, (alg, offset, len), &|| false)
+}
+
+/// [`checksum`] that gives up (`ErrorKind::Interrupted`) once `stop` says
+/// so, asked before each MiB read: a server's `CKSM` of a huge file stops
+/// at an `ABOR` or when its client goes.
+pub fn checksum_until(
+    src: &dyn Source,
+    (alg, offset, len): (&str, u64, Option<u64>),
+    stop: &dyn Fn() -> bool,
+) -> io::Result<String> {
     let mut ck = Checksum::new(alg).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "unknown algorithm"))?;
     let end = match len {
         Some(l) => offset.checked_add(l).filter(|&e| e <= src.len()),
@@ -80,6 +91,9 @@ pub fn checksum(src: &dyn Source, alg: &str, offset: u64, len: Option<u64>) -> i
     let mut buf = vec![0u8; 1 << 20];
     let mut pos = offset;
     while pos < end {
+        if stop() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "checksum stopped"));
+        }
         let k = (end - pos).min(buf.len() as u64) as usize;
         src.read_exact_at(&mut buf[..k], pos)?;
         ck.update(&buf[..k]);

@@ -2,8 +2,8 @@
 //! RNFR/RNTO, CKSM, SITE CHMOD), always through the confined [`Root`].
 
 use crate::listing::{facts, ftp_time, list_line, Rights};
-use lightpath_engine::checksum::checksum;
-use lightpath_engine::{FileSource, ZeroSource};
+use lightpath_engine::checksum::checksum_until;
+use lightpath_engine::{Control, FileSource, ZeroSource};
 use lightpath_proto::{FsOp, Reply, VPath};
 use lightpath_sys::root::{FileType, Root};
 use std::io;
@@ -39,7 +39,8 @@ pub enum Effect {
 
 /// Run one file-system request (`writable`: the server takes writes).
 /// Returns the reply and what the PI must hear.
-pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp) -> (Reply, Option<Effect>) {
+/// A `CKSM` stops when `ctl` is cancelled (ABOR) or lost.
+pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp, ctl: &Control) -> (Reply, Option<Effect>) {
     let r = match op {
         FsOp::Cwd(p) => return cwd(root, p),
         FsOp::RenameFrom(p) => return rename_from(root, p),
@@ -56,7 +57,7 @@ pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp) -> (Reply, Optio
         FsOp::Rmd(p) => root.rmdir(p.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&p, &e)),
         FsOp::Dele(p) => dele(root, &p),
         FsOp::Rename { from, to } => rename(root, &from, &to),
-        FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, &alg, offset, len, &path),
+        FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, (&alg, offset, len), &path, ctl),
         FsOp::Chmod { mode, path } => chmod(root, mode, &path),
     };
     (r.unwrap_or_else(|e| e), None)
@@ -160,19 +161,36 @@ fn stat(root: &Root, p: &VPath) -> Result<Reply, Reply> {
 /// good, a review found.
 pub const MAX_ZERO_CKSM: u64 = 4 << 30;
 
-fn cksm(root: &Root, memory: bool, alg: &str, offset: u64, len: Option<u64>, p: &VPath) -> Result<Reply, Reply> {
+/// `CKSM alg offset len path`. A regular file's is read to its end,
+/// however large (a sparse TiB takes over an hour), so it stops at an
+/// `ABOR` or when the client goes: it went on reading at full speed after
+/// both (a defect hunt's find).
+fn cksm(
+    root: &Root,
+    memory: bool,
+    (alg, offset, len): (&str, u64, Option<u64>),
+    p: &VPath,
+    ctl: &Control,
+) -> Result<Reply, Reply> {
+    let stop = || ctl.is_cancelled() || ctl.is_lost();
     let sum = if memory && p.as_bytes() == DEV_ZERO {
         let l = len.ok_or_else(|| Reply::new(501, "CKSM of /dev/zero needs a length"))?;
         if l > MAX_ZERO_CKSM {
             return Err(Reply::new(501, format!("CKSM of /dev/zero: at most {MAX_ZERO_CKSM} bytes")));
         }
-        checksum(&ZeroSource::in_memory(offset.saturating_add(l)), alg, offset, Some(l))
+        checksum_until(&ZeroSource::in_memory(offset.saturating_add(l)), (alg, offset, Some(l)), &stop)
     } else {
         let f = root.open_read(p.relative()).map_err(|e| io_reply(p, &e))?;
         let src = FileSource::new(f, false).map_err(|e| io_reply(p, &e))?;
-        checksum(&src, alg, offset, len)
+        checksum_until(&src, (alg, offset, len), &stop)
     };
-    sum.map(|s| Reply::new(213, s)).map_err(|e| Reply::new(501, format!("{}: {e}", p.display())))
+    match sum {
+        Ok(s) => Ok(Reply::new(213, s)),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+            Err(Reply::new(426, format!("{}: CKSM aborted.", p.display())))
+        }
+        Err(e) => Err(Reply::new(501, format!("{}: {e}", p.display()))),
+    }
 }
 
 #[cfg(test)]
@@ -184,7 +202,7 @@ mod tests {
     }
 
     fn rnto(root: &Root, from: &str, to: &str) -> Reply {
-        run(root, false, true, FsOp::Rename { from: vp(from), to: vp(to) }).0
+        run(root, false, true, FsOp::Rename { from: vp(from), to: vp(to) }, &Control::new()).0
     }
 
     /// The reply names what failed: the target when it is the target's

@@ -358,9 +358,14 @@ impl Session {
             Action::Transfer(t) => self.transfer(*t).await?,
             Action::Fs(op) => {
                 let (ctx, memory, writable) = (self.ctx.clone(), self.ctx.cfg.memory_paths, self.pi.may_write());
-                let (reply, cwd) = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op))
-                    .await
-                    .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));
+                // A CKSM reads a whole file, which may take hours: ABOR
+                // and the client's leaving stop it, as they stop a transfer.
+                let ctl = self.start_running();
+                let (reply, cwd) =
+                    tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op, &ctl))
+                        .await
+                        .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));
+                self.stop_running();
                 match cwd {
                     Some(fsops::Effect::Cwd(c)) => self.pi.set_cwd(c),
                     Some(fsops::Effect::RenameFrom(p)) => self.pi.set_rename_from(p),
@@ -449,20 +454,30 @@ impl Session {
     async fn transfer(&mut self, t: Transfer) -> std::io::Result<()> {
         // The replies so far go now; the data channel may take a round trip.
         self.write_held().await?;
-        let ctl = Arc::new(Control::new());
-        {
-            let mut running = self.current.lock().unwrap_or_else(|e| e.into_inner());
-            if running.gone {
-                ctl.lose();
-            }
-            if running.aborts_read > self.aborts_seen {
-                ctl.cancel();
-            }
-            running.ctl = Some(ctl.clone());
-        }
+        let ctl = self.start_running();
         let r = self.run_transfer(t, ctl).await;
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).ctl = None;
+        self.stop_running();
         r
+    }
+
+    /// The [`Control`] of a long job starting now (a transfer, a `CKSM`),
+    /// which an `ABOR` cancels and the control connection's loss stops:
+    /// one read before it started already did.
+    fn start_running(&mut self) -> Arc<Control> {
+        let ctl = Arc::new(Control::new());
+        let mut running = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if running.gone {
+            ctl.lose();
+        }
+        if running.aborts_read > self.aborts_seen {
+            ctl.cancel();
+        }
+        running.ctl = Some(ctl.clone());
+        ctl
+    }
+
+    fn stop_running(&mut self) {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).ctl = None;
     }
 
     async fn run_transfer(&mut self, t: Transfer, ctl: Arc<Control>) -> std::io::Result<()> {
