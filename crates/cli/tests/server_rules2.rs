@@ -216,3 +216,34 @@ fn overlapping_tree_uploads_are_refused_while_one_runs() {
     drop(again);
     assert!(b.final_reply().0 >= 400);
 }
+
+/// A server running as `gftp` undoes a `SITE CHMOD` that took the owner's
+/// read bit, of a file and of a directory (which it can then empty and
+/// remove): the mode was changed through a descriptor opened for
+/// reading, which such a mode refuses, so a directory set to 000 stayed
+/// so for good (a defect hunt's find).
+#[test]
+fn site_chmod_undoes_a_mode_without_the_read_bit() {
+    let (_d, root) = with_root();
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--run-as", "gftp"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("MKD d").0, 257);
+    assert_eq!(c.cmd("MKD d/sub").0, 257);
+    for (bits, back) in [("000", "755"), ("200", "700"), ("300", "755")] {
+        assert_eq!(c.cmd(&format!("SITE CHMOD {bits} d")).0, 250);
+        let (code, text) = c.cmd(&format!("SITE CHMOD {back} d"));
+        assert_eq!(code, 250, "{bits} -> {back}: {text}");
+    }
+    assert_eq!(c.cmd("RMD d/sub").0, 250);
+    assert_eq!(c.cmd("RMD d").0, 250);
+    std::fs::write(root.join("f"), b"x").unwrap();
+    std::os::unix::fs::chown(root.join("f"), Some(gftp_uid()), None).unwrap();
+    assert_eq!(c.cmd("SITE CHMOD 000 f").0, 250);
+    assert_eq!(c.cmd("SITE CHMOD 644 f").0, 250);
+    assert_eq!(std::fs::metadata(root.join("f")).unwrap().permissions().mode() & 0o777, 0o644);
+}
+
+fn gftp_uid() -> u32 {
+    let out = std::process::Command::new("id").args(["-u", "gftp"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}

@@ -209,16 +209,39 @@ impl Root {
                 return Err(e);
             }
         }
-        let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
-        let (st, top) = (rustix::fs::fstat(&f)?, rustix::fs::fstat(&self.dir)?);
+        // An O_PATH descriptor: the owner may change the mode of a file it
+        // cannot read (mode 000), and an open for reading needed the read
+        // bit, so a mode without it could never be undone, and a
+        // directory set so could not be emptied or removed (a defect
+        // hunt's find).
+        let fd = self.open_at(rel, OFlags::PATH, 0)?;
+        let (st, top) = (rustix::fs::fstat(&fd)?, rustix::fs::fstat(&self.dir)?);
         if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino) {
             // Mode 000 there would lock every session out, for good.
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the served root's mode cannot be changed"));
         }
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-            Self::regular_only(&f)?;
+            Self::regular_stat(&st)?;
         }
-        Ok(rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?)
+        let mode = Mode::from_raw_mode(mode);
+        match rustix::fs::chmodat(rustix::fs::CWD, fd_link(&fd).as_str(), mode, AtFlags::empty()) {
+            // No /proc: through a descriptor open for reading, as before.
+            Err(rustix::io::Errno::NOENT) => {
+                let f = File::from(self.open_at(rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)?);
+                Self::regular_or_dir(&f)?;
+                Ok(rustix::fs::fchmod(&f, mode)?)
+            }
+            r => Ok(r?),
+        }
+    }
+
+    /// The file opened again (without /proc) is still a regular file or
+    /// a directory.
+    fn regular_or_dir(f: &File) -> io::Result<()> {
+        match Self::regular_only(f) {
+            Err(e) if e.kind() == io::ErrorKind::IsADirectory => Ok(()),
+            r => r,
+        }
     }
 
     /// Entries of a directory with their `lstat`, sorted by name.
