@@ -424,9 +424,21 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     use std::io::Write;
     let (rt, mut s, path) = open(&a.url)?;
     let mut out = std::io::stdout().lock();
-    for e in rt.block_on(s.list(&path))? {
-        let kind = if e.is_dir { "d" } else { "-" };
-        let line = writeln!(out, "{kind} {:>14} {}", e.size, crate::term::name(&String::from_utf8_lossy(&e.name)));
+    let entries: Vec<(bool, u64, Vec<u8>)> = match rt.block_on(s.list(&path)) {
+        Ok(entries) => entries.into_iter().map(|e| (e.is_dir, e.size, e.name)).collect(),
+        // A file: RFC 3659's MLSD refuses it (501, as lightpath's server
+        // does; GCT's lists it): MLST says what it is, as `ls FILE` does.
+        Err(e @ lightpath_client::ClientError::Refused { .. }) => match rt.block_on(s.stat(&path)) {
+            Ok((false, size)) if s.listed(&path) => {
+                vec![(false, size, path.rsplit(|&b| b == b'/').next().unwrap_or(&path).to_vec())]
+            }
+            _ => return Err(e.into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
+    for (is_dir, size, name) in entries {
+        let kind = if is_dir { "d" } else { "-" };
+        let line = writeln!(out, "{kind} {size:>14} {}", crate::term::name(&String::from_utf8_lossy(&name)));
         match line {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
             r => r.context("writing the listing")?,

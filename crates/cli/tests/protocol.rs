@@ -417,6 +417,32 @@ fn ls_escapes_control_characters_in_names() {
     assert!(text.contains("a\\x1b]0;PWNED\\x07\\x1b[2Jb"), "{text}");
 }
 
+/// `ls` of a file lists that file, as against GCT's server: lightpath's
+/// refuses an MLSD of a file (RFC 3659), and `ls` said "MLSD refused: Not
+/// a directory", exit 1 (a defect hunt's find). A path that is not there
+/// still fails with the server's reason.
+#[test]
+fn ls_of_a_file_lists_the_file() {
+    let (_d, root, _local) = root_and_local();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/f"), b"12345").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let ls =
+        |p: &str| std::process::Command::new(LP).args(["ls", &format!("ftp://127.0.0.1:{port}{p}")]).output().unwrap();
+    let out = ls("/d/f");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("- {:>14} f\n", 5));
+    let out = ls("/d/gone");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{:?} {:?}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MLSD"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `lightpath ls URL | head -1`: the reader goes away after one line, and
 /// `ls` ends quietly (it panicked on the broken pipe).
 #[test]

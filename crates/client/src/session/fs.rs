@@ -56,7 +56,8 @@ impl Session {
 
     /// Whether MLST answered for `path` with its facts, as far as
     /// [`Session::stat`] asked (or the login did).
-    pub(crate) fn listed(&self, path: &[u8]) -> bool {
+    /// (A [`Session::stat`] of a path not there says "a file of 0 bytes".)
+    pub fn listed(&self, path: &[u8]) -> bool {
         self.stats.get(path).is_some_and(|st| st.listed)
     }
 
