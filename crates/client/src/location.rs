@@ -79,10 +79,7 @@ impl Location {
         };
         match scheme.to_ascii_lowercase().as_str() {
             "ftp" => parse_ftp(&format!("ftp://{rest}")),
-            "file" => match rest.strip_prefix("localhost").unwrap_or(rest) {
-                p if p.starts_with('/') => Ok(Location::Local(PathBuf::from(p))),
-                _ => Err(LocationError::Url(arg.into(), "a file:// URL names a local path: file:///path".into())),
-            },
+            "file" => parse_file(arg, rest.strip_prefix("localhost").unwrap_or(rest)),
             "gsiftp" => Err(LocationError::Url(arg.into(), "gsiftp:// (GSI) is not supported; use ftp://".into())),
             _ => Err(LocationError::Url(
                 arg.into(),
@@ -151,6 +148,23 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
     }))
 }
 
+/// `file:///path`: the path percent-decoded (RFC 8089), as
+/// globus-url-copy reads it: `file:///tmp/my%20file` is `/tmp/my file`.
+/// It was taken as it was written, so a guc script's upload failed or
+/// read another file, and its download wrote `my%20file`, exit 0 (a
+/// defect hunt's find).
+fn parse_file(arg: &str, path: &str) -> Result<Location, LocationError> {
+    use std::os::unix::ffi::OsStringExt;
+    if !path.starts_with('/') {
+        return Err(LocationError::Url(arg.into(), "a file:// URL names a local path: file:///path".into()));
+    }
+    let bytes = percent_decode(path);
+    if bytes.contains(&0) {
+        return Err(LocationError::Url(arg.into(), "%00 cannot be in a path".into()));
+    }
+    Ok(Location::Local(PathBuf::from(std::ffi::OsString::from_vec(bytes))))
+}
+
 /// A URL parser (WHATWG's rules, the `url` crate's) drops every tab and
 /// line break and trims spaces and control characters at both ends, so
 /// `ftp://h/new<LF>line` would name `/newline`, another file, and
@@ -177,7 +191,10 @@ fn percent_decode(s: &str) -> Vec<u8> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+            // Bytes, not `&s[..]`: what follows a `%` of a file:// URL as
+            // the user wrote it may be a character of several bytes.
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                 out.push(v);
                 i += 3;
                 continue;
@@ -207,6 +224,12 @@ mod tests {
         assert!(Location::parse_os(std::ffi::OsStr::from_bytes(b"ftp://h/\xff")).is_err());
         assert_eq!(Location::parse_os("ftp://h/%ff".as_ref()).unwrap(), Location::parse("ftp://h/%ff").unwrap());
         assert!(Location::parse("ftp://h/d/").unwrap().is_dir_syntax());
+        let file = |u: &str| Location::parse(u).unwrap();
+        assert_eq!(file("file:///tmp/my%20file"), Location::Local(PathBuf::from("/tmp/my file")));
+        assert_eq!(file("file://localhost/a%2Fb%25"), Location::Local(PathBuf::from("/a/b%")));
+        assert_eq!(file("file:///%aé%"), Location::Local(PathBuf::from("/%aé%")));
+        assert_eq!(file("file:///%ff"), Location::Local(PathBuf::from(std::ffi::OsStr::from_bytes(b"/\xff"))));
+        assert!(Location::parse("file:///a%00b").is_err());
         for dir in ["..", ".", "a/..", "/x/."] {
             assert!(Location::parse(dir).unwrap().is_dir_syntax(), "{dir}");
         }
