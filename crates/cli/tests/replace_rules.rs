@@ -248,3 +248,32 @@ fn a_pipe_as_source_or_destination_is_refused() {
     assert!(code == 2 && err.contains("not written through"), "{err}");
     assert!(!local.join("nowhere").exists());
 }
+
+/// A file uploaded to a lightpath server, or copied to one third party,
+/// is made with its source's mode and mtime (`OPTS STOR`): it was made
+/// 0644 and of the time it was stored, so a private (0600) file became
+/// readable to all, where a tree's files, and GCT's, kept theirs (a defect
+/// hunt's find). The second upload is a repeat visit (its STOR goes with
+/// the login); a file replaced keeps its own mode, as before.
+#[test]
+fn files_made_on_a_lightpath_server_keep_their_sources_mode_and_mtime() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let src = d.path().join("private");
+    std::fs::write(&src, b"secret").unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(981_173_106_250_000_000);
+    std::fs::File::options().write(true).open(&src).unwrap().set_modified(old).unwrap();
+    put_file(&root.join("kept"), b"old", 0o640, (0, 0));
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let s = src.display().to_string();
+    for (from, to) in [(s.as_str(), "/one"), (s.as_str(), "/two"), (&url(port, "/one"), "/tp"), (s.as_str(), "/kept")] {
+        let (code, err) = cp(&[from, &url(port, to)]);
+        assert_eq!(code, 0, "{from} -> {to}: {err}");
+    }
+    for (name, mode, ns) in [("one", 0o600, 250_000_000), ("two", 0o600, 250_000_000), ("tp", 0o600, 0)] {
+        let m = std::fs::metadata(root.join(name)).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.mtime(), m.mtime_nsec()), (mode, 981_173_106, ns), "{name}");
+    }
+    assert_eq!(state(&root.join("kept")), (b"secret".to_vec(), 0, 0o640), "a file replaced keeps its mode");
+}

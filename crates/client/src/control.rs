@@ -531,6 +531,21 @@ impl ControlConn {
         Ok(r)
     }
 
+    /// [`ControlConn::ok`] of `cmd` sent right behind `first`, an advisory
+    /// command whose reply is read but not checked (`OPTS STOR`, which an
+    /// older server refuses): one round trip for both.
+    pub async fn ok_behind(&mut self, first: &[u8], cmd: &[u8]) -> Result<Reply, ClientError> {
+        self.flush().await?;
+        self.send(first).await?;
+        self.send(cmd).await?;
+        let _ = self.final_reply().await?;
+        let r = self.final_reply().await?;
+        if r.is_error() {
+            return Err(self.refused(redact(cmd), &r));
+        }
+        Ok(r)
+    }
+
     /// USER/PASS, FEAT, TYPE I, SITE CLIENTINFO and `extra` commands, all
     /// sent at once without waiting for the greeting: the whole login takes
     /// the round trip the greeting needs anyway. Returns the features and

@@ -602,8 +602,9 @@ fn upload_of<'a>(item: &'a Item, opts: &CopyOptions) -> Speculation<'a> {
     let Location::Local(p) = &item.src else { return Speculation::None };
     let Location::Remote(dst) = &item.dst else { return Speculation::None };
     let whole = opts.part.is_none() && opts.verify.is_none() && p != std::path::Path::new("/dev/zero");
-    let size = whole.then(|| LocalSource::File(p.clone()).open().map(|s| s.len()).ok()).flatten();
-    Speculation::Upload(size.map(|n| (dst.path.as_slice(), n)))
+    let src = LocalSource::File(p.clone());
+    let size = whole.then(|| src.clone().open().map(|s| s.len()).ok()).flatten();
+    Speculation::Upload(size.map(|n| (dst.path.as_slice(), n, src.meta())))
 }
 
 async fn reuse_or_open(
@@ -753,7 +754,11 @@ async fn tpt_batch(
         let mut r = match reopened {
             Ok(()) => {
                 let ends = (remote(&i.src), remote(&i.dst));
-                crate::thirdparty::transfer(s, d, ends, i.size, opts, linked, &t.resume).await
+                let meta = i.mode.map(|mode| lightpath_proto::held::TreeRoot {
+                    mode,
+                    mtime_ns: i.mtime.map(|t| t.saturating_mul(1_000_000_000)),
+                });
+                crate::thirdparty::transfer(s, d, ends, (i.size, meta), opts, linked, &t.resume).await
             }
             Err(e) => Err(e),
         };

@@ -543,6 +543,16 @@ impl LocalSource {
         Some((m.len(), Some(format!("{mtime:020}{:020}{:020}{ctime:020}", m.dev(), m.ino()))))
     }
 
+    /// The file's permission bits and mtime (nanoseconds), for a lightpath
+    /// server's `OPTS STOR`; `None` for `/dev/zero` or a file gone.
+    pub(crate) fn meta(&self) -> Option<lightpath_proto::held::TreeRoot> {
+        use std::os::unix::fs::MetadataExt;
+        let LocalSource::File(p) = self else { return None };
+        let m = std::fs::metadata(p).ok()?;
+        let ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+        Some(lightpath_proto::held::TreeRoot { mode: m.mode() & 0o7777, mtime_ns: i64::try_from(ns).ok() })
+    }
+
     /// A source opened at `len` bytes whose send was planned (and
     /// announced with ALLO) at `planned`: it changed in between, and
     /// sending the planned bytes would publish a short or mixed copy.

@@ -19,6 +19,7 @@ use crate::local::LocalTarget;
 use crate::peers::{Peer, PeerBook};
 use crate::{ClientError, Remote};
 use lightpath_engine::{Control, DataChannel, DEFAULT_BLOCK, GROWN_BLOCK};
+use lightpath_proto::held::TreeRoot;
 use lightpath_proto::{hostport, Features, Reply};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -112,10 +113,11 @@ pub enum Speculation<'a> {
     /// path and size), its `ALLO` and `STOR` go with them; only with them,
     /// so only to a lightpath server, whose STOR writes a temporary file
     /// (an upload that is then not made leaves nothing).
-    Upload(Option<(&'a [u8], u64)>),
+    /// The file's mode and mtime go ahead of its STOR (`OPTS STOR`).
+    Upload(Option<(&'a [u8], u64, Option<TreeRoot>)>),
     /// `VSTO tree`: the same for a local tree to this remote path, after
     /// `OPTS VSTO` with the mode and mtime of its own directory.
-    UploadTree(&'a [u8], Option<lightpath_proto::held::TreeRoot>),
+    UploadTree(&'a [u8], Option<TreeRoot>),
 }
 
 /// A logged-in control session and its data channel.
@@ -142,7 +144,8 @@ pub struct Session {
     spec_retr: Option<Vec<u8>>,
     /// The path of a `STOR` sent with the login whose replies are not read
     /// yet; [`Session::put_many`] takes it over.
-    pub(crate) spec_stor: Option<(Vec<u8>, u64)>,
+    /// With its size and the mode and mtime its `OPTS STOR` gave.
+    pub(crate) spec_stor: Option<(Vec<u8>, u64, Option<TreeRoot>)>,
     /// The tree path of a `VSTO` sent with the login whose replies are not
     /// read yet; [`crate::vfile::put_tree`] takes it over.
     pub(crate) spec_vsto: Option<Vec<u8>>,
@@ -612,7 +615,7 @@ mod tests {
         assert_eq!(follow_flight(Speculation::File(b"a"), &flight), Speculation::File(b"a"));
         assert_eq!(follow_flight(Speculation::File(&b), &flight), Speculation::None);
         assert_eq!(follow_flight(Speculation::Tree(&b), &flight), Speculation::None);
-        let up = Speculation::Upload(Some((&b, 1)));
+        let up = Speculation::Upload(Some((&b, 1, None)));
         assert_eq!(follow_flight(up, &flight), up);
     }
 

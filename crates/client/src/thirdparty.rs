@@ -12,6 +12,7 @@ use crate::job::CopyOptions;
 use crate::resume::{rest_cmd, Resume, Stamp};
 use crate::session::{cancelled, path_cmd, Session};
 use crate::{ClientError, Remote};
+use lightpath_proto::held::TreeRoot;
 use lightpath_proto::{hostport, PerfMarker, RangeSet, Reply};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +28,7 @@ pub async fn transfer(
     s: &mut Session,
     d: &mut Session,
     (src, dst): (&Remote, &Remote),
-    size: u64,
+    (size, meta): (u64, Option<TreeRoot>),
     opts: &CopyOptions,
     linked: &mut bool,
     resume: &Resume,
@@ -54,7 +55,14 @@ pub async fn transfer(
     let (stor, retr) = match opts.part {
         Some((off, len)) => (format!("ESTO A {off} "), format!("ERET P {off} {len} ")),
         None => {
-            d.ctl.ok(&format!("ALLO {size}")).await?;
+            // A lightpath server gives a file it makes the source's mode
+            // and mtime (`OPTS STOR`); GCT's get them before their rename
+            // (`job::publish`).
+            let allo = format!("ALLO {size}");
+            match meta.filter(|_| d.is_lightpath()) {
+                Some(m) => d.ctl.ok_behind(&m.opts_for("STOR"), allo.as_bytes()).await?,
+                None => d.ctl.ok(&allo).await?,
+            };
             ("STOR ".to_string(), "RETR ".to_string())
         }
     };

@@ -79,6 +79,11 @@ pub enum Opts {
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]` (lightpath): the mode and
     /// mtime of the tree's own directory, for the next VSTO to apply.
     Vsto(crate::held::TreeRoot),
+    /// `OPTS STOR Mode=<octal>;[Modify=<ns>;]` (lightpath): the source's
+    /// mode and mtime, for the next `STOR` to give a file it creates
+    /// before naming it (an existing file keeps its mode, as `cp` keeps
+    /// it); a single file's counterpart of [`Opts::Vsto`].
+    Stor(crate::held::TreeRoot),
     /// `OPTS VSTO After=<hex>;Check=<16 hex>;` (lightpath): the next VSTO
     /// resumes a tree an earlier run left; the sender leaves out every
     /// regular file up to `after`, and the receiving server first compares
@@ -436,6 +441,7 @@ fn parse_opts(t: &str) -> Result<Opts, CommandError> {
         "RETR" => parse_opts_retr(rest),
         "VRET" => parse_opts_vret(rest),
         "VSTO" => parse_opts_vsto(rest),
+        "STOR" => parse_meta("STOR", rest).map(Opts::Stor),
         "MLST" | "MLSD" | "MLSR" => Ok(Opts::Mlst(rest.to_string())),
         _ => Ok(Opts::Other(t.to_string())),
     }
@@ -526,7 +532,7 @@ fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
     match parse_resume(rest) {
         Some(r) if r.check.is_some() => Ok(Opts::VstoResume(r)),
         Some(_) => Err(CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest))),
-        None => parse_opts_vsto_root(rest),
+        None => parse_meta("VSTO", rest).map(Opts::Vsto),
     }
 }
 
@@ -544,8 +550,8 @@ fn parse_resume(rest: &str) -> Option<crate::held::TreeResume> {
 
 /// `Mode=<octal, 1 to 4 digits>;` then optionally `Modify=<signed
 /// nanoseconds since the epoch>;`, and nothing else.
-fn parse_opts_vsto_root(rest: &str) -> Result<Opts, CommandError> {
-    let bad = || CommandError::Syntax(format!("bad OPTS VSTO: {:.64}", rest));
+fn parse_meta(verb: &str, rest: &str) -> Result<crate::held::TreeRoot, CommandError> {
+    let bad = || CommandError::Syntax(format!("bad OPTS {verb}: {:.64}", rest));
     let (m, modify) = one_or_two(rest, "mode", "modify").ok_or_else(bad)?;
     if !(1..=4).contains(&m.len()) || !m.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
         return Err(bad());
@@ -556,7 +562,7 @@ fn parse_opts_vsto_root(rest: &str) -> Result<Opts, CommandError> {
         Some(t) if t.len() <= 20 && !t.starts_with('+') => Some(t.parse::<i64>().map_err(|_| bad())?),
         Some(_) => return Err(bad()),
     };
-    Ok(Opts::Vsto(crate::held::TreeRoot { mode, mtime_ns }))
+    Ok(crate::held::TreeRoot { mode, mtime_ns })
 }
 
 /// `Parallelism=4,4,4;markers=5;` — every option ends with `;` (GCT rejects

@@ -67,8 +67,14 @@ impl TreeRoot {
 
     /// `OPTS VSTO Mode=<octal>;[Modify=<ns>;]`.
     pub fn opts(&self) -> Vec<u8> {
+        self.opts_for("VSTO")
+    }
+
+    /// `OPTS <verb> Mode=<octal>;[Modify=<ns>;]` (`VSTO`, or `STOR` for a
+    /// single file: [`crate::command::Opts::Stor`]).
+    pub fn opts_for(&self, verb: &str) -> Vec<u8> {
         let modify = self.mtime_ns.map(|t| format!("Modify={t};")).unwrap_or_default();
-        format!("OPTS VSTO Mode={:o};{modify}", self.mode & 0o7777).into_bytes()
+        format!("OPTS {verb} Mode={:o};{modify}", self.mode & 0o7777).into_bytes()
     }
 }
 

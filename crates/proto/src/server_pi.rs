@@ -168,6 +168,9 @@ pub struct Transfer {
     pub restart: Option<Restart>,
     /// Size announced by ALLO, if any.
     pub allo: Option<u64>,
+    /// The mode and mtime `OPTS STOR` gave for a STOR that creates its
+    /// file (the permission bits only are applied: [`crate::held::TreeRoot::applied_mode`]).
+    pub meta: Option<crate::held::TreeRoot>,
     /// Settings in force.
     pub settings: TransferSettings,
     /// The path was written with a trailing `/`: it must be a directory
@@ -263,6 +266,8 @@ pub struct ServerPi {
     cwd: VPath,
     restart: Option<Restart>,
     allo: Option<u64>,
+    /// `OPTS STOR`'s mode and mtime for the next STOR ([`Transfer::meta`]).
+    stor_meta: Option<crate::held::TreeRoot>,
     rnfr: Option<VPath>,
     /// EPSV ALL was given (RFC 2428 section 3): EPSV is the only data
     /// connection setup command left for this session.
@@ -279,6 +284,7 @@ impl ServerPi {
             cwd: VPath::root(),
             restart: None,
             allo: None,
+            stor_meta: None,
             rnfr: None,
             epsv_all: false,
             out: VecDeque::new(),
@@ -371,6 +377,7 @@ impl ServerPi {
     fn forget_transfer_setup(&mut self) {
         self.restart = None;
         self.allo = None;
+        self.stor_meta = None;
     }
 
     fn reply(&mut self, code: u16, text: impl Into<String>) {
@@ -635,6 +642,10 @@ impl ServerPi {
                 self.settings.vsto_after = Some(resume);
                 self.reply(200, "OPTS Command Successful.");
             }
+            Opts::Stor(meta) => {
+                self.stor_meta = Some(meta);
+                self.reply(200, "OPTS STOR Command Successful.");
+            }
             Opts::Mlst(_) => self.reply(200, "OPTS Command Successful."),
             Opts::Other(t) if t.to_ascii_uppercase().starts_with("CKSM") => self.reply(200, "OPTS Command Successful."),
             Opts::Other(_) => self.reply(500, "OPTS failed."),
@@ -723,6 +734,7 @@ impl ServerPi {
     fn transfer(&mut self, raw: &[u8], kind: TransferKind) {
         let restart = self.restart.take();
         let allo = self.allo.take();
+        let meta = self.stor_meta.take().filter(|_| kind == TransferKind::Stor);
         if let (Some(Restart::Ranges(_)), Mode::Stream) = (&restart, self.settings.mode) {
             return self.reply(501, "Range restart markers need MODE E.");
         }
@@ -739,7 +751,7 @@ impl ServerPi {
         let dir_only = raw.len() > 1 && raw.ends_with(b"/");
         let may_write = self.may_write();
         self.with_path(raw, |path| {
-            Action::Transfer(Box::new(Transfer { kind, path, restart, allo, settings, dir_only, may_write }))
+            Action::Transfer(Box::new(Transfer { kind, path, restart, allo, meta, settings, dir_only, may_write }))
         });
     }
 }

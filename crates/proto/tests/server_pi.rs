@@ -427,6 +427,20 @@ fn opts_vsto_is_consumed_by_the_next_transfer_and_kept_by_a_vsto_only() {
 }
 
 #[test]
+fn opts_stor_is_consumed_by_the_next_transfer_and_kept_by_a_stor_only() {
+    let mut s = Session::logged_in(cfg(false, false));
+    assert_eq!(codes(&s.send(b"OPTS STOR Mode=600;Modify=-5;\r\nALLO 3\r\n")), [200, 200]);
+    let meta = Some(TreeRoot { mode: 0o600, mtime_ns: Some(-5) });
+    let t = one_transfer(&s.send(b"STOR /f\r\n"));
+    assert_eq!((t.meta, t.allo), (meta, Some(3)));
+    assert_eq!(one_transfer(&s.send(b"STOR /f\r\n")).meta, None);
+    s.send(b"OPTS STOR Mode=600;\r\n");
+    assert_eq!(one_transfer(&s.send(b"APPE /f\r\n")).meta, None);
+    assert_eq!(one_transfer(&s.send(b"STOR /f\r\n")).meta, None, "consumed by the APPE");
+    assert_eq!(codes(&s.send(b"OPTS STOR Mode=9;\r\nOPTS STOR Modify=1;\r\n")), [501, 501]);
+}
+
+#[test]
 fn opts_vret_after_is_consumed_by_the_next_transfer_and_kept_by_a_vret_only() {
     let mut s = Session::logged_in(cfg(false, false));
     assert_eq!(codes(&s.send(b"MODE E\r\nOPTS VRET After=612f62;\r\n")), [200, 200]);

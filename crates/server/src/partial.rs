@@ -211,7 +211,16 @@ mod tests {
     fn stor(restart: Option<Restart>, allo: Option<u64>) -> Transfer {
         let path = lightpath_proto::VPath::root().join(b"f").unwrap();
         let settings = lightpath_proto::TransferSettings { mode: Mode::Extended, ..Default::default() };
-        Transfer { kind: TransferKind::Stor, path, restart, allo, settings, dir_only: false, may_write: true }
+        Transfer {
+            kind: TransferKind::Stor,
+            path,
+            restart,
+            allo,
+            meta: None,
+            settings,
+            dir_only: false,
+            may_write: true,
+        }
     }
 
     #[test]

@@ -308,7 +308,10 @@ fn open_target(root: &Root, memory: bool, t: &Transfer) -> Result<(Target, Optio
         root.open_write(rel, WriteMode::InPlace).map(|f| (Target::InPlace(f), None))
     } else {
         // Refused if the server could not write the old file in place.
-        root.create_temp_replacing(rel).and_then(|tmp| {
+        // A file made new gets the mode `OPTS STOR` gave, one replaced
+        // keeps its own.
+        let new_mode = t.meta.map(|m| m.applied_mode());
+        root.create_temp_replacing(rel, new_mode).and_then(|tmp| {
             // Full size at once: a STOR with ALLO must cover it all
             // (`check_complete`), or the temporary file is removed.
             let held = crate::reserve::size_upload(&tmp, t.allo.unwrap_or(0))?;
@@ -412,7 +415,7 @@ fn receive(
             return Err(Reply::new(451, format!("Transfer incomplete: got {moved} of {n} bytes announced by ALLO.")));
         }
     }
-    finish(target, &t.path, cfg.fsync)?;
+    finish(target, t, cfg.fsync)?;
     Ok(moved)
 }
 
@@ -492,7 +495,13 @@ fn check_complete(t: &Transfer, got: &RangeSet) -> Result<(), Reply> {
 }
 
 /// Publish a complete upload; with `--fsync` its data reaches the disk first.
-fn finish(target: Target, p: &VPath, fsync: bool) -> Result<(), Reply> {
+/// A STOR that `OPTS STOR` gave a `Modify` gets that mtime first.
+fn finish(target: Target, t: &Transfer, fsync: bool) -> Result<(), Reply> {
+    let p = &t.path;
+    let mtime = t.meta.and_then(|m| m.mtime_ns).map(lightpath_engine::vfile::system_time);
+    if let (Some(f), Some(mtime)) = (target.file(), mtime) {
+        f.set_modified(mtime).map_err(|e| io_reply(p, &e))?;
+    }
     let sync = |f: &File| if fsync { f.sync_data().map_err(|e| io_reply(p, &e)) } else { Ok(()) };
     match target {
         Target::Temp(tmp) => {

@@ -391,11 +391,13 @@ impl Root {
 
     /// [`Root::create_temp`] to replace `rel`: refused as
     /// [`Root::replaceable_mode`] says, and with the old file's permission
-    /// bits (which writing in place would have kept).
-    pub fn create_temp_replacing(&self, rel: &[u8]) -> io::Result<TempFile> {
+    /// bits (which writing in place would have kept); a file made new has
+    /// `new_mode` where given (exactly: the umask does not apply), else
+    /// 0644 less the umask.
+    pub fn create_temp_replacing(&self, rel: &[u8], new_mode: Option<u32>) -> io::Result<TempFile> {
         let mode = self.replaceable_mode(rel)?;
         let t = self.create_temp(rel)?;
-        if let Some(m) = mode {
+        if let Some(m) = mode.or(new_mode) {
             rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m))?;
         }
         Ok(t)

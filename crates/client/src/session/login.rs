@@ -128,7 +128,7 @@ impl Session {
                 let upload = matches!(spec, Speculation::Upload(_) | Speculation::UploadTree(..));
                 s.offer_ahead(a, !upload).await?;
                 match spec {
-                    Speculation::Upload(Some((path, size))) => s.speculate_stor(path, size).await?,
+                    Speculation::Upload(Some((path, size, meta))) => s.speculate_stor(path, size, meta).await?,
                     Speculation::UploadTree(tree, root) => crate::vfile::speculate_vsto(&mut s, tree, root).await?,
                     _ => {}
                 }

@@ -7,6 +7,7 @@ use crate::local::LocalSource;
 use crate::resume::Stamp;
 use crate::ClientError;
 use lightpath_engine::{Growth, SendPlan, GROWN_BLOCK};
+use lightpath_proto::held::TreeRoot;
 use lightpath_proto::RangeSet;
 
 /// Files still to send, by their place in the batch.
@@ -20,6 +21,12 @@ struct Prepared {
     size: u64,
     kept: Option<RangeSet>,
     stamp: Option<Stamp>,
+    /// The source's mode and mtime, sent ahead (`OPTS STOR`) to a
+    /// lightpath server, which gives them to a file its STOR creates: it
+    /// made every such file 0644 and of the time it was stored, so a
+    /// private (0600) file became readable to all there (a defect hunt's
+    /// find; GCT's get `SITE CHMOD` and `MFMT`: `job::publish`).
+    meta: Option<TreeRoot>,
 }
 
 impl Session {
@@ -31,15 +38,15 @@ impl Session {
     /// file's when it names it, else it is aborted.
     pub async fn put_many(&mut self, mut ops: Vec<(LocalSource, FileOp)>) -> Vec<Result<u64, ClientError>> {
         let mut out = Vec::new();
-        if let Some((path, size)) = self.spec_stor.take() {
+        if let Some((path, size, meta)) = self.spec_stor.take() {
             let hit = ops.first().is_some_and(|(_, op)| op.part.is_none() && op.remote == path);
             if !hit {
-                if let Err(e) = self.drop_stor(&path).await {
+                if let Err(e) = self.drop_stor(&path, meta.is_some()).await {
                     return super::fill_err(out, ops.len(), e);
                 }
             } else {
                 let (src, op) = ops.remove(0);
-                match self.put_speculated(src.clone(), &op, size).await {
+                match self.put_speculated(src.clone(), &op, (size, meta)).await {
                     Some(Err(e @ ClientError::Control(..))) => return super::fill_err(out, ops.len() + 1, e),
                     Some(r) => out.push(r),
                     None => ops.insert(0, (src, op)),
@@ -53,13 +60,18 @@ impl Session {
     /// `ALLO` and `STOR` for the first file of an upload, sent with the
     /// login after the connections opened ahead: the upload starts a round
     /// trip sooner ([`super::Speculation::Upload`]).
-    pub(crate) async fn speculate_stor(&mut self, path: &[u8], size: u64) -> Result<(), ClientError> {
+    pub(crate) async fn speculate_stor(
+        &mut self,
+        path: &[u8],
+        size: u64,
+        meta: Option<TreeRoot>,
+    ) -> Result<(), ClientError> {
         let stor = stor_cmd(&FileOp { remote: path.to_vec(), part: None, resume: None });
         if self.ctl.check(&stor).is_err() {
             return Ok(()); // reported as that file's failure by put_many
         }
-        self.send_put_cmds(&Prepared { stor, size, ..Prepared::default() }).await?;
-        self.spec_stor = Some((path.to_vec(), size));
+        self.send_put_cmds(&Prepared { stor, size, meta, ..Prepared::default() }).await?;
+        self.spec_stor = Some((path.to_vec(), size, meta));
         Ok(())
     }
 
@@ -67,15 +79,22 @@ impl Session {
     /// `ALLO` said. `None`: the server refused the connections opened
     /// ahead, so the STOR had none (our server answers 425); the file goes
     /// again the usual way.
-    async fn put_speculated(&mut self, src: LocalSource, op: &FileOp, size: u64) -> Option<Result<u64, ClientError>> {
+    async fn put_speculated(
+        &mut self,
+        src: LocalSource,
+        op: &FileOp,
+        (size, meta): (u64, Option<TreeRoot>),
+    ) -> Option<Result<u64, ClientError>> {
         if let Err(e) = self.settle().await {
             return Some(Err(e));
         }
         if self.cached_send() > 0 {
             let stamp = self.is_lightpath().then(|| src.stamp()).flatten();
-            return Some(self.put_one_e(src, op, Prepared { size, stamp, ..Prepared::default() }).await);
+            return Some(self.put_one_e(src, op, Prepared { size, stamp, meta, ..Prepared::default() }).await);
         }
-        let _ = self.ctl.final_reply().await; // ALLO: advisory
+        if let Err(e) = self.setup_replies(meta.is_some()).await {
+            return Some(Err(e));
+        }
         match self.ctl.reply().await {
             Ok(r) if r.code / 100 == 4 => None,
             Ok(r) if r.is_preliminary() => Some(Err(self.abort_taken("STOR", &r).await)),
@@ -86,9 +105,9 @@ impl Session {
 
     /// Read the replies of a `STOR` sent with the login that names no file
     /// of this upload, aborting it if the server took it.
-    async fn drop_stor(&mut self, path: &[u8]) -> Result<(), ClientError> {
+    async fn drop_stor(&mut self, path: &[u8], meta: bool) -> Result<(), ClientError> {
         self.settle().await?;
-        let _ = self.ctl.final_reply().await?; // ALLO
+        self.setup_replies(meta).await?;
         let r = self.ctl.reply().await?;
         tracing::debug!(path = %String::from_utf8_lossy(path), code = r.code, "speculative STOR not wanted");
         if r.is_preliminary() {
@@ -174,6 +193,9 @@ impl Session {
     /// of it, and the STOR or ESTO line.
     async fn send_put_cmds(&mut self, p: &Prepared) -> Result<(), ClientError> {
         if p.stor.starts_with(b"STOR ") {
+            if let Some(m) = &p.meta {
+                self.ctl.send(&m.opts_for("STOR")).await?;
+            }
             self.ctl.send(format!("ALLO {}", p.size).as_bytes()).await?;
             if let Some(kept) = &p.kept {
                 self.ctl.send(&crate::resume::rest_cmd(kept)).await?;
@@ -185,12 +207,22 @@ impl Session {
     /// Read the replies of ALLO (and REST) of a whole file: the ranges
     /// the server keeps if it took the REST.
     async fn put_preamble(&mut self, p: &Prepared) -> Result<Option<RangeSet>, ClientError> {
-        let _ = self.ctl.final_reply().await?; // ALLO: advisory
+        self.setup_replies(p.meta.is_some()).await?;
         let Some(kept) = &p.kept else { return Ok(None) };
         let r = self.ctl.final_reply().await?;
         let taken = r.code == 350;
         tracing::info!(code = r.code, kept = %kept, taken, "resuming an upload from what the server kept");
         Ok(taken.then(|| kept.clone()))
+    }
+
+    /// The replies of `OPTS STOR` (if `meta`: sent) and `ALLO`, both
+    /// advisory: a server that refuses them stores the file all the same.
+    async fn setup_replies(&mut self, meta: bool) -> Result<(), ClientError> {
+        if meta {
+            let _ = self.ctl.final_reply().await?;
+        }
+        let _ = self.ctl.final_reply().await?;
+        Ok(())
     }
 
     /// Send one file whose (ALLO, REST and) STOR were already sent.
@@ -307,7 +339,8 @@ fn prepare(
         (Some(r), Some(st)) => r.sent_of(st.clone()),
         _ => None,
     };
-    Ok(Prepared { stor, size, kept, stamp })
+    let meta = (resumes && op.part.is_none()).then(|| src.meta()).flatten();
+    Ok(Prepared { stor, size, kept, stamp, meta })
 }
 
 fn stor_cmd(op: &FileOp) -> Vec<u8> {

@@ -107,15 +107,19 @@ fn a_replacement_keeps_the_old_permission_bits() {
     assert_eq!(r.replaceable_mode(b"fifo").unwrap(), None, "no writer opened, no wait");
     let e = r.replaceable_mode(b"sub").unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::IsADirectory);
-    let t = r.create_temp_replacing(b"f").unwrap();
+    let t = r.create_temp_replacing(b"f", Some(0o600)).unwrap();
     t.file().set_len(3).unwrap();
     t.commit().unwrap();
     let mode = std::fs::metadata(p.join("root/f")).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o640);
-    let t = r.create_temp_replacing(b"new").unwrap();
+    let t = r.create_temp_replacing(b"new", None).unwrap();
     t.commit().unwrap();
     let mode = std::fs::metadata(p.join("root/new")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o644 & !umask().unwrap_or(0o022), "a new file gets the default mode");
+    let t = r.create_temp_replacing(b"private", Some(0o600)).unwrap();
+    t.commit().unwrap();
+    let mode = std::fs::metadata(p.join("root/private")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "a new file gets the mode asked for; a replaced one kept its own");
     std::fs::remove_dir_all(&p).unwrap();
 }
 
@@ -125,7 +129,7 @@ fn a_replacement_keeps_the_old_permission_bits() {
 #[test]
 fn a_file_that_cannot_be_written_in_place_is_not_replaced() {
     let (p, r) = scratch();
-    let e = while_running(&p.join("root/prog"), || r.create_temp_replacing(b"prog").unwrap_err());
+    let e = while_running(&p.join("root/prog"), || r.create_temp_replacing(b"prog", None).unwrap_err());
     assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::TXTBSY.raw_os_error()), "{e}");
     let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [&b"prog"[..], b"sub"], "no temporary file left");
