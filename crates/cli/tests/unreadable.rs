@@ -246,6 +246,28 @@ fn more_unreadable_files_than_named_are_counted_once_with_verify() {
     assert!(err.contains("3 file(s) copied, 108 failed"), "{err}");
 }
 
+/// The same for the tree's own directory: a source of mode 0555 gave the
+/// copy that mode, and the next copy of the tree (or the retry of one
+/// broken off) failed for good, "creating a: Permission denied" (a defect
+/// hunt's find): the receiver lets itself into it while the tree is
+/// written, and gives it its mode back at the end.
+#[test]
+fn a_trees_own_directory_without_write_permission_is_copied_into_again() {
+    let (_d, root, local) = root_and_local();
+    let src = local.join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    write_random(&src.join("a"), 5_000, 3);
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let (_s, port) = gftp_server(&root);
+    for run in 1..=2 {
+        let (code, err) = cp(&["-r", &src.display().to_string(), &format!("ftp://127.0.0.1:{port}/up")]);
+        assert_eq!(code, 0, "run {run}: {err}");
+        assert_same_file(&src.join("a"), &root.join("up/a"));
+        let mode = std::fs::metadata(root.join("up")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o555, "run {run}: the directory has its source's mode");
+    }
+}
+
 /// A tree whose directory of mode 0 its sender may read (root), copied
 /// twice to a receiver that is not root: the first copy gives the
 /// directory mode 0, and the second must write into it again. It failed

@@ -225,9 +225,10 @@ pub fn receive(
         (Err(_), meta) => {
             remove_made(root, &made);
             // Kept for what it holds complete: not left private (0700,
-            // as it was made for the writing), out of its owner's
-            // reach but for the server's user.
-            if let (Some(meta), true) = (meta, made.last() == Some(&t.path) && root.subdir(t.path.relative()).is_ok()) {
+            // as it was made for the writing), out of its owner's reach
+            // but for the server's user; one there before, maybe made
+            // writable for the tree ([`unpack_sink`]), gets its mode too.
+            if let (Some(meta), true) = (meta, root.subdir(t.path.relative()).is_ok()) {
                 set_root_meta(root, &t.path, meta);
             }
         }
@@ -279,6 +280,12 @@ fn unpack_sink(root: &Root, t: &Transfer, ctl: &Control, made: &mut Vec<VPath>) 
         // Private while the tree is written, as its subdirectories are;
         // its own mode comes once it is complete ([`set_root_meta`]).
         root.chmod(t.path.relative(), 0o700).map_err(|e| io_reply(&t.path, &e))?;
+    } else if t.settings.vsto_root.is_some() {
+        // One there (an earlier copy's, given a mode such as 0555) is
+        // writable to us while the tree is written, as its existing
+        // subdirectories are; its mode comes back at the end, whatever
+        // the end ([`receive`]). An error here is the unpacker's to meet.
+        let _ = root.let_owner_into(t.path.relative());
     }
     let sub = root.subdir(t.path.relative()).map_err(|e| io_reply(&t.path, &e))?;
     let opts = UnpackOptions { report: Some(ctl.held_so_far()), ..UnpackOptions::default() };

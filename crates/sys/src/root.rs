@@ -235,6 +235,22 @@ impl Root {
         }
     }
 
+    /// Make the directory `rel` `u+rwx` if this process owns it and it is
+    /// not (never the served root): a tree written into a directory whose
+    /// source mode lacks the owner's write bit (0555) could be copied once
+    /// and never again, nor resumed. Returns whether it changed the mode.
+    pub fn let_owner_into(&self, rel: &[u8]) -> io::Result<bool> {
+        let fd = self.open_at(rel, OFlags::PATH | OFlags::DIRECTORY, 0)?;
+        let (st, top) = (rustix::fs::fstat(&fd)?, rustix::fs::fstat(&self.dir)?);
+        let mine = st.st_uid == rustix::process::geteuid().as_raw();
+        if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino) || !mine || st.st_mode & 0o700 == 0o700 {
+            return Ok(false);
+        }
+        let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
+        rustix::fs::chmodat(rustix::fs::CWD, fd_link(&fd).as_str(), mode, AtFlags::empty())?;
+        Ok(true)
+    }
+
     /// The file opened again (without /proc) is still a regular file or
     /// a directory.
     fn regular_or_dir(f: &File) -> io::Result<()> {
