@@ -268,6 +268,32 @@ fn a_trees_own_directory_without_write_permission_is_copied_into_again() {
     }
 }
 
+/// A tree holding a read-only file (0444, as git's objects are), copied
+/// twice to a receiver that is not root: the first copy gives the file
+/// that mode, and the second failed, "creating ro: Permission denied" (a
+/// defect hunt's find). A file the receiver owns is replaced; one it does
+/// not own and may not write stays refused (`replace_rules.rs`).
+#[test]
+fn a_trees_read_only_file_is_copied_over_again() {
+    let (_d, root, local) = root_and_local();
+    let src = local.join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    write_random(&src.join("ro"), 5_000, 4);
+    std::fs::set_permissions(src.join("ro"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    let (_s, port) = gftp_server(&root);
+    for run in 1..=2 {
+        if run == 2 {
+            write_random(&src.join("ro"), 6_000, 5);
+            std::fs::set_permissions(src.join("ro"), std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        let (code, err) = cp(&["-r", &format!("{}/", src.display()), &format!("ftp://127.0.0.1:{port}/up/")]);
+        assert_eq!(code, 0, "run {run}: {err}");
+        assert_same_file(&src.join("ro"), &root.join("up/ro"));
+        let mode = std::fs::metadata(root.join("up/ro")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o444, "run {run}");
+    }
+}
+
 /// A tree whose directory of mode 0 its sender may read (root), copied
 /// twice to a receiver that is not root: the first copy gives the
 /// directory mode 0, and the second must write into it again. It failed

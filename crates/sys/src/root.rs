@@ -659,12 +659,15 @@ impl StrictDir {
     /// mode is given at creation when the umask and the directory allow it
     /// (no extra call), else set at once with `fchmod`. A file already at
     /// `name` is replaced only if this process could write it in place, as
-    /// [`Root::create_temp_replacing`] rules for a single file: a tree
-    /// does not get round a read-only file that `STOR` may not replace.
+    /// [`Root::create_temp_replacing`] rules for a single file (a tree
+    /// does not get round a read-only file that `STOR` may not replace),
+    /// or owns it: a tree's read-only files (0444, as git's objects are)
+    /// were given that mode by the tree's last copy, which could then be
+    /// made once and never again, nor resumed (a defect hunt's find).
     pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
         let mode = mode & 0o7777;
         let name = component(name)?;
-        beneath::replaceable_mode_in(&self.fd, name)?;
+        beneath::replaceable_mode_in(&self.fd, name, true)?;
         let t = TempFile::create(self.fd.clone(), name, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {

@@ -15,9 +15,10 @@ fn symlink_refused(e: io::Error) -> io::Error {
 
 /// The permission bits of the regular file `name` in `dir`, once this
 /// process has shown it could open it for writing (not following a
-/// symlink, not blocking, not truncating); `None` when nothing or a symlink
+/// symlink, not blocking, not truncating), or, with `owned`, that it owns
+/// it (and so could make it writable); `None` when nothing or a symlink
 /// or special file is there (the rename replaces it without following it).
-pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr) -> io::Result<Option<u32>> {
+pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> io::Result<Option<u32>> {
     let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(rustix::io::Errno::NOENT) => return Ok(None),
@@ -27,6 +28,9 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr) -> io::Result<Opt
         FileType::RegularFile => {}
         FileType::Directory => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
         _ => return Ok(None),
+    }
+    if owned && st.st_uid == rustix::process::geteuid().as_raw() {
+        return Ok(Some(st.st_mode & 0o777));
     }
     let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).map_err(io::Error::from).map_err(symlink_refused)?;
@@ -67,7 +71,7 @@ impl Root {
     /// followed: the commit replaces the link itself).
     pub fn create_temp_replacing_strict(&self, rel: &[u8], mode: u32) -> io::Result<TempFile> {
         let (dir, name) = self.parent_strict(rel).map_err(symlink_refused)?;
-        let old = replaceable_mode_in(&dir, name)?;
+        let old = replaceable_mode_in(&dir, name, false)?;
         let t = TempFile::create(Arc::new(dir), name, mode)?;
         if let Some(m) = old {
             rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m))?;
