@@ -444,7 +444,9 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
             r => r.context("writing the listing")?,
         }
     }
+    let left_out = s.names_left_out;
     rt.block_on(s.quit());
+    anyhow::ensure!(left_out == 0, "{left_out} name(s) with a line break were left out of the server's listing");
     Ok(())
 }
 

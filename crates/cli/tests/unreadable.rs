@@ -316,3 +316,29 @@ fn a_directory_of_mode_0_is_copied_into_again() {
         assert_eq!(mode, 0, "run {run}: the directory has its source's mode");
     }
 }
+
+/// A name with a line break cannot be listed (its MLSD line would end
+/// early): a tree copied file by file from our server, and `ls`, went on
+/// without it and exited 0, the copy passing for whole (a defect hunt's
+/// find). The server's 226 now says how many it left out, and the copy
+/// and `ls` fail saying so, with the other files copied and listed.
+#[test]
+fn names_left_out_of_a_listing_fail_the_copy_and_ls() {
+    let (_d, root, local) = root_and_local();
+    std::fs::create_dir(root.join("lf")).unwrap();
+    std::fs::write(root.join("lf/normal"), b"a").unwrap();
+    std::fs::write(root.join("lf/two\nlines"), b"b").unwrap();
+    std::fs::write(root.join("one"), b"c").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let url = |p: &str| format!("ftp://127.0.0.1:{port}{p}");
+    let dl = local.join("dl");
+    let (code, err) = cp(&["-r", &url("/lf"), &url("/one"), &format!("{}/", dl.display())]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("1 name(s) with a line break left out"), "{err}");
+    assert_eq!(std::fs::read(dl.join("lf/normal")).unwrap(), b"a");
+    assert_eq!(std::fs::read(dl.join("one")).unwrap(), b"c");
+    let out = Command::new(LP).args(["ls", &url("/lf")]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("normal") && err.contains("line break"), "{err}");
+}

@@ -593,10 +593,18 @@ async fn list_one(s: &mut Session, sh: &Shared) {
     };
     let Some((dir, t)) = next else { return };
     let listed = s.list(&dir.path).await;
+    let left_out = s.names_left_out;
     let mut w = walk_lock(sh);
     w.busy -= 1;
     match listed {
-        Ok(entries) => add_entries(&mut w, &dir, &t, entries),
+        Ok(entries) => {
+            add_entries(&mut w, &dir, &t, entries);
+            if left_out > 0 {
+                // Copied without them, the tree would pass for whole.
+                let why = format!("{left_out} name(s) with a line break left out of the server's listing, not copied");
+                w.plan.leave_out(Location::Remote(dir), t, why);
+            }
+        }
         Err(e) => match unlistable(&e).filter(|_| w.beneath_root(&dir)) {
             Some(why) => w.plan.leave_out(Location::Remote(dir), t, why),
             None => {

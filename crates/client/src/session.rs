@@ -144,6 +144,9 @@ pub struct Session {
     spec_retr: Option<Vec<u8>>,
     /// The path of a `STOR` sent with the login whose replies are not read
     /// yet; [`Session::put_many`] takes it over.
+    /// Names the last listing's server left out (a line break in them:
+    /// [`lightpath_proto::Reply::names_left_out`]).
+    pub names_left_out: u64,
     /// With its size and the mode and mtime its `OPTS STOR` gave.
     pub(crate) spec_stor: Option<(Vec<u8>, u64, Option<TreeRoot>)>,
     /// The tree path of a `VSTO` sent with the login whose replies are not

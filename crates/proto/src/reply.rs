@@ -124,6 +124,27 @@ impl Reply {
         self.lines.iter().skip(1).find_map(count).unwrap_or(0)
     }
 
+    /// This (final, `226`) reply of a listing with a continuation line
+    /// saying that `n` names were left out of it: a name holding a line
+    /// break would end its listing line early (and make the rest a forged
+    /// entry), so it is not listed, and a client copying the directory
+    /// file by file must not think it has it all ([`Reply::names_left_out`]).
+    pub fn with_names_left_out(self, n: u64) -> Reply {
+        match n {
+            0 => self,
+            n => self.with_lines(vec![format!("{n} {LEFT_OUT}")]),
+        }
+    }
+
+    /// What a [`Reply::with_names_left_out`] says (0: nothing, or not a `226`).
+    pub fn names_left_out(&self) -> u64 {
+        if self.code != 226 {
+            return 0;
+        }
+        let count = |l: &String| l.trim().strip_suffix(LEFT_OUT)?.trim_end().parse::<u64>().ok();
+        self.lines.iter().skip(1).find_map(count).unwrap_or(0)
+    }
+
     /// The first line of text.
     pub fn text(&self) -> &str {
         self.lines.first().map(String::as_str).unwrap_or("")
@@ -183,6 +204,7 @@ pub(crate) fn through_the_wire(r: &Reply) -> Reply {
 
 /// The continuation line of [`Reply::with_data_bytes`] after its count.
 const DATA_BYTES: &str = "bytes of file data.";
+const LEFT_OUT: &str = "name(s) with a line break left out of the listing.";
 
 /// The continuation line of [`Reply::tree_complete`] after its count.
 const SKIPPED: &str = "special file(s) skipped (FIFOs, devices, sockets are not copied).";
@@ -333,6 +355,10 @@ mod tests {
         assert_eq!(file.encode(), b"226 Transfer Complete.\r\n");
         assert_eq!(file.files_completed(), None);
         assert_eq!(Reply::new(226, "Transfer Complete: many files.").files_completed(), None);
+        let listed = Reply::transfer_complete(None);
+        assert_eq!(listed.clone().with_names_left_out(0), listed);
+        assert_eq!(listed.clone().with_names_left_out(3).names_left_out(), 3);
+        assert_eq!(listed.names_left_out(), 0);
     }
 
     /// A tree with special files left out: the count stays where older

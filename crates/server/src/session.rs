@@ -482,6 +482,8 @@ impl Session {
 
     async fn run_transfer(&mut self, t: Transfer, ctl: Arc<Control>) -> std::io::Result<()> {
         let (kind, file, start) = (format!("{:?}", t.kind), t.path.display(), std::time::Instant::now());
+        // A listing's `Control::skipped` counts the names it left out.
+        let listing = matches!(t.kind, TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst);
         let every = marker_interval(&t, self.ctx.cfg.marker_interval);
         let markers = every.is_some();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -548,7 +550,11 @@ impl Session {
                 // show it for third-party trees, which only servers see),
                 // the special files its walk left out, and those it could
                 // not read.
-                let done = Reply::tree_complete(ctl.files(), ctl.skipped()).with_data_bytes(ctl.data_bytes());
+                let done = if listing {
+                    Reply::transfer_complete(None).with_names_left_out(ctl.skipped())
+                } else {
+                    Reply::tree_complete(ctl.files(), ctl.skipped()).with_data_bytes(ctl.data_bytes())
+                };
                 self.send(&done.with_unreadable(&ctl.unreadable())).await
             }
             Err(r) => {

@@ -105,7 +105,7 @@ pub fn execute(
     if t.kind.is_upload() {
         return upload(ctx, dc, t, ctl, ready, path);
     }
-    match open_source(root, cfg, &t).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
+    match open_source(root, cfg, &t, ctl).and_then(|f| file_source(f, cfg.direct_io, path.loopback, &t)) {
         Ok(src) => {
             let sent = send(dc, &t, src.as_ref(), ctl, ready)?;
             unchanged(src.as_ref(), &t)?;
@@ -233,11 +233,15 @@ enum Opened {
     File(File),
 }
 
-fn open_source(root: &Root, cfg: &crate::ServerConfig, t: &Transfer) -> Result<Opened, Reply> {
+/// A listing's names left out go to `ctl` ([`listing`]).
+fn open_source(root: &Root, cfg: &crate::ServerConfig, t: &Transfer, ctl: &Control) -> Result<Opened, Reply> {
     let memory = cfg.memory_paths;
     match t.kind {
         TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst => {
-            return listing(root, t.may_write, t).map(|b| Opened::Ready(Box::new(BytesSource(b))))
+            return listing(root, t.may_write, t).map(|(b, left_out)| {
+                ctl.set_skipped(left_out);
+                Opened::Ready(Box::new(BytesSource(b)))
+            })
         }
         _ => {}
     }
@@ -540,14 +544,16 @@ fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
     }
 }
 
-fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<Vec<u8>, Reply> {
+/// A listing of `t.path`, and how many names it left out (a line break in
+/// them), for the final reply ([`Reply::with_names_left_out`]).
+fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<(Vec<u8>, u64), Reply> {
     let p = &t.path;
     let (st, own, parent) = root.stat_allowed(p.relative()).map_err(|e| io_reply(p, &e))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return match t.kind {
             TransferKind::Mlsd => Err(Reply::new(501, format!("{}: Not a directory", p.display()))),
-            TransferKind::List => Ok(list_line(&st, p.file_name())),
-            _ => Ok([p.file_name(), b"\r\n"].concat()),
+            TransferKind::List => Ok((list_line(&st, p.file_name()), 0)),
+            _ => Ok(([p.file_name(), b"\r\n"].concat(), 0)),
         };
     }
     let mut out = Vec::new();
@@ -555,13 +561,15 @@ fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<Vec<u8>, Reply> 
         out.extend_from_slice(format!("{} .\r\n", facts(&st, b".", Rights { own, parent, writable })).as_bytes());
     }
     // The entries' names are in this directory: it decides DELE and RNFR.
-    let here = Some(own);
+    let (here, mut left_out) = (Some(own), 0);
     for (name, lst, allowed) in entries(root, t).map_err(|e| io_reply(p, &e))? {
         if name.iter().any(|&b| b == b'\r' || b == b'\n') {
             // A listing line per name: this one would end early and make its
-            // tail a forged entry of its own, so it is not listed.
+            // tail a forged entry of its own, so it is not listed; the
+            // final reply says how many were not.
             let shown = lightpath_proto::manifest::show(&name);
             tracing::warn!("{}: not listing a name with a line break: \"{shown}\"", p.display());
+            left_out += 1;
             continue;
         }
         let child = [p.relative(), b"/", &name].concat();
@@ -577,7 +585,7 @@ fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<Vec<u8>, Reply> 
         let slink = link.then(|| slink_fact(root, &child));
         entry_line(&mut out, t.kind.clone(), (&st, slink), &name, Rights { own, parent: here, writable });
     }
-    Ok(out)
+    Ok((out, left_out))
 }
 
 /// A directory's entries, with the rights MLSD shows (LIST and NLST do not

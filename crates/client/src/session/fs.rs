@@ -325,6 +325,7 @@ impl Session {
         if !fin.is_ok() {
             return Err(self.ctl.unexpected(verb, &fin));
         }
+        self.names_left_out = fin.names_left_out();
         Ok(data?)
     }
 }

@@ -114,6 +114,7 @@ impl Session {
             spec_vret: None,
             spec_retr: None,
             spec_stor: None,
+            names_left_out: 0,
             spec_vsto: None,
             recv_window,
             out_of_step: false,
