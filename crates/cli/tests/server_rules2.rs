@@ -247,3 +247,47 @@ fn gftp_uid() -> u32 {
     let out = std::process::Command::new("id").args(["-u", "gftp"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
+
+/// A directory listing (`verb`, MODE S over PASV): its bytes.
+fn list(c: &mut Raw, verb: &str) -> String {
+    let addr = c.pasv();
+    c.send(verb.as_bytes());
+    let mut d = std::net::TcpStream::connect(addr).unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut d, &mut got).unwrap();
+    assert_eq!(c.final_reply().0, 226, "{verb}");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// An upload in progress is named from the start where the file system
+/// has no `O_TMPFILE` (NFS): `.NAME.lpPID-TOKEN-N.part`. Such a file is in
+/// no listing, no tree, and no command reaches it: another session
+/// downloaded one unfinished and published it with RNFR/RNTO (a defect
+/// hunt's find). Simulated here by a file of that name.
+#[test]
+fn an_upload_in_progress_is_hidden_and_out_of_reach() {
+    let (_d, root) = with_root();
+    let temp = ".big.lp4242-0123456789abcdef-0.part";
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d").join(temp), b"half").unwrap();
+    std::fs::write(root.join("d/f"), b"whole").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    for verb in ["MLSD /d", "LIST /d", "NLST /d"] {
+        let got = list(&mut c, verb);
+        assert!(got.contains('f') && !got.contains(".lp4242"), "{verb}: {got}");
+    }
+    for cmd in ["SIZE", "MLST", "RNFR", "DELE", "CKSM MD5 0 -1"] {
+        let (code, text) = c.cmd(&format!("{cmd} /d/{temp}"));
+        assert_eq!(code, 550, "{cmd}: {text}");
+    }
+    c.pasv();
+    c.send(format!("RETR /d/{temp}").as_bytes());
+    assert_eq!(c.final_reply().0, 550);
+    let local = scratch();
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d"), &format!("{}/", local.path().display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(names(&local.path().join("d")), ["f"]);
+    assert_eq!(std::fs::read(root.join("d").join(temp)).unwrap(), b"half", "left to its upload");
+}

@@ -41,6 +41,9 @@ pub enum Effect {
 /// Returns the reply and what the PI must hear.
 /// A `CKSM` stops when `ctl` is cancelled (ABOR) or lost.
 pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp, ctl: &Control) -> (Reply, Option<Effect>) {
+    if let Some(p) = paths(&op).into_iter().find(|p| is_upload_in_progress(p)) {
+        return (in_progress(p), None);
+    }
     let r = match op {
         FsOp::Cwd(p) => return cwd(root, p),
         FsOp::RenameFrom(p) => return rename_from(root, p),
@@ -61,6 +64,31 @@ pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp, ctl: &Control) -
         FsOp::Chmod { mode, path } => chmod(root, mode, &path),
     };
     (r.unwrap_or_else(|e| e), None)
+}
+
+/// The paths `op` names.
+fn paths(op: &FsOp) -> Vec<&VPath> {
+    match op {
+        FsOp::Size(p) | FsOp::Mdtm(p) | FsOp::Mlst(p) | FsOp::Stat(p) | FsOp::Cwd(p) => vec![p],
+        FsOp::Mkd(p) | FsOp::Rmd(p) | FsOp::Dele(p) | FsOp::RenameFrom(p) => vec![p],
+        FsOp::Rename { from, to } => vec![from, to],
+        FsOp::Cksm { path, .. } | FsOp::Chmod { path, .. } => vec![path],
+    }
+}
+
+/// Whether `p` names the temporary file of an upload in progress
+/// (`.NAME.lpPID-TOKEN-N.part`, [`lightpath_sys::root::is_temp_name`]),
+/// named from the start where the file system has no `O_TMPFILE` (NFS):
+/// hidden from listings and refused to every command, or another session
+/// could download, rename (publish) or delete an unfinished upload (a
+/// defect hunt's find).
+pub fn is_upload_in_progress(p: &VPath) -> bool {
+    lightpath_sys::root::is_temp_name(p.file_name())
+}
+
+/// The refusal of a command on such a path.
+pub fn in_progress(p: &VPath) -> Reply {
+    Reply::new(550, format!("{}: the temporary file of an upload in progress", p.display()))
 }
 
 /// SITE CHMOD: permission bits only (a client must not make setuid or

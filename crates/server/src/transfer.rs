@@ -97,6 +97,9 @@ pub fn execute(
     path: ClientPath,
 ) -> Result<u64, Reply> {
     let (root, cfg) = (&ctx.root, &ctx.cfg);
+    if crate::fsops::is_upload_in_progress(&t.path) {
+        return fail_early(ready, crate::fsops::in_progress(&t.path));
+    }
     match t.kind {
         TransferKind::VfileRetr => return crate::vfile::send(root, dc, &t, ctl, ready),
         TransferKind::VfileStor => return crate::vfile::receive(ctx, dc, &t, ctl, ready, path),
@@ -571,6 +574,9 @@ fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<(Vec<u8>, u64), 
             tracing::warn!("{}: not listing a name with a line break: \"{shown}\"", p.display());
             left_out += 1;
             continue;
+        }
+        if lightpath_sys::root::is_temp_name(&name) {
+            continue; // an upload in progress (`fsops::is_upload_in_progress`)
         }
         let child = [p.relative(), b"/", &name].concat();
         let link = FileType::from_raw_mode(lst.st_mode) == FileType::Symlink;

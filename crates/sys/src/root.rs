@@ -682,7 +682,7 @@ mod fence;
 mod temp;
 pub use fence::OnHidden;
 use temp::temp_name;
-pub use temp::TempFile;
+pub use temp::{is_temp_name, TempFile};
 
 #[cfg(test)]
 mod strict_tests {

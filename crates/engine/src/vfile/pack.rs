@@ -656,8 +656,11 @@ impl<'a> Walker<'a> {
 
 /// Queue the entries `list` of the directory `src` (manifest name `name`)
 /// so that they pop in name order.
+/// A receiver's temporary file (`.NAME.lpPID-TOKEN-N.part`, named where
+/// the file system has no `O_TMPFILE`) is an upload in progress, or what
+/// a killed one left: never part of a tree.
 fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>, Stat, bool)>) {
-    for (child, st, readable) in list.into_iter().rev() {
+    for (child, st, readable) in list.into_iter().rev().filter(|(c, ..)| !lightpath_sys::root::is_temp_name(c)) {
         stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st), readable });
     }
 }

@@ -37,6 +37,25 @@ pub(super) fn temp_name(name: &OsStr) -> Vec<u8> {
     tmp
 }
 
+/// Whether `name` is one [`temp_name`] makes (`.NAME.lpPID-TOKEN-N.part`,
+/// TOKEN 16 hex digits): a file being received, named from the start
+/// where the file system has no `O_TMPFILE` (NFS). A server hides such
+/// names from its listings and refuses commands on them: another session
+/// could list, download, rename (publish) or delete an unfinished upload
+/// (a defect hunt's find).
+pub fn is_temp_name(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(b".").and_then(|r| r.strip_suffix(b".part")) else { return false };
+    let Some(at) = rest.windows(3).rposition(|w| w == b".lp") else { return false };
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    let fields: Vec<&[u8]> = rest[at + 3..].split(|&b| b == b'-').collect();
+    match fields[..] {
+        [pid, token, n] => {
+            at > 0 && digits(pid) && digits(n) && token.len() == 16 && token.iter().all(u8::is_ascii_hexdigit)
+        }
+        _ => false,
+    }
+}
+
 /// Whether unnamed files can be given a name later: `/proc/self/fd` is
 /// there (checked once).
 fn proc_fd_links() -> bool {

@@ -22,6 +22,14 @@ fn temporary_names_carry_a_token_a_peer_cannot_guess() {
     assert_eq!(token(&a).map(|t| t.len()), Some(16), "{a}");
     assert_eq!(token(&a), token(&b), "one token per process");
     assert_ne!(a, b, "the counter still makes each unique");
+    for made in [a.into_bytes(), name(b"a.lp1-x.part").into_bytes(), temp_name(OsStr::from_bytes(b"\xff"))] {
+        assert!(is_temp_name(&made), "{}", String::from_utf8_lossy(&made));
+    }
+    for other in [&b".x.lp1-0123456789abcdef-2"[..], b"x.lp1-0123456789abcdef-2.part", b"..lp1-0123456789abcdef-2.part"]
+    {
+        assert!(!is_temp_name(other), "{}", String::from_utf8_lossy(other));
+    }
+    assert!(!is_temp_name(b".x.lp1-0123456789abcde-2.part") && !is_temp_name(b".x.lp-0123456789abcdef-2.part"));
 }
 
 #[test]
