@@ -381,3 +381,28 @@ fn memory_to_memory_both_ways() {
     assert!(lp_cp(&["-p", "4", "--len", "64M", &url(port, "/dev/zero"), "/dev/null"]));
     assert!(!root.join("dev").exists(), "memory paths are virtual");
 }
+
+/// A tree's destination's missing parents are made, as `mkdir -p` would
+/// (README), when the tree goes file by file too: to GCT's server, and
+/// with a second source to ours. Both failed, "MKD .../tree refused: No
+/// such file or directory" (a defect hunt's find).
+#[test]
+fn a_tree_copied_file_by_file_gets_its_missing_parents() {
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("local")));
+    let root = open_dir(&d.path().join("root"));
+    std::fs::create_dir_all(local.join("tree/sub")).unwrap();
+    std::fs::write(local.join("tree/sub/f"), b"f").unwrap();
+    std::fs::write(local.join("single"), b"s").unwrap();
+    let (_g, gport) = gct_server(&home);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let tree = local.join("tree").display().to_string();
+    let (code, err) = cp(&["-r", &tree, &format!("ftp://127.0.0.1:{gport}{}/new/parent/", home.display())]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(home.join("new/parent/tree/sub/f")).unwrap(), b"f");
+    let single = local.join("single").display().to_string();
+    let (code, err) = cp(&["-r", &tree, &single, &format!("ftp://127.0.0.1:{port}/in/B/")]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(root.join("in/B/tree/sub/f")).unwrap(), b"f");
+    assert_eq!(std::fs::read(root.join("in/B/single")).unwrap(), b"s");
+}

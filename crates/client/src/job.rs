@@ -12,11 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 mod crew;
+mod dirs;
 mod publish;
 mod tree;
 mod verify;
 
 use crew::Crew;
+use dirs::make_dirs;
 use tree::{tree_noted, try_tree};
 pub(crate) use verify::{compare_digests, discard_copy, discard_local_by, local_digest, mismatch};
 use verify::{verify_batch, Side};
@@ -322,40 +324,6 @@ fn computed_here(verify: Option<&str>) -> Result<(), ClientError> {
             ALGORITHMS.join(", ")
         ))),
         _ => Ok(()),
-    }
-}
-
-/// Create the destination directories; returns the session used for a
-/// remote destination (opened for `verify` alone too, to check its CKSM
-/// algorithms before anything is copied).
-async fn make_dirs(
-    plan: &Plan,
-    dst: &Location,
-    sopts: &SessionOpts,
-    verify: Option<&str>,
-    retries: u32,
-) -> Result<Option<Session>, ClientError> {
-    if plan.dirs.is_empty() && (verify.is_none() || matches!(dst, Location::Local(_))) {
-        return Ok(None);
-    }
-    match dst {
-        Location::Local(root) => {
-            for d in &plan.dirs {
-                if let Location::Local(p) = d {
-                    crate::local::make_dir_beneath(root, p)?;
-                }
-            }
-            Ok(None)
-        }
-        Location::Remote(r) => {
-            let mut s = offers(open_first(r, sopts, (&[], Speculation::None), retries).await?, verify)?;
-            let remote = |d: &Location| match d {
-                Location::Remote(dr) => Some(dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec()),
-                Location::Local(_) => None,
-            };
-            s.mkdirs(&plan.dirs.iter().filter_map(remote).collect::<Vec<_>>()).await?;
-            Ok(Some(s))
-        }
     }
 }
 
