@@ -29,12 +29,16 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> i
         FileType::Directory => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
         _ => return Ok(None),
     }
-    if owned && st.st_uid == rustix::process::geteuid().as_raw() {
-        return Ok(Some(st.st_mode & 0o777));
-    }
     let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).map_err(io::Error::from).map_err(symlink_refused)?;
-    Ok(Some(rustix::fs::fstat(&fd)?.st_mode & 0o777))
+    match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => Ok(Some(rustix::fs::fstat(&fd)?.st_mode & 0o777)),
+        // Only its mode stops us: its owner could change that. (A running
+        // program, ETXTBSY, stays refused.)
+        Err(rustix::io::Errno::ACCESS) if owned && st.st_uid == rustix::process::geteuid().as_raw() => {
+            Ok(Some(st.st_mode & 0o777))
+        }
+        Err(e) => Err(symlink_refused(e.into())),
+    }
 }
 
 impl Root {
