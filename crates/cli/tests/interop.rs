@@ -406,3 +406,52 @@ fn a_tree_copied_file_by_file_gets_its_missing_parents() {
     assert_eq!(std::fs::read(root.join("in/B/tree/sub/f")).unwrap(), b"f");
     assert_eq!(std::fs::read(root.join("in/B/single")).unwrap(), b"s");
 }
+
+/// A tree copied file by file (to and from GCT's server; with a second
+/// source, to ours) gives every directory its source's mode and mtime, as
+/// one copied as a virtual file does: each was made 0755 and of the time
+/// of the copy, so a private (0700) directory became listable by all (a
+/// defect hunt's find). SITE CHMOD and MFMT, deepest first, once the
+/// files are in (our server takes MFMT now too).
+#[test]
+fn a_tree_copied_file_by_file_keeps_its_directories_modes_and_mtimes() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let d = scratch();
+    let (home, local, root) =
+        (open_dir(&d.path().join("g")), open_dir(&d.path().join("l")), open_dir(&d.path().join("r")));
+    let tree = local.join("tree");
+    std::fs::create_dir_all(tree.join("private/deeper")).unwrap();
+    std::fs::write(tree.join("private/deeper/f"), b"f").unwrap();
+    std::fs::write(local.join("single"), b"s").unwrap();
+    let old = |s: u64| std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
+    for (dir, mode, t) in
+        [("private/deeper", 0o750, 981_173_106), ("private", 0o700, 981_000_000), ("", 0o755, 980_000_000)]
+    {
+        std::fs::set_permissions(tree.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
+        std::fs::File::open(tree.join(dir)).unwrap().set_modified(old(t)).unwrap();
+    }
+    let check = |at: &std::path::Path, how: &str| {
+        for (dir, mode, t) in
+            [("private/deeper", 0o750, 981_173_106), ("private", 0o700, 981_000_000), ("", 0o755, 980_000_000)]
+        {
+            let m = std::fs::metadata(at.join(dir)).unwrap();
+            assert_eq!((m.mode() & 0o7777, m.mtime()), (mode, t), "{how}: {dir}");
+        }
+    };
+    let (_g, gport) = gct_server(&home);
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let (code, err) = cp(&["-r", tree.to_str().unwrap(), &format!("ftp://127.0.0.1:{gport}{}/", home.display())]);
+    assert_eq!(code, 0, "{err}");
+    check(&home.join("tree"), "upload to GCT");
+    let (code, err) = cp(&[
+        "-r",
+        &format!("ftp://127.0.0.1:{gport}{}/tree", home.display()),
+        &format!("{}/", d.path().join("dl").display()),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    check(&d.path().join("dl/tree"), "download from GCT");
+    let single = local.join("single").display().to_string();
+    let (code, err) = cp(&["-r", tree.to_str().unwrap(), &single, &format!("ftp://127.0.0.1:{port}/in/")]);
+    assert_eq!(code, 0, "{err}");
+    check(&root.join("in/tree"), "two sources to lightpath");
+}

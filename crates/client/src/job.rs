@@ -265,7 +265,13 @@ pub async fn copy(
         Location::Remote(_) => None,
     };
     let unlisted = std::mem::take(&mut plan.unlisted);
+    let dir_metas = std::mem::take(&mut plan.dir_metas);
+    let (retries, later) = (opts.retries, sopts.clone());
     let mut out = run_workers(plan, opts, sopts, (lister, dst_session), root).await?;
+    // After Ctrl-C, nothing more goes to a server.
+    if !later.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        dirs::set_dir_metas(dir_metas, &dst, &later, retries).await;
+    }
     out.extend(unlisted.into_iter().map(|u| u.failed(ClientError::LeftOut)));
     Ok(out)
 }

@@ -226,7 +226,7 @@ fn open_beneath(root: &Path, rel: &[u8], path: &Path, (in_place, mode): (bool, u
 
 /// `path` relative to `root` as `a/b` when it lies strictly beneath it;
 /// `None` when it does not (or is `root`); an error for a `..` on the way.
-fn rel_beneath(root: &Path, path: &Path) -> Option<Result<Vec<u8>, ClientError>> {
+pub(crate) fn rel_beneath(root: &Path, path: &Path) -> Option<Result<Vec<u8>, ClientError>> {
     let rest = path.strip_prefix(root).ok()?;
     let mut rel = Vec::new();
     for c in rest.components() {

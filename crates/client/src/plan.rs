@@ -50,6 +50,9 @@ pub struct Plan {
     /// Directories beneath a source tree that could not be listed: left
     /// out (and reported as failed), as `cp -r` goes on past them.
     pub unlisted: Vec<Unlisted>,
+    /// Each destination directory's source mode and mtime (seconds),
+    /// where known: given to it once its files are in (`job::dirs`).
+    pub dir_metas: Vec<(Location, u32, Option<i64>)>,
 }
 
 /// A directory of a source tree that could not be listed (permission
@@ -62,6 +65,9 @@ pub struct Unlisted {
     pub dst: Location,
     /// Why it could not be listed.
     pub why: String,
+    /// It was listed, but the server left names out of its listing (a
+    /// line break in them): `--verify` of a tree counts those files apart.
+    pub partly: bool,
 }
 
 impl Unlisted {
@@ -75,9 +81,25 @@ impl Unlisted {
 impl Plan {
     /// Leave out the directory `src` (bound for `dst`), which could not be
     /// listed for `why`, with a warning.
+    /// A destination directory, with its source's mode and mtime if known.
+    fn add_dir(&mut self, dst: Location, meta: Option<(u32, Option<i64>)>) {
+        if let Some((mode, mtime)) = meta {
+            self.dir_metas.push((dst.clone(), mode, mtime));
+        }
+        self.dirs.push(dst);
+    }
+
+    /// `other`'s directories, files and the rest after these.
+    fn extend(&mut self, other: Plan) {
+        self.dirs.extend(other.dirs);
+        self.files.extend(other.files);
+        self.unlisted.extend(other.unlisted);
+        self.dir_metas.extend(other.dir_metas);
+    }
+
     fn leave_out(&mut self, src: Location, dst: Location, why: String) {
         tracing::warn!("{}: {why}; left out", describe(&src));
-        self.unlisted.push(Unlisted { src, dst, why });
+        self.unlisted.push(Unlisted { src, dst, why, partly: false });
     }
 
     /// Total bytes.
@@ -165,7 +187,13 @@ pub async fn make_plan(
         if !recursive {
             return Err(ClientError::Usage(format!("{}: is a directory (use -r)", describe(src))));
         }
-        plan.dirs.push(target.clone());
+        let meta = match src {
+            Location::Remote(r) => {
+                lister.as_deref().and_then(|s| s.stat_meta(&r.path)).map(|m| (m.mode, m.mtime_secs()))
+            }
+            Location::Local(p) => local_meta(p),
+        };
+        plan.add_dir(target.clone(), meta);
         match src {
             Location::Local(p) => walk_local(p, &target, &mut plan)?,
             Location::Remote(r) => walk_remote((r, true), &target, lister.as_deref_mut(), extra, &mut plan).await?,
@@ -301,6 +329,12 @@ fn reachable(first: Option<&std::fs::DirEntry>) -> std::io::Result<()> {
     }
 }
 
+/// A local directory's permission bits and mtime (seconds).
+fn local_meta(p: &std::path::Path) -> Option<(u32, Option<i64>)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.mode() & 0o7777, Some(m.mtime())))
+}
+
 fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Result<(), ClientError> {
     let top = std::fs::canonicalize(root).map_err(|e| ClientError::Local(format!("{}: {e}", root.display())))?;
     let mut queue: VecDeque<(PathBuf, Location)> = VecDeque::from([(root.to_path_buf(), target.clone())]);
@@ -322,7 +356,7 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
             let (path, dst) = (e.path(), join(&t, e.file_name().as_bytes()));
             match local_kind(&path, &top) {
                 Some(LocalKind::Dir) => {
-                    plan.dirs.push(dst.clone());
+                    plan.add_dir(dst.clone(), local_meta(&path));
                     queue.push_back((path, dst));
                 }
                 Some(LocalKind::File(size)) => plan.files.push(Item {
@@ -500,8 +534,7 @@ async fn walk_remote(
     let s = lister.ok_or_else(|| ClientError::Usage("no session to list the source".into()))?;
     if s.feat.mlsr && s.opts.mlsr {
         if let Some(got) = mlsr::walk(s, (root, links_as_files), target, extra).await? {
-            plan.dirs.extend(got.dirs);
-            plan.files.extend(got.files);
+            plan.extend(got);
             return Ok(());
         }
     }
@@ -539,9 +572,7 @@ async fn walk_remote(
         return Err(e);
     }
     let got = std::mem::take(&mut w.plan);
-    plan.dirs.extend(got.dirs);
-    plan.files.extend(got.files);
-    plan.unlisted.extend(got.unlisted);
+    plan.extend(got);
     Ok(())
 }
 
@@ -602,7 +633,8 @@ async fn list_one(s: &mut Session, sh: &Shared) {
             if left_out > 0 {
                 // Copied without them, the tree would pass for whole.
                 let why = format!("{left_out} name(s) with a line break left out of the server's listing, not copied");
-                w.plan.leave_out(Location::Remote(dir), t, why);
+                tracing::warn!("{}: {why}", dir.display());
+                w.plan.unlisted.push(Unlisted { src: Location::Remote(dir), dst: t, why, partly: true });
             }
         }
         Err(e) => match unlistable(&e).filter(|_| w.beneath_root(&dir)) {
@@ -635,7 +667,7 @@ fn add_entries(w: &mut Walk, dir: &Remote, t: &Location, entries: Vec<crate::ses
         } else if e.link && !w.links_as_files {
             continue;
         } else if e.is_dir {
-            w.plan.dirs.push(dst.clone());
+            w.plan.add_dir(dst.clone(), e.mode.map(|m| (m, e.mtime)));
             w.queue.push_back((sr, dst));
         } else {
             w.plan.files.push(Item::listed(sr, dst, &e));

@@ -190,6 +190,15 @@ pub enum Command {
     Sbuf(u64),
     Site(Site),
     Cksm(CksumArgs),
+    /// `MFMT YYYYMMDDHHMMSS[.fraction] path` (draft-somers-ftp-mfxx): set
+    /// a file's or directory's modification time (seconds and
+    /// nanoseconds since the epoch).
+    Mfmt {
+        /// The time.
+        mtime: (i64, u32),
+        /// The file or directory.
+        path: RawPath,
+    },
     Dcau(String),
     Pbsz(u64),
     Prot(char),
@@ -341,6 +350,7 @@ fn parse_verb2(verb: &str, arg: &[u8]) -> Result<Command, CommandError> {
         "SBUF" => C::Sbuf(num(arg)?),
         "SITE" => C::Site(parse_site(arg)?),
         "CKSM" => C::Cksm(parse_cksm(arg)?),
+        "MFMT" => parse_mfmt(arg)?,
         "DCAU" => C::Dcau(text(arg)?),
         "PBSZ" => C::Pbsz(num(arg)?),
         "PROT" => C::Prot(one_char(arg, "CSEP")?),
@@ -526,6 +536,15 @@ fn parse_path(v: &str) -> Option<Vec<u8>> {
     crate::held::unhex(v).filter(|p| !p.is_empty())
 }
 
+/// `MFMT <time> <path>`: the time as MDTM gives it, a space, the path.
+fn parse_mfmt(arg: &[u8]) -> Result<Command, CommandError> {
+    let bad = || CommandError::Syntax("MFMT needs YYYYMMDDHHMMSS[.fraction] and a path".into());
+    let sp = arg.iter().position(|&b| b == b' ').ok_or_else(bad)?;
+    let t = std::str::from_utf8(&arg[..sp]).map_err(|_| bad())?;
+    let mtime = crate::ftptime::parse_ns(t).ok_or_else(bad)?;
+    Ok(Command::Mfmt { mtime, path: path(&arg[sp + 1..])? })
+}
+
 /// An [`Opts::VstoResume`] (its `Check=` required) or the tree root's
 /// mode and mtime, by the first key.
 fn parse_opts_vsto(rest: &str) -> Result<Opts, CommandError> {
@@ -644,6 +663,7 @@ fn verb_name(c: &Command) -> &'static str {
         C::Sbuf(_) => "SBUF",
         C::Site(_) => "SITE",
         C::Cksm(_) => "CKSM",
+        C::Mfmt { .. } => "MFMT",
         C::Dcau(_) => "DCAU",
         C::Pbsz(_) => "PBSZ",
         C::Prot(_) => "PROT",

@@ -211,6 +211,11 @@ pub enum FsOp {
         mode: u32,
         path: VPath,
     },
+    /// MFMT: seconds and nanoseconds since the epoch.
+    Mfmt {
+        mtime: (i64, u32),
+        path: VPath,
+    },
 }
 
 /// Work for the driver.
@@ -489,6 +494,7 @@ impl ServerPi {
             "REST STREAM".into(),
             "SIZE".into(),
             "MDTM".into(),
+            "MFMT".into(),
             "MLST Type*;Size*;Modify*;Perm*;UNIX.mode*;Unique*;".into(),
             "UTF8".into(),
             "LANG EN".into(),
@@ -701,6 +707,7 @@ impl ServerPi {
             C::Rnfr(p) => self.handle_rnfr(&p),
             C::Rnto(p) => self.handle_rnto(&p),
             C::Cksm(a) => self.handle_cksm(a),
+            C::Mfmt { mtime, path } => self.with_path(&path, |path| Action::Fs(FsOp::Mfmt { mtime, path })),
             other => self.reply(502, format!("{} not implemented.", other.verb())),
         }
     }
@@ -769,7 +776,7 @@ fn writes(cmd: &Command) -> bool {
             | C::Dele(_)
             | C::Rnfr(_)
             | C::Rnto(_)
-    ) || matches!(cmd, C::Site(Site::Chmod(..)))
+    ) || matches!(cmd, C::Site(Site::Chmod(..)) | C::Mfmt { .. })
 }
 
 /// The verbs that start a transfer, using up `REST` and `ALLO`.
@@ -790,6 +797,7 @@ fn site_help(code: u16) -> Reply {
         "PBSZ    PORT    PROT    SITE    EPRT    RETR    SPOR    TREV",
         "PWD     QUIT    SBUF    SIZE    SPAS    STRU    SYST    RNTO",
         "TYPE    USER    LANG    MKD     RMD     DELE    CKSM    ABOR",
+        "MFMT",
         "SITE HELP, SITE BUFSIZE, SITE RETRBUFSIZE, SITE STORBUFSIZE, SITE SBUF,",
         "SITE CLIENTINFO, SITE VERSION, SITE WHOAMI, SITE CHMOD",
     ];

@@ -273,6 +273,8 @@ fn read_only_refuses_writes() {
     let mut s = Session::logged_in(cfg(false, true));
     for cmd in
         ["STOR /f", "APPE /f", "ESTO A 0 /f", "MKD /d", "RMD /d", "DELE /f", "RNFR /a", "RNTO /b", "SITE CHMOD 644 /f"]
+            .into_iter()
+            .chain(["MFMT 20010203040506 /f"])
     {
         let out = s.send(format!("{cmd}\r\n").as_bytes());
         assert_eq!(out.len(), 1, "{cmd}: {out:?}");
@@ -424,6 +426,18 @@ fn opts_vsto_is_consumed_by_the_next_transfer_and_kept_by_a_vsto_only() {
     assert_eq!(one_transfer(&s.send(b"VRET /tree\r\n")).settings.vsto_root, None);
     assert_eq!(one_transfer(&s.send(b"VSTO /tree\r\n")).settings.vsto_root, None, "consumed by the VRET");
     assert_eq!(codes(&s.send(b"OPTS VSTO Mode=9;\r\n")), [501]);
+}
+
+#[test]
+fn mfmt_sets_a_modification_time() {
+    let mut s = Session::logged_in(cfg(false, false));
+    let want = Action::Fs(FsOp::Mfmt { mtime: (981_173_106, 500_000_000), path: vp("/d/f") });
+    assert_eq!(actions(&s.send(b"MFMT 20010203040506.5 /d/f\r\n")), [&want]);
+    for bad in ["MFMT 2001 /f", "MFMT 20010203040506", "MFMT x /f"] {
+        assert_eq!(codes(&s.send(format!("{bad}\r\n").as_bytes())), [501], "{bad}");
+    }
+    let feat = s.send(b"FEAT\r\n");
+    assert!(replies(&feat)[0].lines.iter().any(|l| l.trim() == "MFMT"), "{feat:?}");
 }
 
 #[test]

@@ -62,6 +62,7 @@ pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp, ctl: &Control) -
         FsOp::Rename { from, to } => rename(root, &from, &to),
         FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, (&alg, offset, len), &path, ctl),
         FsOp::Chmod { mode, path } => chmod(root, mode, &path),
+        FsOp::Mfmt { mtime, path } => mfmt(root, mtime, &path),
     };
     (r.unwrap_or_else(|e| e), None)
 }
@@ -72,7 +73,7 @@ fn paths(op: &FsOp) -> Vec<&VPath> {
         FsOp::Size(p) | FsOp::Mdtm(p) | FsOp::Mlst(p) | FsOp::Stat(p) | FsOp::Cwd(p) => vec![p],
         FsOp::Mkd(p) | FsOp::Rmd(p) | FsOp::Dele(p) | FsOp::RenameFrom(p) => vec![p],
         FsOp::Rename { from, to } => vec![from, to],
-        FsOp::Cksm { path, .. } | FsOp::Chmod { path, .. } => vec![path],
+        FsOp::Cksm { path, .. } | FsOp::Chmod { path, .. } | FsOp::Mfmt { path, .. } => vec![path],
     }
 }
 
@@ -99,6 +100,15 @@ fn chmod(root: &Root, mode: u32, p: &VPath) -> Result<Reply, Reply> {
         return Err(Reply::new(550, format!("SITE CHMOD {mode:o}: only permission bits (0777) may be set")));
     }
     root.chmod(p.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
+}
+
+/// MFMT: the modification time of a file or directory (no symlink
+/// followed on the way or at the end), as a client that keeps a tree's
+/// directories' mtimes sets them once their files are in.
+fn mfmt(root: &Root, (sec, nsec): (i64, u32), p: &VPath) -> Result<Reply, Reply> {
+    root.set_mtime_strict(p.relative(), sec, nsec).map_err(|e| io_reply(p, &e))?;
+    let t = lightpath_proto::ftptime::format_ns(sec, nsec);
+    Ok(Reply::new(213, format!("Modify={t}; {}", p.display())))
 }
 
 /// CWD (and CDUP): the path must be a directory the session's user can

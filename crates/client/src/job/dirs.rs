@@ -65,6 +65,68 @@ fn with_parents(dirs: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     out
 }
 
+/// Give the directories of a tree copied file by file their sources'
+/// modes and mtimes, deepest first, once their files are in (a file
+/// written moves its directory's mtime): each was made 0755 (less the
+/// umask) and of the time of the copy, so a private (0700) directory
+/// became listable by all on GCT's server and ours, where a tree copied
+/// as one virtual file keeps them (a defect hunt's find). What fails is
+/// warned of, once: the files are there.
+pub(super) async fn set_dir_metas(
+    mut metas: Vec<(Location, u32, Option<i64>)>,
+    dst: &Location,
+    sopts: &SessionOpts,
+    retries: u32,
+) {
+    metas.sort_by_key(|(d, ..)| std::cmp::Reverse(crate::plan::describe(d).matches('/').count()));
+    let refused = match dst {
+        Location::Local(root) => metas.iter().filter(|(d, mode, mtime)| !set_local(root, d, *mode, *mtime)).count(),
+        Location::Remote(r) if !metas.is_empty() => {
+            // Never the served root's (refused: it would lock sessions out).
+            let paths = metas.iter().filter_map(|(d, mode, mtime)| match d {
+                Location::Remote(dr) if dr.path.iter().any(|&b| b != b'/') => {
+                    Some((dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec(), *mode, *mtime))
+                }
+                _ => None,
+            });
+            let paths: Vec<_> = paths.collect();
+            match open_first(r, sopts, (&[], Speculation::None), retries).await {
+                Ok(mut s) => {
+                    let n = s.set_meta_many(&paths).await;
+                    s.quit().await;
+                    n
+                }
+                Err(e) => {
+                    tracing::warn!("the directories' modes and mtimes not set: {e}");
+                    return;
+                }
+            }
+        }
+        Location::Remote(_) => 0,
+    };
+    if refused > 0 {
+        tracing::warn!("{refused} of {} directories kept the mode or mtime they were made with", metas.len());
+    }
+}
+
+/// The local directory `dir` beneath `root` (no symlink followed) gets
+/// `mode` (no setuid or setgid) and `mtime`; whether it did.
+fn set_local(root: &std::path::Path, dir: &Location, mode: u32, mtime: Option<i64>) -> bool {
+    let Location::Local(p) = dir else { return false };
+    // The destination directory itself (`cp -r src/ dst/`) is the tree's own.
+    let rel = match crate::local::rel_beneath(root, p) {
+        Some(Ok(rel)) => rel,
+        None if p == root => Vec::new(),
+        _ => return false,
+    };
+    let mode = mode & lightpath_proto::manifest::APPLY_MODE;
+    let r = lightpath_sys::root::Root::open(root).and_then(|r| match mtime {
+        Some(t) => r.set_dir_meta_strict(&rel, mode, (t, 0)),
+        None => r.chmod(&rel, mode),
+    });
+    r.inspect_err(|e| tracing::debug!("{}: mode and mtime not set: {e}", p.display())).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_parents;

@@ -113,10 +113,10 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
 /// is warned of once.
 async fn keep_meta<'a>(d: &mut Session, files: impl Iterator<Item = (&'a Task, &'a Task)>) {
     use std::os::unix::fs::MetadataExt;
-    let metas: Vec<(Vec<u8>, u32, i64)> = files
+    let metas: Vec<(Vec<u8>, u32, Option<i64>)> = files
         .filter_map(|(temp, t)| match &t.item.src {
-            Location::Local(p) => std::fs::metadata(p).ok().map(|m| (path(temp), m.mode(), m.mtime())),
-            Location::Remote(_) => Some((path(temp), t.item.mode?, t.item.mtime?)),
+            Location::Local(p) => std::fs::metadata(p).ok().map(|m| (path(temp), m.mode(), Some(m.mtime()))),
+            Location::Remote(_) => Some((path(temp), t.item.mode?, Some(t.item.mtime?))),
         })
         .collect();
     let cancel = d.opts.cancel.clone();

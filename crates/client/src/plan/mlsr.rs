@@ -227,7 +227,7 @@ fn add_tree(
         } else if e.link && !w.links_as_files {
             continue;
         } else if e.is_dir {
-            w.plan.dirs.push(dst);
+            w.plan.add_dir(dst, e.mode.map(|m| (m, e.mtime)));
         } else {
             w.plan.files.push(Item::listed(sr, dst, &e));
         }

@@ -176,15 +176,15 @@ impl Session {
     }
 
     /// `SITE CHMOD` and, where FEAT offers it, `MFMT` for each path (its
-    /// mode, and mtime in seconds), pipelined. Returns how many the
-    /// server refused.
-    pub async fn set_meta_many(&mut self, metas: &[(Vec<u8>, u32, i64)]) -> usize {
+    /// mode, and mtime in seconds where known), pipelined. Returns how
+    /// many the server refused.
+    pub async fn set_meta_many(&mut self, metas: &[(Vec<u8>, u32, Option<i64>)]) -> usize {
         let mfmt = self.feat.mfmt;
         let mut cmds = Vec::with_capacity(metas.len() * 2);
         for (p, mode, mtime) in metas {
             cmds.push(path_cmd(&format!("SITE CHMOD {:o} ", mode & 0o777), p));
-            if mfmt {
-                cmds.push(path_cmd(&format!("MFMT {} ", lightpath_proto::ftptime::format(*mtime)), p));
+            if let Some(t) = mtime.filter(|_| mfmt) {
+                cmds.push(path_cmd(&format!("MFMT {} ", lightpath_proto::ftptime::format(t)), p));
             }
         }
         let cmds = self.checked(cmds);
