@@ -3,7 +3,9 @@
 /// Parse a size with an optional K/M/G/T suffix (binary multiples).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
+    // `1KiB`, `1KB` and `4096B` as `1K` and `4096` (binary multiples all).
+    let unit = s.strip_suffix("iB").or_else(|| s.strip_suffix('B')).unwrap_or(s);
+    let (num, mult) = match unit.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let m = match c.to_ascii_uppercase() {
                 'K' => 1u64 << 10,
@@ -12,9 +14,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 'T' => 1 << 40,
                 _ => return Err(format!("unknown size suffix in {s:?} (use K, M, G, T)")),
             };
-            (&s[..i], m)
+            (&unit[..i], m)
         }
-        _ => (s, 1),
+        _ => (unit, 1),
     };
     // Whole numbers exactly; a fraction through f64, for `1.5G`.
     let n = match num.parse::<u64>() {
@@ -25,11 +27,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 return Err(format!("not a size: {s:?}"));
             }
             let b = v * mult as f64;
+            if b.fract() != 0.0 {
+                return Err(format!("not a whole number of bytes: {s:?}"));
+            }
             (b < MAX_SIZE as f64).then_some(b as u64)
         }
     };
     // Beyond a file offset's range; and u64::MAX means "to the end" inside.
-    n.filter(|&n| n <= MAX_SIZE).ok_or_else(|| format!("size too large: {s:?} (at most 8E, 2^63 - 1 bytes)"))
+    n.filter(|&n| n <= MAX_SIZE)
+        .ok_or_else(|| format!("size too large: {s:?} (at most 2^63 - 1 bytes, 8 EiB less one byte)"))
 }
 
 /// A MODE E block size (`cp --block`): 4 KiB to 64 MiB. Blocks of a
@@ -101,6 +107,14 @@ mod tests {
         for huge in ["1e30", "9223372036854775808", "18446744073709551615", "8388608T", "1e7T"] {
             assert!(parse_size(huge).unwrap_err().contains("too large"), "{huge}");
         }
+        // `--off 0.5` was taken as 0 (a defect hunt); `1KiB` was refused.
+        for frac in ["0.5", "1.0001K"] {
+            assert!(parse_size(frac).unwrap_err().contains("whole number"), "{frac}");
+        }
+        for (s, n) in [("1KiB", 1024), ("1KB", 1024), ("4096B", 4096), ("2MiB", 2 << 20), ("1.5GiB", 3 << 29)] {
+            assert_eq!(parse_size(s), Ok(n), "{s}");
+        }
+        assert!(parse_size("B").is_err() && parse_size("iB").is_err() && parse_size("1XiB").is_err());
         assert_eq!(parse_rate("1G"), Ok(1_000_000_000));
         assert_eq!(parse_rate("2.5M"), Ok(2_500_000));
         assert!(parse_rate("0").is_err() && parse_rate("fast").is_err());
