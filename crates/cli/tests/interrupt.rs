@@ -285,9 +285,10 @@ fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     wait_for("the destination kept a partial file", || names(b.path()).is_empty());
-    // The server may still hold the first copy's unnamed file open (kept
-    // a while for a resume): the second copy counts past those bytes, or
-    // Ctrl-C came before cp had installed its handler (seen in cold CI).
+    // Nor an unnamed one, kept for a resume no third-party copy makes: the
+    // destination is stopped first, or it saw its data connections close
+    // before its ABOR (a defect hunt: 6 of 6 runs from GCT, some from ours).
+    wait_for("the destination holds the partial file open", || bytes_open_in(b.path()) == 0);
     let held = bytes_open_in(b.path());
     // With --partial, Ctrl-C does not promise a resume it cannot make.
     let mut cp = start_cp(&["--partial", &format!("ftp://127.0.0.1:{pa}/big"), &format!("ftp://127.0.0.1:{pb}/big2")]);
@@ -297,6 +298,24 @@ fn ctrl_c_during_a_third_party_copy_leaves_nothing_at_the_destination() {
     let (code, err) = interrupt(cp);
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("not third-party copies") && !err.contains("kept for --partial"), "{err}");
+}
+
+/// The same from GCT's server, which stops sending at once at its ABOR:
+/// the destination, stopped second, kept the partial file every time.
+#[test]
+fn ctrl_c_during_a_third_party_copy_from_gct_keeps_nothing_at_the_destination() {
+    let (a, b) = (scratch(), scratch());
+    let home = open_dir(&a.path().join("g"));
+    sparse(&home.join("big"));
+    let (_sa, pa) = gct_server(&home);
+    let (_sb, pb) = lp_server(b.path(), &["--anonymous-write"]);
+    let src = format!("ftp://127.0.0.1:{pa}{}/big", home.display());
+    let mut cp = start_cp(&[&src, &format!("ftp://127.0.0.1:{pb}/big")]);
+    wait_while(&mut cp, "the copy never reached the destination", || bytes_open_in(b.path()) > 64 << 20);
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    wait_for("the destination holds the partial file open", || bytes_open_in(b.path()) == 0);
+    assert!(names(b.path()).is_empty(), "{:?}", names(b.path()));
 }
 
 /// SIGKILL to the server in the middle of an upload: no cleanup runs, and

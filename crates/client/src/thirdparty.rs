@@ -231,12 +231,17 @@ fn count_marker(r: &Reply, total: &AtomicU64, seen: &mut u64) {
 }
 
 /// Ctrl-C: both servers stop (the destination drops its temporary file).
+/// The destination first: stopped after the source, it saw its data
+/// connections close before its ABOR came, took that for a broken
+/// transfer and kept the partial file for a resume (15 minutes of a
+/// lightpath server's disk) that a third-party copy never makes, in 6 of
+/// 6 runs from GCT (a defect hunt's find).
 async fn interrupted(s: &mut Session, d: &mut Session, s_running: bool, d_running: bool) -> ClientError {
-    if s_running {
-        s.abort().await;
-    }
     if d_running {
         d.abort().await;
+    }
+    if s_running {
+        s.abort().await;
     }
     ClientError::Local("interrupted".into())
 }
