@@ -35,7 +35,8 @@ pub(super) async fn make_dirs(
                 Location::Remote(dr) => Some(dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec()),
                 Location::Local(_) => None,
             };
-            s.mkdirs(&with_parents(plan.dirs.iter().filter_map(remote).collect())).await?;
+            let (all, parents) = with_parents(plan.dirs.iter().filter_map(remote).collect());
+            s.mkdirs(&all, parents).await?;
             Ok(Some(s))
         }
     }
@@ -45,8 +46,9 @@ pub(super) async fn make_dirs(
 /// shallowest first, as `mkdir -p` makes them: README's promise for a
 /// tree's destination, which a copy file by file (to GCT's server; two
 /// sources) broke, "MKD /in/B/tree refused: No such file or directory"
-/// (a defect hunt's find). One that is there is found so by `mkdirs`.
-fn with_parents(dirs: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+/// (a defect hunt's find). And how many parents come first: their MKDs
+/// may be refused (they are there; we may not write there).
+fn with_parents(dirs: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, usize) {
     let planned: std::collections::HashSet<&[u8]> = dirs.iter().map(Vec::as_slice).collect();
     let mut parents = std::collections::BTreeSet::new();
     for d in &dirs {
@@ -61,8 +63,9 @@ fn with_parents(dirs: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let depth = |p: &Vec<u8>| p.iter().filter(|&&b| b == b'/').count();
     let mut out: Vec<Vec<u8>> = parents.into_iter().collect();
     out.sort_by_key(depth);
+    let n = out.len();
     out.extend(dirs);
-    out
+    (out, n)
 }
 
 /// Give the directories of a tree copied file by file their sources'
@@ -135,8 +138,8 @@ mod tests {
     fn missing_parents_come_first_shallowest_first() {
         let v = |l: &[&str]| l.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
         let got = with_parents(v(&["/in/B/tree", "/in/B/tree/sub", "/in/B/other"]));
-        assert_eq!(got, v(&["/in", "/in/B", "/in/B/tree", "/in/B/tree/sub", "/in/B/other"]));
-        assert_eq!(with_parents(v(&["/t"])), v(&["/t"]));
-        assert_eq!(with_parents(Vec::new()), Vec::<Vec<u8>>::new());
+        assert_eq!(got, (v(&["/in", "/in/B", "/in/B/tree", "/in/B/tree/sub", "/in/B/other"]), 2));
+        assert_eq!(with_parents(v(&["/t"])), (v(&["/t"]), 0));
+        assert_eq!(with_parents(Vec::new()), (Vec::<Vec<u8>>::new(), 0));
     }
 }

@@ -103,10 +103,16 @@ impl Session {
     /// pipelined) finds one there, or, from a server without it, the reply
     /// says so ([`says_exists`]). A name that cannot travel is left out
     /// with a warning.
-    pub async fn mkdirs(&mut self, paths: &[Vec<u8>]) -> Result<(), ClientError> {
+    /// The first `parents` paths are made as `mkdir -p` would, where they
+    /// are missing; a refusal of one is no error (the directory beneath
+    /// it says why it cannot be made).
+    pub async fn mkdirs(&mut self, paths: &[Vec<u8>], parents: usize) -> Result<(), ClientError> {
         let cmds = self.path_cmds("MKD ", paths);
         let mut refused = Vec::new();
-        for (p, r) in paths.iter().zip(self.final_replies(&cmds).await) {
+        for (i, (p, r)) in paths.iter().zip(self.final_replies(&cmds).await).enumerate() {
+            if i < parents && !matches!(r, Err(ClientError::Control(..))) {
+                continue;
+            }
             // A name that cannot travel (a line break; bytes this server
             // would change) is not made: the files beneath it, their paths
             // as unsendable, fail one by one, and the rest of the tree goes
