@@ -55,3 +55,48 @@ fn missing_file_in_a_pipelined_batch() {
     assert_same_file(&root.join("c"), &got2.join("c"));
     assert_eq!(std::fs::read(got2.join("b/blocker")).unwrap(), b"x");
 }
+
+/// A third-party copy whose source or destination server stops (SIGSTOP)
+/// fails within `--reply-timeout` of the destination's last perf marker
+/// showing data moving, naming the server that stalled: a hung source
+/// outlasted the timeout (the destination's markers restarted the wait
+/// for the source's reply), and a hung destination was blamed on the
+/// source (a defect hunt's find).
+#[test]
+fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
+    for stop_source in [true, false] {
+        let (a, b) = (scratch(), scratch());
+        std::fs::File::create(a.path().join("big")).unwrap().set_len(8 << 30).unwrap();
+        let fast = ["--anonymous-write", "--marker-interval", "1"];
+        let (sa, pa) = lp_server(a.path(), &fast);
+        let (sb, pb) = lp_server(b.path(), &fast);
+        let (src, dst) = (format!("ftp://127.0.0.1:{pa}/big"), format!("ftp://127.0.0.1:{pb}/big"));
+        let mut cp = Command::new(LP)
+            .args(["cp", "-q", "--retries", "0", "--reply-timeout", "3", "-p", "1", &src, &dst])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let stopped = if stop_source { (sa.0.id(), pa) } else { (sb.0.id(), pb) };
+        let signal = |sig: &str| Command::new("kill").args([sig, &stopped.0.to_string()]).status().unwrap();
+        signal("-STOP");
+        let t = std::time::Instant::now();
+        let out = loop {
+            if t.elapsed() > std::time::Duration::from_secs(40) {
+                let _ = cp.kill();
+            }
+            if cp.try_wait().unwrap().is_some() {
+                break cp.wait_with_output();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let elapsed = t.elapsed();
+        signal("-CONT");
+        let out = out.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "stop_source {stop_source}: {err}");
+        assert!(elapsed < std::time::Duration::from_secs(20), "stop_source {stop_source}: {elapsed:?}: {err}");
+        let blamed = format!("control connection to 127.0.0.1:{}", stopped.1);
+        assert!(err.contains(&blamed) && err.contains("stalled"), "stop_source {stop_source}: {err}");
+    }
+}

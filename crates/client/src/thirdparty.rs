@@ -166,11 +166,18 @@ pub(crate) async fn watch(
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
     let (mut seen, mut began) = (0u64, (false, false));
     let job = s.opts.control();
+    let mut live = Liveness::new();
     while s_fin.is_none() || d_fin.is_none() {
         tokio::select! {
+            biased;
             _ = cancelled(&job) => return Err(interrupted(s, d, s_fin.is_none(), d_fin.is_none()).await),
+            _ = tokio::time::sleep_until(live.deadline()), if live.markers => {
+                let running = (s_fin.is_none(), d_fin.is_none());
+                return Err(stalled((s, d), verbs, &live, running, &mut note).await);
+            }
             r = s.ctl.reply(), if s_fin.is_none() => match r {
                 Ok(r) => {
+                    live.moved();
                     began.0 |= r.is_preliminary();
                     s_fin = (!r.is_preliminary()).then_some(r);
                 }
@@ -181,7 +188,7 @@ pub(crate) async fn watch(
             },
             r = d.ctl.reply(), if d_fin.is_none() => match r {
                 Ok(r) => {
-                    count_marker(&r, &s.opts.total, &mut seen);
+                    live.heard(count_marker(&r, &s.opts.total, &mut seen));
                     began.1 |= r.is_preliminary();
                     d_fin = (!r.is_preliminary()).then_some(r);
                 }
@@ -223,11 +230,79 @@ fn under_way(mut e: ClientError, began: bool) -> ClientError {
 }
 
 /// Add what a destination's perf marker says it received to the job's count.
-fn count_marker(r: &Reply, total: &AtomicU64, seen: &mut u64) {
-    if let Some(m) = PerfMarker::from_reply(r) {
-        total.fetch_add(m.bytes.saturating_sub(*seen), Ordering::Relaxed);
-        *seen = (*seen).max(m.bytes);
+/// Whether `r` is a perf marker, and if so whether it says more bytes
+/// arrived than `seen`.
+fn count_marker(r: &Reply, total: &AtomicU64, seen: &mut u64) -> Option<bool> {
+    let m = PerfMarker::from_reply(r)?;
+    let more = m.bytes > *seen;
+    total.fetch_add(m.bytes.saturating_sub(*seen), Ordering::Relaxed);
+    *seen = (*seen).max(m.bytes);
+    Some(more)
+}
+
+/// What a third-party transfer has shown of life: the source server says
+/// nothing between its 1xx and its end, so once the destination sends
+/// perf markers (every few seconds), `--reply-timeout` counts from its
+/// last marker, and from the last one that showed data moving. A reply
+/// wait begun afresh at each marker let a hung source outlast the
+/// timeout (until the server's own idle limit, 120 s, or for good), and a
+/// hung destination was blamed on the source (a defect hunt's find).
+struct Liveness {
+    markers: bool,
+    heard: tokio::time::Instant,
+    moved: tokio::time::Instant,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        let now = tokio::time::Instant::now();
+        Liveness { markers: false, heard: now, moved: now }
     }
+
+    /// The destination said something: `Some(more)` a perf marker.
+    fn heard(&mut self, marker: Option<bool>) {
+        self.heard = tokio::time::Instant::now();
+        if let Some(more) = marker {
+            self.markers = true;
+            if more {
+                self.moved = self.heard;
+            }
+        }
+    }
+
+    /// The source said something (its 1xx or its end).
+    fn moved(&mut self) {
+        self.moved = tokio::time::Instant::now();
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        self.heard.min(self.moved) + crate::control::reply_timeout()
+    }
+}
+
+/// The transfer stalled past `--reply-timeout`: the destination went
+/// silent (its markers stopped), or it speaks but no data reaches it (the
+/// source, or the path from it, stalled). The side blamed is given up
+/// (its session reopened on a retry), the other's transfer stopped.
+async fn stalled(
+    (s, d): (&mut Session, &mut Session),
+    verbs: (&str, &str),
+    live: &Liveness,
+    running: (bool, bool),
+    note: &mut (dyn FnMut(&mut Reply) + Send),
+) -> ClientError {
+    let secs = crate::control::reply_timeout().as_secs();
+    if live.heard + crate::control::reply_timeout() <= tokio::time::Instant::now() {
+        d.lost();
+        let why = format!("no reply for {secs} s after its perf markers: the transfer under way stalled ({})", verbs.1);
+        return stop_other(s, verbs.0, running.0, ClientError::Control(d.ctl.name.clone(), why), &mut |_| {}).await;
+    }
+    s.lost();
+    let why = format!(
+        "no data reached the destination for {secs} s (its perf markers say so): the transfer under way stalled ({})",
+        verbs.0
+    );
+    stop_other(d, verbs.1, running.1, ClientError::Control(s.ctl.name.clone(), why), note).await
 }
 
 /// Ctrl-C: both servers stop (the destination drops its temporary file).
