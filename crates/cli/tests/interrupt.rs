@@ -147,6 +147,32 @@ fn ctrl_c_of_many_uploads_to_gct_tries_nothing_again() {
     assert!(!err.contains("SITE CHMOD"), "commands cut off are not said to be refused: {err}");
 }
 
+/// Ctrl-C of a tree copied third party between two GCT servers, file by
+/// file over many sessions: the copy ends within a few seconds and no
+/// temporary file stays. The renames and removals went on sessions whose
+/// transfer had just been aborted, which GCT left unanswered until the
+/// 10 s grace ended the process, leaving tens to hundreds of hidden
+/// `.NAME.lp-XXXX.part` files, most of them whole (a defect hunt's find).
+#[test]
+fn ctrl_c_of_a_tree_between_gct_servers_leaves_no_temporary_file() {
+    let d = scratch();
+    let (from, to) = (open_dir(&d.path().join("from")), open_dir(&d.path().join("to")));
+    let n = make_tree(&from.join("t"), 2000, 5);
+    let (_a, pa) = gct_server(&from);
+    let (_b, pb) = gct_server(&to);
+    let src = format!("ftp://127.0.0.1:{pa}{}/t", from.display());
+    let mut cp = start_cp(&["-r", &src, &format!("ftp://127.0.0.1:{pb}{}/t", to.display())]);
+    wait_while(&mut cp, "the copy never reached the destination", || files_under(&to).len() > 100);
+    let t = Instant::now();
+    let (code, err) = interrupt(cp);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}: {err}", t.elapsed());
+    let files = files_under(&to);
+    assert!(files.len() < n, "the copy had ended before the signal");
+    let temps: Vec<_> = files.iter().filter(|(p, _)| p.to_string_lossy().ends_with(".part")).collect();
+    assert!(temps.is_empty(), "{} left: {:?}", temps.len(), temps.first());
+}
+
 /// A file written to while it is downloaded (it grew) fails the copy,
 /// naming it, and nothing is left under its name: the copy was of the
 /// file as it began, and passed for a whole one (an audit's find).

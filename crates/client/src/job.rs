@@ -718,8 +718,17 @@ async fn tpt_batch(
     linked: &mut bool,
 ) -> Vec<Result<u64, ClientError>> {
     let mut out = Vec::new();
+    let stopped = d.opts.cancel.clone();
     for t in batch {
         let i = &t.item;
+        // After Ctrl-C no file of the batch starts: each started and was
+        // aborted at once, a round trip or more each on every worker, and
+        // the cleanup of what they left did not fit in the grace period
+        // (temporary files stayed on GCT's server: a defect hunt's find).
+        if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            out.push(Err(ClientError::Local("interrupted".into())));
+            continue;
+        }
         // A server whose transfer was given up because the other failed.
         let reopened = match s.reopen_if_out_of_step().await {
             Ok(()) => d.reopen_if_out_of_step().await,

@@ -69,6 +69,13 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
     // went on a dead connection, failed, and the files were removed (a
     // third-party audit lost readable files beside unreadable ones). One
     // that cannot be reopened fails them below.
+    // After Ctrl-C a session whose transfer was aborted is not trusted
+    // for the renames and removals: GCT left such renames unanswered
+    // until the grace period ended the process, and the files they named
+    // stayed under temporary names (a defect hunt's find).
+    if d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        d.lost();
+    }
     let _ = d.reopen_if_out_of_step().await;
     let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
     let moves: Vec<(Vec<u8>, Vec<u8>)> = done.iter().map(|&i| (path(&temps[i]), path(&batch[i]))).collect();
