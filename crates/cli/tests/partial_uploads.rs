@@ -72,7 +72,16 @@ fn marker_ranges(text: &str) -> RangeSet {
 /// EOD: the upload fails, and the server keeps what it wrote if that is
 /// a MiB or more.
 fn break_after(port: u16, name: &str, len: usize) {
+    break_after_as(port, name, len, None);
+}
+
+/// [`break_after`] with `OPTS STOR opts` first: the source file's mode
+/// and mtime, as lightpath's client sends them.
+fn break_after_as(port: u16, name: &str, len: usize, opts: Option<&str>) {
     let mut c = Raw::login(port);
+    if let Some(o) = opts {
+        assert_eq!(c.cmd(&format!("OPTS STOR {o}")).0, 200);
+    }
     let (r, dc) = stor(&mut c, name, None);
     let mut dc = dc.unwrap_or_else(|| panic!("STOR refused: {r:?}"));
     dc.write_all(&block(0, &content()[..len])).unwrap();
@@ -92,9 +101,17 @@ fn break_after(port: u16, name: &str, len: usize) {
 /// `REST rest` + `STOR name` on a new session, until the broken
 /// session's transfer has ended and kept its file (at most 10 s).
 fn restart(port: u16, name: &str, rest: &str) -> (Raw, (u16, String), Option<TcpStream>) {
+    restart_as(port, name, rest, None)
+}
+
+/// [`restart`] with `OPTS STOR opts` first ([`break_after_as`]).
+fn restart_as(port: u16, name: &str, rest: &str, opts: Option<&str>) -> (Raw, (u16, String), Option<TcpStream>) {
     let t = Instant::now();
     loop {
         let mut c = Raw::login(port);
+        if let Some(o) = opts {
+            assert_eq!(c.cmd(&format!("OPTS STOR {o}")).0, 200);
+        }
         let (r, dc) = stor(&mut c, name, Some(rest));
         if !(r.0 == 554 && r.1.contains("no partial upload") && t.elapsed() < Duration::from_secs(10)) {
             return (c, r, dc);
@@ -158,6 +175,24 @@ fn a_whole_upload_drops_what_an_earlier_try_left_kept() {
     let ((code, text), dc) = stor(&mut c, "h", Some(&format!("REST 0-{}", MIB / 2)));
     assert!(dc.is_none() && code == 554 && text.contains("no partial upload"), "{code} {text}");
     assert!(std::fs::read_dir(&root).unwrap().next().is_none(), "nothing under any name");
+}
+
+/// A restart of an upload of another source file of the same name and
+/// size (its mode and mtime, from `OPTS STOR`, differ) is refused: two
+/// uploads of one name from one user and host, both broken off, were
+/// joined and published, 226 (a defect hunt's find). The same file's
+/// restart resumes.
+#[test]
+fn a_restart_from_another_source_file_is_refused() {
+    let (_d, root, _local) = root_and_local();
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
+    let (a, b) = ("Mode=644;Modify=1000000001;", "Mode=644;Modify=2000000002;");
+    break_after_as(port, "m", 2 * MIB, Some(a));
+    let (_c, (code, text), dc) = restart_as(port, "m", &format!("REST 0-{}", MIB), Some(b));
+    assert!(dc.is_none() && code == 554 && text.contains("another source file"), "{code} {text}");
+    break_after_as(port, "m", 2 * MIB, Some(a));
+    let (_c, r, dc) = restart_as(port, "m", &format!("REST 0-{}", MIB), Some(a));
+    assert!(dc.is_some(), "{r:?}");
 }
 
 /// A restart without ALLO of an upload whose first try announced its size

@@ -13,6 +13,7 @@
 //! default; the server sweeps every 30 s) or when more than [`MAX_KEPT`]
 //! are kept.
 
+use lightpath_proto::held::TreeRoot;
 use lightpath_proto::{Mode, RangeSet, Reply, Restart, Transfer, TransferKind};
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -50,6 +51,9 @@ pub struct Partial<F> {
     pub have: RangeSet,
     /// The size its `ALLO` announced.
     pub size: Option<u64>,
+    /// The source's mode and mtime its `OPTS STOR` gave: what tells the
+    /// upload that wrote these bytes from another of the same name and size.
+    pub meta: Option<TreeRoot>,
     since: Instant,
 }
 
@@ -74,7 +78,8 @@ impl<F> Partials<F> {
     /// of any earlier one of the same. Expired ones go, and the oldest
     /// beyond [`MAX_KEPT`]. Returns the partial files dropped (the caller
     /// drops them outside the lock: removing a file is a system call).
-    pub fn keep(&self, now: Instant, owner: Owner, path: &[u8], file: F, have: RangeSet, size: Option<u64>) -> Vec<F> {
+    pub fn keep(&self, now: Instant, (owner, path): (Owner, &[u8]), file: F, have: RangeSet, t: &Transfer) -> Vec<F> {
+        let (size, meta) = (t.allo, t.meta);
         let mut kept = self.lock();
         let mut gone = expire(&mut kept, now, self.keep_for);
         if self.keep_for.is_zero() {
@@ -87,7 +92,7 @@ impl<F> Partials<F> {
         if kept.len() >= MAX_KEPT {
             gone.push(kept.remove(0).file);
         }
-        kept.push(Partial { owner, path: path.to_vec(), file, have, size, since: now });
+        kept.push(Partial { owner, path: path.to_vec(), file, have, size, meta, since: now });
         gone
     }
 
@@ -154,6 +159,11 @@ pub fn check<F>(t: &Transfer, claims: &RangeSet, p: Option<&Partial<F>>) -> Resu
         Some(p) if p.size.is_some() && t.allo.is_some() && p.size != t.allo => {
             format!("the partial upload kept is of {} bytes, not {}", p.size.unwrap_or(0), t.allo.unwrap_or(0))
         }
+        // Another upload of the name, of another source file (its mode
+        // and mtime, to the nanosecond, from `OPTS STOR`): two uploads of
+        // one name from one user and host, both broken off, were joined
+        // and published, 226 (a defect hunt's find).
+        Some(p) if p.meta != t.meta => "the partial upload kept is of another source file (its mode or mtime)".into(),
         Some(_) => return Ok(()),
     };
     Err(Reply::new(554, format!("{}: Restart refused: {why}; send the whole file.", t.path.display())))
@@ -176,7 +186,7 @@ mod tests {
     #[test]
     fn a_partial_is_taken_once_by_its_owner_for_its_path() {
         let (ps, t0) = (Partials::new(KEEP_FOR), Instant::now());
-        assert!(ps.keep(t0, owner("a"), b"/f", 1, set(&[(0, 10)]), Some(20)).is_empty());
+        assert!(ps.keep(t0, (owner("a"), b"/f"), 1, set(&[(0, 10)]), &stor(None, Some(20))).is_empty());
         assert!(ps.take(t0, &owner("b"), b"/f").0.is_none());
         let other_ip = Owner { ip: Some("10.0.0.2".parse().unwrap()), ..owner("a") };
         assert!(ps.take(t0, &other_ip, b"/f").0.is_none());
@@ -189,22 +199,22 @@ mod tests {
     #[test]
     fn partials_expire_are_replaced_and_are_bounded() {
         let (ps, t0) = (Partials::new(KEEP_FOR), Instant::now());
-        ps.keep(t0, owner("a"), b"/f", 1, set(&[(0, 1)]), None);
-        assert_eq!(ps.keep(t0, owner("a"), b"/f", 2, set(&[(0, 2)]), None), vec![1]);
+        ps.keep(t0, (owner("a"), b"/f"), 1, set(&[(0, 1)]), &stor(None, None));
+        assert_eq!(ps.keep(t0, (owner("a"), b"/f"), 2, set(&[(0, 2)]), &stor(None, None)), vec![1]);
         assert!(ps.sweep(t0 + KEEP_FOR / 2).is_empty(), "not yet");
         assert_eq!(ps.sweep(t0 + KEEP_FOR), vec![2], "expired");
         assert!(ps.is_empty());
-        ps.keep(t0, owner("a"), b"/f", 3, set(&[(0, 1)]), None);
+        ps.keep(t0, (owner("a"), b"/f"), 3, set(&[(0, 1)]), &stor(None, None));
         let (p, gone) = ps.take(t0 + KEEP_FOR, &owner("a"), b"/f");
         assert!(p.is_none() && gone == vec![3], "expired at take");
         for i in 0..MAX_KEPT + 2 {
-            ps.keep(t0, owner("a"), format!("/{i}").as_bytes(), i, RangeSet::new(), None);
+            ps.keep(t0, (owner("a"), format!("/{i}").as_bytes()), i, RangeSet::new(), &stor(None, None));
         }
         assert_eq!(ps.len(), MAX_KEPT);
         assert!(ps.take(t0, &owner("a"), b"/0").0.is_none() && ps.take(t0, &owner("a"), b"/1").0.is_none());
         assert!(ps.take(t0, &owner("a"), b"/2").0.is_some());
         let none = Partials::new(Duration::ZERO);
-        assert_eq!(none.keep(t0, owner("a"), b"/f", 7, set(&[(0, 1)]), None), vec![7], "keeping none");
+        assert_eq!(none.keep(t0, (owner("a"), b"/f"), 7, set(&[(0, 1)]), &stor(None, None)), vec![7], "keeping none");
         assert!(none.is_empty());
     }
 
@@ -232,6 +242,7 @@ mod tests {
             file: (),
             have,
             size: Some(1000),
+            meta: None,
             since: Instant::now(),
         };
         let ok = set(&[(0, 50), (200, 300)]);
@@ -249,5 +260,14 @@ mod tests {
         let mut s = stor(Some(Restart::Ranges(ok.clone())), None);
         s.settings.mode = Mode::Stream;
         assert_eq!(claims(&s), None, "MODE S uploads are not kept");
+        // Another source file of the same name and size: refused.
+        let meta = |ns| Some(TreeRoot { mode: 0o644, mtime_ns: Some(ns) });
+        let p = Partial { meta: meta(1), ..p };
+        let mut other = stor(Some(Restart::Ranges(ok.clone())), Some(1000));
+        other.meta = meta(2);
+        let r = check(&other, &ok, Some(&p)).unwrap_err();
+        assert!(r.code == 554 && r.text().contains("another source file"), "{}", r.text());
+        other.meta = meta(1);
+        assert!(check(&other, &ok, Some(&p)).is_ok());
     }
 }

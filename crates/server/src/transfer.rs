@@ -216,7 +216,7 @@ fn keep_partial(ctx: &crate::ServerCtx, up: &Upload, target: Target, ctl: &Contr
             }
         }
     }
-    let dropped = ctx.partials.keep(Instant::now(), who.clone(), up.t.path.as_bytes(), tmp, have, up.t.allo);
+    let dropped = ctx.partials.keep(Instant::now(), (who.clone(), up.t.path.as_bytes()), tmp, have, &up.t);
     drop(dropped);
 }
 
