@@ -287,11 +287,15 @@ impl Server {
 }
 
 /// Remove expired partial uploads ([`partial`]) every [`SWEEP_EVERY`],
-/// so that one nobody resumes frees its disk space on time.
+/// so that one nobody resumes frees its disk space on time, and close
+/// the data connections opened ahead that no session claimed.
 async fn sweep_partials(ctx: Arc<ServerCtx>) {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     loop {
         tick.tick().await;
+        if let Some((a, _)) = &ctx.ahead {
+            a.sweep();
+        }
         let gone = ctx.partials.sweep(std::time::Instant::now());
         if !gone.is_empty() {
             tracing::info!(count = gone.len(), "expired partial uploads removed");
@@ -300,8 +304,9 @@ async fn sweep_partials(ctx: Arc<ServerCtx>) {
     }
 }
 
-/// How often expired partial uploads are looked for.
-const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often expired partial uploads (and unclaimed connections opened
+/// ahead) are looked for.
+pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Wait after a failed accept.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
