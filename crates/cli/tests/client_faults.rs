@@ -100,3 +100,35 @@ fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
         assert!(err.contains(&blamed) && err.contains("stalled"), "stop_source {stop_source}: {err}");
     }
 }
+
+/// A stopped server (SIGSTOP: connections are taken, no greeting comes)
+/// fails a copy of many files in one cycle of connect timeouts and
+/// retries, not one cycle per batch of each worker: 256 files took 20 s
+/// with 2 s timeouts, and with the defaults (127 s a cycle) thousands of
+/// files took hours (a defect hunt's find).
+#[test]
+fn a_stopped_server_fails_a_copy_of_many_files_in_one_retry_cycle() {
+    let d = scratch();
+    let src = open_dir(&d.path().join("src"));
+    let args: Vec<String> = (0..256)
+        .map(|i| {
+            let p = src.join(format!("f{i}"));
+            std::fs::write(&p, b"x").unwrap();
+            p.display().to_string()
+        })
+        .collect();
+    let root = open_dir(&d.path().join("root"));
+    let (s, port) = lp_server(&root, &["--anonymous-write"]);
+    Command::new("kill").args(["-STOP", &s.0.id().to_string()]).status().unwrap();
+    let t = std::time::Instant::now();
+    let mut cmd = vec!["--cc", "4", "--connect-timeout", "2", "--reply-timeout", "2", "--retries", "1"];
+    cmd.extend(args.iter().map(String::as_str));
+    let url = format!("ftp://127.0.0.1:{port}/");
+    cmd.push(&url);
+    let (code, err) = cp(&cmd);
+    let took = t.elapsed();
+    Command::new("kill").args(["-CONT", &s.0.id().to_string()]).status().unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("0 file(s) copied, 256 failed"), "{err}");
+    assert!(took < std::time::Duration::from_secs(12), "{took:?}");
+}

@@ -400,7 +400,7 @@ async fn worker(
         }
         let out_now = crew.took();
         batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
-        let failed = open_if_needed(&mut sessions, &batch[0], (&sopts, &opts), &mut pre).await;
+        let (failed, untried) = start_batch(&mut sessions, &batch, (&sopts, &opts), &mut pre, crew).await;
         crew.holds(sessions.is_some(), &mut counted);
         if failed.as_ref().is_some_and(|e| crew.turned_away(e, &batch)) {
             crew::give_back(&q, batch);
@@ -421,7 +421,11 @@ async fn worker(
             linked = false;
             crew.holds(false, &mut counted);
         }
-        let retries = if sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) { None } else { Some(opts.retries) };
+        let retries = match sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            true => None,
+            false if untried => Some(0),
+            false => Some(opts.retries),
+        };
         let wait = settle_batch(batch, results, (retries, keeping), &mut out, &mut again);
         drop(out_now);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
@@ -431,6 +435,29 @@ async fn worker(
     crew.holds(false, &mut counted);
     wind_down(again, sessions, keeping, &mut out).await;
     out
+}
+
+/// Open a worker's sessions for `batch` if it has none: the error that
+/// stops the batch, if any, and whether its files are not even tried (the
+/// server found unreachable on an earlier batch's last try:
+/// [`Crew::give_up_on`], which this batch's last try may call too).
+async fn start_batch(
+    sessions: &mut Option<Pair>,
+    batch: &[Task],
+    (sopts, opts): (&SessionOpts, &CopyOptions),
+    pre: &mut Option<Pair>,
+    crew: &Crew,
+) -> (Option<ClientError>, bool) {
+    if let Some(e) = crew.unreachable().filter(|_| sessions.is_none()) {
+        return (Some(e), true);
+    }
+    let failed = open_if_needed(sessions, &batch[0], (sopts, opts), pre).await;
+    if let Some(e @ ClientError::Connect(..)) = &failed {
+        if batch.iter().all(|t| t.tries >= opts.retries) {
+            crew.give_up_on(e);
+        }
+    }
+    (failed, false)
 }
 
 /// Open a worker's sessions for `task` if it has none (the first

@@ -24,6 +24,9 @@ pub(super) struct Crew {
     out: AtomicUsize,
     /// Told when a batch is settled or handed back.
     settled: tokio::sync::Notify,
+    /// The server could not be reached through a file's every retry: the
+    /// files after it fail with the same error, untried.
+    unreachable: std::sync::Mutex<Option<ClientError>>,
 }
 
 impl Crew {
@@ -85,6 +88,23 @@ impl Crew {
             tracing::debug!("{e}; files handed back");
         }
         true
+    }
+}
+
+impl Crew {
+    /// A worker's batch could not reach the server (`e`, a connection
+    /// that failed or a server that never greeted) on its files' last
+    /// try: every later batch fails with it at once. Each batch ran a
+    /// whole cycle of connect timeouts and retries (about 127 s with the
+    /// defaults), so a stopped server took hours to fail a copy of
+    /// thousands of files (a defect hunt's find).
+    pub(super) fn give_up_on(&self, e: &ClientError) {
+        self.unreachable.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.clone());
+    }
+
+    /// What [`Crew::give_up_on`] recorded.
+    pub(super) fn unreachable(&self) -> Option<ClientError> {
+        self.unreachable.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
