@@ -31,14 +31,19 @@ pub(super) async fn make_dirs(
         }
         Location::Remote(r) => {
             let mut s = offers(open_first(r, sopts, (&[], Speculation::None), retries).await?, verify)?;
-            let remote = |d: &Location| match d {
-                Location::Remote(dr) => Some(dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec()),
-                Location::Local(_) => None,
-            };
-            let (all, parents) = with_parents(plan.dirs.iter().filter_map(remote).collect());
+            let (all, parents) = with_parents(plan.dirs.iter().filter_map(remote_dir).collect());
             s.mkdirs(&all, parents).await?;
             Ok(Some(s))
         }
+    }
+}
+
+/// A remote directory's path without its trailing `/`, as MKD, SITE
+/// CHMOD and MFMT name it.
+fn remote_dir(d: &Location) -> Option<Vec<u8>> {
+    match d {
+        Location::Remote(dr) => Some(dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec()),
+        Location::Local(_) => None,
     }
 }
 
@@ -81,18 +86,13 @@ pub(super) async fn set_dir_metas(
     sopts: &SessionOpts,
     retries: u32,
 ) {
-    metas.sort_by_key(|(d, ..)| std::cmp::Reverse(crate::plan::describe(d).matches('/').count()));
+    metas.sort_by_cached_key(|(d, ..)| std::cmp::Reverse(crate::plan::describe(d).matches('/').count()));
     let refused = match dst {
         Location::Local(root) => metas.iter().filter(|(d, mode, mtime)| !set_local(root, d, *mode, *mtime)).count(),
         Location::Remote(r) if !metas.is_empty() => {
             // Never the served root's (refused: it would lock sessions out).
-            let paths = metas.iter().filter_map(|(d, mode, mtime)| match d {
-                Location::Remote(dr) if dr.path.iter().any(|&b| b != b'/') => {
-                    Some((dr.path.strip_suffix(b"/").unwrap_or(&dr.path).to_vec(), *mode, *mtime))
-                }
-                _ => None,
-            });
-            let paths: Vec<_> = paths.collect();
+            let paths = metas.iter().filter_map(|(d, mode, mtime)| Some((remote_dir(d)?, *mode, *mtime)));
+            let paths: Vec<_> = paths.filter(|(p, ..)| p.iter().any(|&b| b != b'/')).collect();
             match open_first(r, sopts, (&[], Speculation::None), retries).await {
                 Ok(mut s) => {
                     let n = s.set_meta_many(&paths).await;
