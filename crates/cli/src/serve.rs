@@ -30,6 +30,7 @@ pub struct ServeArgs {
     #[arg(long, env = "LIGHTPATH_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
     /// Users file: `name:hash` lines (argon2 or SHA-512 crypt; see `lightpath passwd`).
+    /// Read at start (before `--run-as`) and again on SIGHUP.
     #[arg(long, env = "LIGHTPATH_USERS")]
     pub users: Option<PathBuf>,
     /// Expose /dev/zero and /dev/null for memory-to-memory transfers.
@@ -90,7 +91,8 @@ pub struct ServeArgs {
     /// its session, and any transfer of it, ends.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=crate::units::WEEK), env = "LIGHTPATH_REPLY_TIMEOUT")]
     pub reply_timeout: u64,
-    /// When started as root: bind, then run as this user (recommended).
+    /// When started as root: bind, read the users file, then run as this
+    /// user (recommended).
     #[arg(long, env = "LIGHTPATH_RUN_AS")]
     pub run_as: Option<String>,
     /// Network I/O threads shared by all sessions (fixed for the server).
@@ -174,11 +176,13 @@ fn parse_ahead_port(s: &str) -> Result<AheadPort, String> {
     }
 }
 
-type Listeners = (std::net::TcpListener, Option<std::net::TcpListener>);
+type Listeners = (std::net::TcpListener, Option<std::net::TcpListener>, Option<lightpath_server::users::Users>);
 
-/// Bind, drop privileges if asked, and return the listener. Runs before any
-/// thread exists, so the uid change covers the whole process.
+/// Bind, read the users file, drop privileges if asked, and return the
+/// listeners and the users. Runs before any thread exists, so the uid
+/// change covers the whole process.
 fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
+    let users = Server::load_users(&args.config())?;
     let l = std::net::TcpListener::bind(args.listen).map_err(|e| listen_error(args.listen, e))?;
     let ahead = ahead::bind(args.ahead_port, l.local_addr()?).with_context(|| match args.ahead_port {
         AheadPort::Port(p) => format!("cannot listen for data connections opened ahead on port {p} (--ahead-port)"),
@@ -193,7 +197,7 @@ fn bind_and_drop(args: &ServeArgs) -> anyhow::Result<Listeners> {
         (None, 0) => tracing::warn!("running as root: consider --run-as USER"),
         (None, _) => {}
     }
-    Ok((l, ahead))
+    Ok((l, ahead, users))
 }
 
 /// Why the control port cannot be bound. A port in use may be taken by a
@@ -222,7 +226,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         Ok((n, _)) => tracing::info!("open files limit {}", show(n)),
         Err(e) => tracing::warn!("open files limit not raised: {e}"),
     }
-    let (l, ahead) = bind_and_drop(&args)?;
+    let (l, ahead, users) = bind_and_drop(&args)?;
     // After the uid change: what this process may set is what counts.
     args.congestion = crate::congestion::check(args.congestion.as_deref())?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
@@ -254,13 +258,13 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     let rt = runtime(management, blocking_threads(args.max_sessions))?;
     rt.block_on(async {
         let root = args.root.display().to_string();
-        let server = Server::from_std(args.config(), l, ahead)?;
+        let server = Server::with_users(args.config(), users, l, ahead)?;
         let addr = server.local_addr()?;
         if let Some(p) = server.ahead_port() {
             tracing::info!("data connections opened ahead: port {p}");
         }
         eprintln!("lightpath: serving {root} on {addr} ({})", args.access());
-        let reload = reload_on_hangup(server.users_reload())?;
+        let reload = reload_on_hangup(server.users_reload(), args.run_as.is_some())?;
         tokio::select! {
             r = server.run() => r.context("accepting connections"),
             _ = tokio::signal::ctrl_c() => Ok(()),
@@ -272,18 +276,34 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
 /// SIGHUP reads the users file again (it ended the server, silently:
 /// a UX audit); a file that does not load leaves the old one in force.
 /// The future never ends.
-fn reload_on_hangup(reload: lightpath_server::UsersReload) -> std::io::Result<impl std::future::Future<Output = ()>> {
+fn reload_on_hangup(
+    reload: lightpath_server::UsersReload,
+    run_as: bool,
+) -> std::io::Result<impl std::future::Future<Output = ()>> {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     Ok(async move {
         while hup.recv().await.is_some() {
             match reload.reload() {
                 Ok(Some(n)) => eprintln!("lightpath: SIGHUP: users file read again ({n} users)"),
                 Ok(None) => eprintln!("lightpath: SIGHUP: no users file to read again; still serving"),
-                Err(e) => eprintln!("lightpath: SIGHUP: users file not read again, the old one stays in force: {e}"),
+                Err(e) => eprintln!(
+                    "lightpath: SIGHUP: users file not read again, the old one stays in force: {e}{}",
+                    if run_as && denied(&e) {
+                        " (read at start as root; after --run-as, the file must be readable by that user to be read again)"
+                    } else {
+                        ""
+                    }
+                ),
             }
         }
         std::future::pending::<()>().await
     })
+}
+
+/// Whether the users file could not be read for want of permission.
+fn denied(e: &lightpath_server::ServerError) -> bool {
+    use lightpath_server::{users::UsersError, ServerError};
+    matches!(e, ServerError::Users(UsersError::Io(_, io)) if io.kind() == std::io::ErrorKind::PermissionDenied)
 }
 
 /// The blocking threads the runtime may have for `max_sessions` sessions:

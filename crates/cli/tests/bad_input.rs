@@ -406,28 +406,10 @@ fn sighup_reads_the_users_file_again() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
     let users = d.path().join("users");
-    let line = |user: &str, pass: &str| {
-        let mut ch = std::process::Command::new(LP)
-            .args(["passwd", user])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        ch.stdin.take().unwrap().write_all(format!("{pass}\n").as_bytes()).unwrap();
-        String::from_utf8(ch.wait_with_output().unwrap().stdout).unwrap()
-    };
     std::fs::write(&users, line("alice", "a1")).unwrap();
     let (srv, port) = lp_server(&root, &["--users", users.to_str().unwrap()]);
-    let login = |user: &str, pass: &str| {
-        let mut c = Raw::connect(port);
-        assert_eq!(c.cmd(&format!("USER {user}")).0, 331);
-        c.cmd(&format!("PASS {pass}")).0
-    };
-    let hup = || {
-        let st = std::process::Command::new("kill").args(["-HUP", &srv.0.id().to_string()]).status().unwrap();
-        assert!(st.success());
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    };
+    let login = |user: &str, pass: &str| login(port, user, pass);
+    let hup = || hup(&srv);
     assert_eq!((login("alice", "a1"), login("bob", "b2")), (230, 530));
     std::fs::write(&users, line("alice", "a1") + &line("bob", "b2")).unwrap();
     hup();
@@ -435,4 +417,48 @@ fn sighup_reads_the_users_file_again() {
     std::fs::write(&users, "bob:not a hash\n").unwrap();
     hup();
     assert_eq!(login("bob", "b2"), 230, "a bad file leaves the old one in force");
+}
+
+/// A users file only root may read serves a server that drops root
+/// (`--run-as`): it is read before (it stopped the server, "Permission
+/// denied"). SIGHUP cannot read it again then, and the old one stays.
+#[test]
+fn a_users_file_only_root_may_read_serves_a_server_run_as_another_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    std::fs::write(&users, line("alice", "a1")).unwrap();
+    std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (srv, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--run-as", "gftp"]);
+    assert_eq!(login(port, "alice", "a1"), 230);
+    std::fs::write(&users, line("bob", "b2")).unwrap();
+    hup(&srv);
+    assert_eq!((login(port, "alice", "a1"), login(port, "bob", "b2")), (230, 530), "the old file stays in force");
+}
+
+/// A users-file line for `user` (`lightpath passwd`).
+fn line(user: &str, pass: &str) -> String {
+    let mut ch = std::process::Command::new(LP)
+        .args(["passwd", user])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    ch.stdin.take().unwrap().write_all(format!("{pass}\n").as_bytes()).unwrap();
+    String::from_utf8(ch.wait_with_output().unwrap().stdout).unwrap()
+}
+
+/// The reply to a login as `user` with `pass`.
+fn login(port: u16, user: &str, pass: &str) -> u16 {
+    let mut c = Raw::connect(port);
+    assert_eq!(c.cmd(&format!("USER {user}")).0, 331);
+    c.cmd(&format!("PASS {pass}")).0
+}
+
+/// SIGHUP to a server, and a moment for it to act.
+fn hup(srv: &Proc) {
+    let st = std::process::Command::new("kill").args(["-HUP", &srv.0.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
 }

@@ -202,7 +202,26 @@ impl Server {
         l: std::net::TcpListener,
         ahead: Option<std::net::TcpListener>,
     ) -> Result<Server, ServerError> {
-        let mut ctx = Self::context(cfg)?;
+        let users = Self::load_users(&cfg)?;
+        Self::with_users(cfg, users, l, ahead)
+    }
+
+    /// Read `cfg`'s users file, if it names one. `serve --run-as` reads it
+    /// before it drops root, as sshd reads its keys: a users file only
+    /// root may read stopped the server once it ran as the other user.
+    pub fn load_users(cfg: &ServerConfig) -> Result<Option<Users>, ServerError> {
+        Ok(cfg.users.as_deref().map(Users::load).transpose()?)
+    }
+
+    /// [`Server::from_std`] with the users already read
+    /// ([`Server::load_users`]).
+    pub fn with_users(
+        cfg: ServerConfig,
+        users: Option<Users>,
+        l: std::net::TcpListener,
+        ahead: Option<std::net::TcpListener>,
+    ) -> Result<Server, ServerError> {
+        let mut ctx = Self::context(cfg, users)?;
         fastopen(&l, ahead.as_ref());
         let at = ctx.cfg.listen;
         let tokio_listener = |l: std::net::TcpListener| {
@@ -219,15 +238,12 @@ impl Server {
         Ok(Server { listener, ahead, ctx: Arc::new(ctx) })
     }
 
-    fn context(cfg: ServerConfig) -> Result<ServerCtx, ServerError> {
+    fn context(cfg: ServerConfig, users: Option<Users>) -> Result<ServerCtx, ServerError> {
         if !cfg.anonymous && cfg.users.is_none() {
             return Err(ServerError::NoAuth);
         }
         let root = Root::open(&cfg.root).map_err(|e| ServerError::Root(cfg.root.clone(), e))?;
-        let users = match &cfg.users {
-            Some(p) => Some(Arc::new(Users::load(p)?)),
-            None => None,
-        };
+        let users = users.map(Arc::new);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let login_checks = tokio::sync::Semaphore::new(cpus);
         let partials = partial::Partials::new(cfg.keep_partial);
