@@ -453,6 +453,7 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
 /// Print a server-side checksum.
 pub fn sum(a: SumArgs) -> anyhow::Result<()> {
     let (rt, mut s, path) = open(&a.url)?;
+    s.computes("--alg", &a.alg)?;
     let sum = rt.block_on(s.checksum(&a.alg.to_ascii_uppercase(), &path))?;
     // A digest is hex digits; anything else is not one, whatever the reply code.
     let hex = !sum.is_empty() && sum.len() <= 128 && sum.bytes().all(|b| b.is_ascii_hexdigit());

@@ -193,6 +193,11 @@ fn ls_and_sum_usage_errors_exit_2_and_failures_1() {
     }
     let (code, err) = ls_sum(&["sum", &url(port, "/f")]);
     assert_eq!(code, Some(0), "{err}");
+    // An algorithm the server's FEAT does not offer is a usage error, as
+    // with `cp --verify` (it exited 1).
+    let (code, err) = ls_sum(&["sum", "--alg", "CRC32", &url(port, "/f")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--alg CRC32") && err.contains("does not compute CRC32"), "{err}");
 }
 
 /// A server that cannot be reached fails a copy with exit 1 whichever

@@ -312,12 +312,8 @@ pub(super) async fn open_first(
 /// before anything is copied.
 fn offers(s: Session, verify: Option<&str>) -> Result<Session, ClientError> {
     match verify {
-        Some(alg) if !s.feat.cksm.is_empty() && !s.feat.has_cksm(alg) => Err(ClientError::Usage(format!(
-            "--verify {alg}: {} does not compute {alg} checksums (its CKSM offers {})",
-            s.ctl.name,
-            s.feat.cksm.join(", ")
-        ))),
-        _ => Ok(s),
+        Some(alg) => s.computes("--verify", alg).map(|_| s),
+        None => Ok(s),
     }
 }
 

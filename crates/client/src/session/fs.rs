@@ -213,6 +213,20 @@ impl Session {
             .collect()
     }
 
+    /// Whether this server computes `alg` with CKSM as far as its FEAT
+    /// says: one that lists the algorithms it computes, without `alg`, is
+    /// a usage error of the option `what` (`--verify`, `--alg`).
+    pub fn computes(&self, what: &str, alg: &str) -> Result<(), ClientError> {
+        if self.feat.cksm.is_empty() || self.feat.has_cksm(alg) {
+            return Ok(());
+        }
+        Err(ClientError::Usage(format!(
+            "{what} {alg}: {} does not compute {alg} checksums (its CKSM offers {})",
+            self.ctl.name,
+            self.feat.cksm.join(", ")
+        )))
+    }
+
     /// `CKSM alg 0 -1 path`, the path as its bytes (names need not be UTF-8).
     pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
         self.checksum_of(alg, 0, None, path).await
