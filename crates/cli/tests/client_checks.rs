@@ -307,6 +307,10 @@ fn a_tree_copied_into_itself_is_refused() {
         assert_eq!(code, 2, "{src} -> {dst}: {err}");
         assert!(err.contains("into itself"), "{err}");
     }
+    // The same server by another name (they were compared as text).
+    let (code, err) = cp(&["-r", &url(port, "/self"), &format!("ftp://localhost:{port}/self/zz/")]);
+    assert_eq!(code, 2, "localhost: {err}");
+    assert!(err.contains("into itself"), "{err}");
     assert!(!root.join("self/zz").exists(), "something was copied");
     let (code, err) = cp(&["-r", &url(port, "/self"), &url(port, "/selfish")]);
     assert_eq!(code, 0, "{err}");

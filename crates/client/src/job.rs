@@ -113,10 +113,11 @@ pub const TO_END: u64 = u64::MAX;
 /// A tree copied on one server into itself (`cp -r ftp://h/d
 /// ftp://h/d/sub/`) is refused, as `cp -r d d/sub` is: its sender walked
 /// what its receiver was writing, and left a spurious `sub/d/sub/d`. The
-/// paths are compared as written (a symlink can still lead inside).
-fn not_into_itself(src: &Location, dst: &Location) -> Result<(), ClientError> {
+/// paths are compared as written (a symlink can still lead inside); the
+/// hosts by their addresses too (`localhost` is `127.0.0.1`).
+async fn not_into_itself(src: &Location, dst: &Location) -> Result<(), ClientError> {
     let (Location::Remote(s), Location::Remote(d)) = (src, dst) else { return Ok(()) };
-    if (&s.host, s.port) != (&d.host, d.port) {
+    if !same_host(s, d).await {
         return Ok(());
     }
     let parts = |p: &[u8]| -> Vec<Vec<u8>> {
@@ -131,6 +132,23 @@ fn not_into_itself(src: &Location, dst: &Location) -> Result<(), ClientError> {
         crate::plan::describe(src),
         crate::plan::describe(dst)
     )))
+}
+
+/// Whether `a` and `b` name one server: the same host and port as
+/// written, or a port and an address in common once resolved. A name
+/// that does not resolve is left to the copy to report.
+async fn same_host(a: &Remote, b: &Remote) -> bool {
+    if (&a.host, a.port) == (&b.host, b.port) {
+        return true;
+    }
+    let addrs = |r: &Remote| tokio::net::lookup_host((r.host.clone(), r.port));
+    match (addrs(a).await, addrs(b).await) {
+        (Ok(x), Ok(y)) => {
+            let x: Vec<_> = x.collect();
+            y.into_iter().any(|at| x.contains(&at))
+        }
+        _ => false,
+    }
 }
 
 /// The server all remote sources are on, if they are remote. Sources on
@@ -199,7 +217,9 @@ pub async fn copy(
     }
     let remote_src = one_source_server(&srcs, &dst)?;
     if opts.recursive {
-        srcs.iter().try_for_each(|s| not_into_itself(s, &dst))?;
+        for s in &srcs {
+            not_into_itself(s, &dst).await?;
+        }
     }
     // The sources on the planning server are asked about in the login's round trip.
     let same_server =
