@@ -273,7 +273,14 @@ fn report(a: &CpArgs, results: &[lightpath_client::FileResult], progress: &Progr
     // not read, beyond the ones it named).
     let failures = failed.iter().map(|r| r.files.unwrap_or(1)).sum::<u64>();
     summary(&what, failures, bytes, t);
-    kept_note(bytes.saturating_sub(progress.bytes.load(Ordering::Relaxed)), bytes, t);
+    let moved = progress.bytes.load(Ordering::Relaxed);
+    kept_note(bytes.saturating_sub(moved), bytes, t);
+    if !failed.is_empty() && moved > 0 {
+        // The summary counts the files copied: a copy that failed after
+        // moving gigabytes read "0 bytes".
+        let rate = moved as f64 / t.as_secs_f64().max(1e-9) / 1e6;
+        eprintln!("lightpath: {moved} bytes moved in all, with those of the files that failed ({rate:.1} MB/s)");
+    }
     if let (Some(alg), false) = (&a.verify, ok.is_empty()) {
         // It said nothing of a check that passed (a UX audit).
         eprintln!("lightpath: --verify {alg}: the checksums of the {what} copied match their sources'");

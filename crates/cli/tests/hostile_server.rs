@@ -207,6 +207,8 @@ fn a_file_shorter_than_its_announced_size_is_not_kept() {
     let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/f"), &format!("{}/", dest.display())]);
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("got 19 of the 1000 bytes announced"), "{err}");
+    assert!(err.contains("0 bytes in"), "{err}");
+    assert!(err.contains("19 bytes moved in all, with those of the files that failed"), "{err}");
     assert!(everything(&dest).is_empty(), "{:?}", everything(&dest));
     // Told the truth, the same bytes are kept.
     let port = fake_server(Script { listing: &[], tree: &[], size: 19, data: b"only 19 bytes here." });
