@@ -455,3 +455,48 @@ fn a_tree_copied_file_by_file_keeps_its_directories_modes_and_mtimes() {
     assert_eq!(code, 0, "{err}");
     check(&root.join("in/tree"), "two sources to lightpath");
 }
+
+/// GCT cuts a path longer than 4095 bytes to 4095, silently: two uploads
+/// whose 4096-byte paths differed in their last byte went to one name,
+/// the second replacing the first, both reported copied (a defect hunt).
+/// Such paths are refused before they are sent: uploads, downloads (whose
+/// RETR went with the login, before FEAT said the server was GCT) and
+/// the files of a tree, each alone.
+#[test]
+fn paths_gct_would_cut_are_refused_not_sent() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("local")));
+    // A directory under which a 250-byte name makes a 4096-byte path.
+    let mut deep = open_dir(&home.join("deep"));
+    let to_go = |deep: &std::path::Path| 4096 - 251 - deep.as_os_str().len();
+    while to_go(&deep) > 256 {
+        deep = open_dir(&deep.join("d".repeat(200)));
+    }
+    deep = open_dir(&deep.join("d".repeat(to_go(&deep) - 1)));
+    assert_eq!(deep.as_os_str().len() + 1 + 250, 4096);
+    let (_srv, port) = gct_server(&home);
+    let long = |last: &str| format!("{}/{}{last}", deep.display(), "Z".repeat(249));
+    for (i, last) in ["1", "2"].iter().enumerate() {
+        let src = local.join(format!("o{i}"));
+        std::fs::write(&src, format!("file {i}")).unwrap();
+        let (code, err) = cp(&["--verify", "MD5", src.to_str().unwrap(), &url(port, &long(last))]);
+        assert_ne!(code, 0, "{err}");
+        assert!(err.contains("globus-gridftp-server cuts paths to 4095 bytes"), "{err}");
+    }
+    assert!(names(&deep).iter().all(|n| !n.starts_with('Z')), "{:?}", names(&deep));
+    std::fs::write(deep.join("Z".repeat(249)), b"the 4095-byte path").unwrap();
+    let one = local.join("one");
+    let (code, err) = cp(&[&url(port, &long("X")), one.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("globus-gridftp-server cuts paths to 4095 bytes"), "{err}");
+    assert!(!one.exists(), "it fetched the 4095-byte path's file");
+    let tree = open_dir(&local.join("t"));
+    for n in ["ok".to_string(), "Y".repeat(250), format!("{}2", "Y".repeat(249))] {
+        std::fs::write(tree.join(std::ffi::OsStr::from_bytes(n.as_bytes())), &n).unwrap();
+    }
+    let (code, err) = cp(&["-r", tree.to_str().unwrap(), &format!("{}/", url(port, &deep.display().to_string()))]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.matches("FAILED").count(), 2, "{err}");
+    assert_eq!(names(&deep.join("t")), ["ok"]);
+}

@@ -458,14 +458,23 @@ impl ControlConn {
     /// Whether `cmd` can be sent to this server: no line break or NUL in
     /// it ([`check_line`]), no 0xFF byte unless the server is lightpath
     /// (or not known yet: the login flight), and only printable ASCII (and
-    /// TAB) to globus-gridftp-server (`ascii_names`). A batch checks each file's
+    /// TAB) and paths of at most [`GCT_PATH_MAX`] bytes to
+    /// globus-gridftp-server (`ascii_names`). A batch checks each file's
     /// command with this first, so that one such name fails alone.
     pub fn check(&self, cmd: &[u8]) -> Result<(), ClientError> {
         check_line(cmd)?;
         if self.iac_names == Some(false) && cmd.contains(&0xFF) {
             return Err(iac_refused(cmd));
         }
-        if self.ascii_names && !any_server_reads(cmd) {
+        if self.ascii_names && path_of(cmd).len() > GCT_PATH_MAX {
+            return Err(ClientError::Usage(format!(
+                "cannot send {:.120}...: its path is {} bytes; globus-gridftp-server cuts paths to {GCT_PATH_MAX} \
+                 bytes and would act on another file",
+                redact(cmd).escape_debug(),
+                path_of(cmd).len()
+            )));
+        }
+        if self.ascii_names && !printable(cmd) {
             let shown = redact(cmd).escape_debug().to_string();
             return Err(ClientError::Usage(format!(
                 "cannot send {shown}: globus-gridftp-server drops the bytes of a name outside printable ASCII \
@@ -636,10 +645,40 @@ pub(crate) fn check_line(cmd: &[u8]) -> Result<(), ClientError> {
 }
 
 /// Whether every server reads `name` as it is sent: printable ASCII and
-/// TAB only ([`ControlConn::check`] holds other names back from GCT once
-/// FEAT has said what the server is).
+/// TAB only, and no longer than [`GCT_PATH_MAX`] ([`ControlConn::check`]
+/// holds other names back from GCT once FEAT has said what the server is).
 pub(crate) fn any_server_reads(name: &[u8]) -> bool {
+    printable(name) && name.len() <= GCT_PATH_MAX
+}
+
+/// Printable ASCII and TAB only.
+fn printable(name: &[u8]) -> bool {
     name.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+}
+
+/// The longest path globus-gridftp-server takes whole: longer ones it cuts
+/// to this length, silently (13.24, checked: two uploads whose 4096-byte
+/// paths differed in the last byte both went to one 4095-byte name, the
+/// second replacing the first, and both were reported copied).
+const GCT_PATH_MAX: usize = 4095;
+
+/// The path a command names: what follows its verb and the arguments that
+/// come before the path (`CKSM alg off len path`, `ERET P off len path`,
+/// `ESTO A off path`, `MFMT time path`, `SITE CHMOD mode path`).
+fn path_of(cmd: &[u8]) -> &[u8] {
+    let verb_end = cmd.iter().position(|&b| b == b' ').unwrap_or(cmd.len());
+    let before = match cmd[..verb_end].to_ascii_uppercase().as_slice() {
+        b"CKSM" | b"ERET" => 3,
+        b"ESTO" | b"SITE" => 2,
+        b"MFMT" => 1,
+        _ => 0,
+    };
+    let mut rest = cmd.get(verb_end + 1..).unwrap_or_default();
+    for _ in 0..before {
+        let end = rest.iter().position(|&b| b == b' ').map_or(rest.len(), |i| i + 1);
+        rest = &rest[end..];
+    }
+    rest
 }
 
 /// The refusal of a command naming a path with a 0xFF byte to a server
