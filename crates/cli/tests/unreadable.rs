@@ -342,3 +342,35 @@ fn names_left_out_of_a_listing_fail_the_copy_and_ls() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("normal") && err.contains("line break"), "{err}");
 }
+
+/// An entry of a local tree walked file by file that cannot be looked at
+/// (its path is past `PATH_MAX`) fails the copy, naming it: it was
+/// skipped with a log line, and the copy, without the subtree under it,
+/// exited 0 (a defect hunt). The rest arrives.
+#[test]
+fn a_local_entry_past_path_max_fails_a_file_by_file_tree() {
+    let (_d, root, local) = root_and_local();
+    let deep = open_dir(&local.join("deep"));
+    std::fs::write(deep.join("ok"), b"ok").unwrap();
+    std::fs::write(local.join("other"), b"other").unwrap();
+    // 18 levels of 250 bytes: made by bash going down relative paths (dash cannot).
+    let level = "e".repeat(250);
+    let made = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && for i in $(seq 18); do mkdir {level} && cd {level} || exit 1; done; echo x > leaf",
+            deep.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let srcs = [deep.display().to_string(), local.join("other").display().to_string()];
+    let (code, err) = cp(&["-r", &srcs[0], &srcs[1], &format!("ftp://127.0.0.1:{port}/multi/")]);
+    assert_eq!(code, 1, "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
+    assert_eq!(failed.len(), 1, "{err}");
+    assert!(failed[0].contains("cannot look at it") && failed[0].contains("too long"), "{err}");
+    assert_eq!(std::fs::read(root.join("multi/deep/ok")).unwrap(), b"ok");
+    assert_eq!(std::fs::read(root.join("multi/other")).unwrap(), b"other");
+}

@@ -355,11 +355,11 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
         for e in entries {
             let (path, dst) = (e.path(), join(&t, e.file_name().as_bytes()));
             match local_kind(&path, &top) {
-                Some(LocalKind::Dir) => {
+                Ok(Some(LocalKind::Dir)) => {
                     plan.add_dir(dst.clone(), local_meta(&path));
                     queue.push_back((path, dst));
                 }
-                Some(LocalKind::File(size)) => plan.files.push(Item {
+                Ok(Some(LocalKind::File(size))) => plan.files.push(Item {
                     src: Location::Local(path),
                     dst,
                     size,
@@ -367,7 +367,8 @@ fn walk_local(root: &std::path::Path, target: &Location, plan: &mut Plan) -> Res
                     mtime: None,
                     unique: None,
                 }),
-                None => {}
+                Ok(None) => {}
+                Err(why) => plan.leave_out(Location::Local(path), dst, why),
             }
         }
     }
@@ -384,11 +385,13 @@ enum LocalKind {
 /// out of the tree) and regular files (a symlink to one in the tree is
 /// copied as the file; to one outside it, not: a link to
 /// `../../etc/passwd` sent that file). Everything else is skipped with a
-/// warning.
-fn local_kind(path: &std::path::Path, top: &std::path::Path) -> Option<LocalKind> {
+/// warning. An entry that cannot be looked at (a path past `PATH_MAX`)
+/// is an error, for the copy to fail: it was skipped, and the copy of a
+/// tree without the subtree under it exited 0 (a defect hunt).
+fn local_kind(path: &std::path::Path, top: &std::path::Path) -> Result<Option<LocalKind>, String> {
     let skip = |why: String| {
         tracing::warn!("skipping {}: {why}", path.display());
-        None
+        Ok(None)
     };
     let md = match std::fs::symlink_metadata(path) {
         Ok(md) if md.file_type().is_symlink() => match std::fs::metadata(path) {
@@ -400,12 +403,12 @@ fn local_kind(path: &std::path::Path, top: &std::path::Path) -> Option<LocalKind
             Err(e) => return skip(format!("a symlink that cannot be followed ({e})")),
         },
         Ok(md) => md,
-        Err(e) => return skip(e.to_string()),
+        Err(e) => return Err(format!("cannot look at it: {e}")),
     };
     if md.is_dir() {
-        Some(LocalKind::Dir)
+        Ok(Some(LocalKind::Dir))
     } else if md.is_file() {
-        Some(LocalKind::File(md.len()))
+        Ok(Some(LocalKind::File(md.len())))
     } else {
         skip("a special file".into())
     }
