@@ -431,20 +431,24 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     use std::io::Write;
     let (rt, mut s, path) = open(&a.url)?;
     let mut out = std::io::stdout().lock();
-    let entries: Vec<(bool, u64, Vec<u8>)> = match rt.block_on(s.list(&path)) {
-        Ok(entries) => entries.into_iter().map(|e| (e.is_dir, e.size, e.name)).collect(),
+    let entries: Vec<(char, u64, Vec<u8>)> = match rt.block_on(s.list(&path)) {
+        Ok(entries) => {
+            let kind = |d: bool| if d { 'd' } else { '-' };
+            let listed = entries.into_iter().map(|e| (kind(e.is_dir), e.size, e.name));
+            // FIFOs, devices and sockets too (they were not shown).
+            listed.chain(s.others.drain(..).map(|(name, t)| (other_kind(&t), 0, name))).collect()
+        }
         // A file: RFC 3659's MLSD refuses it (501, as lightpath's server
         // does; GCT's lists it): MLST says what it is, as `ls FILE` does.
         Err(e @ lightpath_client::ClientError::Refused { .. }) => match rt.block_on(s.stat(&path)) {
             Ok((false, size)) if s.listed(&path) => {
-                vec![(false, size, path.rsplit(|&b| b == b'/').next().unwrap_or(&path).to_vec())]
+                vec![('-', size, path.rsplit(|&b| b == b'/').next().unwrap_or(&path).to_vec())]
             }
             _ => return Err(e.into()),
         },
         Err(e) => return Err(e.into()),
     };
-    for (is_dir, size, name) in entries {
-        let kind = if is_dir { "d" } else { "-" };
+    for (kind, size, name) in entries {
         let line = writeln!(out, "{kind} {size:>14} {}", crate::term::name(&String::from_utf8_lossy(&name)));
         match line {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
@@ -455,6 +459,20 @@ pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     rt.block_on(s.quit());
     anyhow::ensure!(left_out == 0, "{left_out} name(s) with a line break were left out of the server's listing");
     Ok(())
+}
+
+/// The `ls -l` letter of an MLSD `type` fact other than a file's or a
+/// directory's: `p` for `OS.unix=pipe`, `c`, `b`, `s`; `?` for what the
+/// server does not name (`OS.unix=other`: a socket).
+fn other_kind(t: &str) -> char {
+    match t.strip_prefix("os.unix=").unwrap_or(t) {
+        "pipe" | "fifo" => 'p',
+        "chr" | "char" => 'c',
+        "blk" | "block" => 'b',
+        "socket" | "sock" => 's',
+        "slink" => 'l',
+        _ => '?',
+    }
 }
 
 /// Print a server-side checksum.

@@ -147,6 +147,10 @@ pub struct Session {
     /// Names the last listing's server left out (a line break in them:
     /// [`lightpath_proto::Reply::names_left_out`]).
     pub names_left_out: u64,
+    /// The last MLSD's entries that are neither files, directories nor
+    /// symlinks (FIFOs, devices, sockets), with their `type` fact: what a
+    /// copy skips and `ls` shows.
+    pub others: Vec<(Vec<u8>, String)>,
     /// With its size and the mode and mtime its `OPTS STOR` gave.
     pub(crate) spec_stor: Option<(Vec<u8>, u64, Option<TreeRoot>)>,
     /// The tree path of a `VSTO` sent with the login whose replies are not

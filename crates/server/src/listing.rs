@@ -10,7 +10,11 @@ fn type_fact(st: &Stat, name: &[u8]) -> &'static str {
         FileType::Directory if name == b"." => "cdir",
         FileType::Directory => "dir",
         FileType::RegularFile => "file",
-        _ => "OS.unix=special",
+        // The names globus-gridftp-server gives them.
+        FileType::Fifo => "OS.unix=pipe",
+        FileType::CharacterDevice => "OS.unix=chr",
+        FileType::BlockDevice => "OS.unix=blk",
+        _ => "OS.unix=other",
     }
 }
 

@@ -24,7 +24,7 @@
 //! tree, as it does from MLSD.
 
 use super::{join, Item, Plan, Walk};
-use crate::session::fs::{entry_of, fact, listing_lines};
+use crate::session::fs::{entry_of, fact, is_other, listing_lines};
 use crate::session::{Entry, Facts, Session};
 use crate::{ClientError, Location, Remote};
 use lightpath_proto::manifest;
@@ -53,6 +53,10 @@ pub(super) async fn walk(
     if let Err(why) = verify_dirs(s, root, &listed, extra).await? {
         return Ok(unusable(root, &why));
     }
+    for (name, kind) in &listed.others {
+        let at = root.with_path(join_remote(root, name));
+        tracing::warn!("skipping {}: not a file, directory or symlink ({kind})", at.display());
+    }
     let mut w = Walk::new(root, target, links_as_files);
     let links = add_tree(&mut w, root, target, listed.entries)?;
     resolve_links(s, &mut w, links).await?;
@@ -72,11 +76,13 @@ struct Listed {
     entries: Vec<Entry>,
     roots: Vec<Option<String>>,
     dirs: HashMap<Vec<u8>, Option<String>>,
+    /// Entries neither files, directories nor symlinks, with their type.
+    others: Vec<(Vec<u8>, String)>,
 }
 
 impl Listed {
     fn parse(data: &[u8]) -> Listed {
-        let (mut entries, mut roots, mut dirs) = (Vec::new(), Vec::new(), HashMap::new());
+        let (mut entries, mut roots, mut dirs, mut others) = (Vec::new(), Vec::new(), HashMap::new(), Vec::new());
         for (facts, name) in listing_lines(data) {
             let unique = fact(&facts, "unique").map(String::from);
             match fact(&facts, "type") {
@@ -85,12 +91,13 @@ impl Listed {
                 Some("dir") if fact(&facts, "unix.slink").is_none() => {
                     dirs.insert(name.to_vec(), unique);
                 }
+                Some(kind) if is_other(kind) => others.push((name.to_vec(), kind.to_string())),
                 _ => {}
             }
             entries.extend(entry_of(&facts, name, true));
         }
         entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        Listed { entries, roots, dirs }
+        Listed { entries, roots, dirs, others }
     }
 
     /// One root line, no name twice, every entry inside a listed directory,
@@ -250,7 +257,7 @@ async fn resolve_links(s: &mut Session, w: &mut Walk, links: Vec<(Remote, Locati
                 w.plan.files.push(Item { src: Location::Remote(sr), dst, size: f.size, mode, mtime, unique: f.unique })
             }
             Ok(Some(_)) => tracing::warn!("skipping {}: a symlink to a directory", sr.display()),
-            Ok(None) => tracing::debug!("leaving out {}: a symlink that leads nowhere", sr.display()),
+            Ok(None) => tracing::warn!("skipping {}: a symlink that leads nowhere", sr.display()),
             Err(e @ ClientError::Control(..)) => return Err(e),
             Err(e) => tracing::warn!("leaving out {}: {e}", sr.display()),
         }
