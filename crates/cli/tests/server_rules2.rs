@@ -290,4 +290,11 @@ fn an_upload_in_progress_is_hidden_and_out_of_reach() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(names(&local.path().join("d")), ["f"]);
     assert_eq!(std::fs::read(root.join("d").join(temp)).unwrap(), b"half", "left to its upload");
+    // A local tree holding such a name: skipped with a warning (silently before).
+    std::fs::write(local.path().join("d").join(temp), b"kept").unwrap();
+    let (code, err) =
+        cp(&["-r", &format!("{}", local.path().join("d").display()), &format!("ftp://127.0.0.1:{port}/up/")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("skipping a temporary file of lightpath's") && err.contains(temp), "{err}");
+    assert_eq!(names(&root.join("up/d")), ["f"]);
 }

@@ -89,7 +89,14 @@ pub fn is_upload_in_progress(p: &VPath) -> bool {
 
 /// The refusal of a command on such a path.
 pub fn in_progress(p: &VPath) -> Reply {
-    Reply::new(550, format!("{}: the temporary file of an upload in progress", p.display()))
+    Reply::new(
+        550,
+        format!(
+            "{}: a name this server keeps for the temporary files of uploads (.NAME.lpPID-TOKEN-N.part), \
+             hidden and out of reach",
+            p.display()
+        ),
+    )
 }
 
 /// SITE CHMOD: permission bits only (a client must not make setuid or

@@ -658,10 +658,16 @@ impl<'a> Walker<'a> {
 /// so that they pop in name order.
 /// A receiver's temporary file (`.NAME.lpPID-TOKEN-N.part`, named where
 /// the file system has no `O_TMPFILE`) is an upload in progress, or what
-/// a killed one left: never part of a tree.
+/// a killed one left: never part of a tree. Each is skipped with a
+/// warning (they went silently, and a file so named was lost unsaid).
 fn push_list(stack: &mut Vec<Node>, src: &[u8], name: &[u8], list: Vec<(Vec<u8>, Stat, bool)>) {
-    for (child, st, readable) in list.into_iter().rev().filter(|(c, ..)| !lightpath_sys::root::is_temp_name(c)) {
-        stack.push(Node { src: join(src, &child), name: join(name, &child), meta: meta(&st), readable });
+    for (child, st, readable) in list.into_iter().rev() {
+        let src = join(src, &child);
+        if lightpath_sys::root::is_temp_name(&child) {
+            tracing::warn!(path = %show(&src), "skipping a temporary file of lightpath's (.NAME.lpPID-TOKEN-N.part)");
+            continue;
+        }
+        stack.push(Node { src, name: join(name, &child), meta: meta(&st), readable });
     }
 }
 
