@@ -374,3 +374,21 @@ fn verify_says_which_files_of_a_tree_it_could_not_check() {
     assert!(log.contains("--verify could not check 1 file(s) of the tree"), "{log}");
     assert_same_tree(&a.join("tree"), &local.join("tpt"));
 }
+
+/// A file whose size reads 0 but which holds data (`/proc/cpuinfo`) was
+/// sent by its size: it arrived empty and passed for copied, alone and
+/// in trees (a defect hunt). It now fails, saying why.
+#[test]
+fn a_pseudo_file_of_proc_fails_rather_than_arriving_empty() {
+    let (_d, root, _local) = root_and_local();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let why = "its size reads 0 but it holds data";
+    let (code, err) = cp(&["/proc/cpuinfo", &url(port, "/cpuinfo")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(why), "{err}");
+    assert!(!root.join("cpuinfo").exists());
+    let (code, err) = cp(&["-r", "/proc/sys/net/ipv4/conf/lo", &url(port, "/lo")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(why), "the tree: {err}");
+    assert!(err.contains("0 file(s) copied"), "{err}");
+}

@@ -171,6 +171,18 @@ fn changed(how: String) -> io::Error {
 #[error("file changed while being read ({0})")]
 pub struct SourceChanged(pub(crate) String);
 
+/// Why a file whose size reads 0 but which holds data is not sent.
+pub const PSEUDO_FILE: &str = "its size reads 0 but it holds data (a file of /proc or /sys?): its length \
+     cannot be known before it is read; copy it into a regular file first";
+
+/// Whether a regular `file` of `len` bytes is a pseudo-file: its size
+/// reads 0 but a read finds data (`/proc/cpuinfo`). Sent by its size, it
+/// arrived empty and passed for copied (a defect hunt).
+pub fn pseudo_file(file: &File, len: u64) -> io::Result<bool> {
+    let mut one = [0u8; 1];
+    Ok(len == 0 && file.read_at(&mut one, 0)? > 0)
+}
+
 /// A regular file. The length is taken once; a file that shrinks while
 /// being read makes the read fail instead of sending short data, and one
 /// written to meanwhile fails [`Source::unchanged`].
@@ -187,6 +199,9 @@ impl FileSource {
     /// Wrap an open file; `zero_copy` allows `sendfile`.
     pub fn new(file: File, zero_copy: bool) -> io::Result<Self> {
         let m = file.metadata()?;
+        if m.is_file() && pseudo_file(&file, m.len())? {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, PSEUDO_FILE));
+        }
         Ok(FileSource { file, len: m.len(), dev: m.dev(), opened: Opened::of(&m), zero_copy })
     }
 }

@@ -511,8 +511,18 @@ impl<'a> Walker<'a> {
                 self.left_out(n, &format!("cannot open: {e}"));
                 true
             }
+            None if n.meta.size == 0 && self.pseudo(n) => {
+                self.left_out(n, crate::io::PSEUDO_FILE);
+                true
+            }
             None => false,
         }
+    }
+
+    /// Whether the empty-looking file `n` holds data ([`crate::io::pseudo_file`]).
+    fn pseudo(&self, n: &Node) -> bool {
+        let opened = self.sh.root.open_read(&n.src);
+        opened.and_then(|f| crate::io::pseudo_file(&f, 0)).unwrap_or(false)
     }
 
     fn left_out(&mut self, n: &Node, why: &str) {
