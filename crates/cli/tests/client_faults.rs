@@ -132,3 +132,76 @@ fn a_stopped_server_fails_a_copy_of_many_files_in_one_retry_cycle() {
     assert!(err.contains("0 file(s) copied, 256 failed"), "{err}");
     assert!(took < std::time::Duration::from_secs(12), "{took:?}");
 }
+
+/// A server that sends its data slowly and no perf markers (they are
+/// asked for only with `-v`; GCT's are every 5 s at best): a download
+/// longer than `--reply-timeout` goes on while the data flows. Every
+/// download and upload that took longer (300 s by default) failed as
+/// "stalled" (a defect hunt's find). One whose data stops still fails.
+#[test]
+fn a_transfer_longer_than_the_reply_timeout_goes_on_while_its_data_flows() {
+    let local = scratch();
+    for (chunks, stall) in [(12, false), (2, true)] {
+        let port = slow_server(chunks, stall);
+        let got = local.path().join(format!("got{chunks}"));
+        let t = std::time::Instant::now();
+        let (code, err) = cp(&[
+            "--retries",
+            "0",
+            "--reply-timeout",
+            "1",
+            &format!("ftp://127.0.0.1:{port}/f"),
+            got.to_str().unwrap(),
+        ]);
+        if stall {
+            assert_eq!(code, 1, "{err}");
+            assert!(err.contains("stalled"), "{err}");
+            assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        } else {
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(std::fs::read(&got).unwrap(), slow_data(chunks));
+            assert!(t.elapsed() > std::time::Duration::from_secs(3), "slow enough to matter: {:?}", t.elapsed());
+        }
+    }
+}
+
+/// The bytes [`slow_server`] sends: `chunks` of 1000.
+fn slow_data(chunks: usize) -> Vec<u8> {
+    (0..chunks * 1000).map(|i| (i % 251) as u8).collect()
+}
+
+/// A plain FTP server (MODE S) whose RETR sends [`slow_data`] 1000 bytes
+/// every 300 ms, no markers, then 226; with `stall`, it then goes silent
+/// for 8 s first.
+fn slow_server(chunks: usize, stall: bool) -> u16 {
+    use std::io::Write;
+    let size = chunks * 1000;
+    scripted::serve(move |conn| {
+        let mut data = scripted::DataEnd::default();
+        scripted::commands(conn, "slow", |out, verb, arg| {
+            Some(match verb {
+                "USER" => "331 password\r\n".into(),
+                "SIZE" => format!("213 {size}\r\n"),
+                "MLST" => format!("250-\r\n type=file;size={size}; {arg}\r\n250 End\r\n"),
+                "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
+                "FEAT" => "211-Features:\r\n MLST type*;size*;\r\n SIZE\r\n211 End\r\n".into(),
+                "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
+                "TYPE" | "MODE" | "PASS" | "OPTS" => "200 OK\r\n".into(),
+                "RETR" => {
+                    let _ = out.write_all(b"150 here it comes, slowly\r\n");
+                    let mut dc = data.open()?;
+                    for piece in slow_data(chunks).chunks(1000) {
+                        let _ = dc.write_all(piece);
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                    }
+                    if stall {
+                        std::thread::sleep(std::time::Duration::from_secs(8));
+                    }
+                    drop(dc);
+                    "226 Transfer complete.\r\n".into()
+                }
+                _ => "502 not implemented\r\n".into(),
+            })
+        })
+    })
+}

@@ -304,13 +304,32 @@ impl ControlConn {
     /// Cancel-safe (third-party copies select over two of these): what has
     /// arrived, and when the reply began, stay in `self`.
     pub async fn reply(&mut self) -> Result<Reply, ClientError> {
+        self.reply_alive(None).await
+    }
+
+    /// The final reply of a transfer whose data job reports the bytes it
+    /// `moved`: while they grow, the server's silence is no stall. A
+    /// server sends perf markers only when asked (`-v` asks), or not at
+    /// all, or less often than the reply timeout: every download and
+    /// upload that took longer than `--reply-timeout` (300 s) failed as
+    /// "stalled" with its data flowing (a defect hunt).
+    pub async fn final_reply_alive(&mut self, moved: &(dyn Fn() -> u64 + Sync)) -> Result<Reply, ClientError> {
+        loop {
+            let r = self.reply_alive(Some(moved)).await?;
+            if !r.is_preliminary() {
+                return Ok(r);
+            }
+        }
+    }
+
+    async fn reply_alive(&mut self, moved: Option<&(dyn Fn() -> u64 + Sync)>) -> Result<Reply, ClientError> {
         self.uncork().await?;
         let mut buf = [0u8; 8192];
         loop {
             if let Some(r) = self.parse_buffered()? {
                 return Ok(r);
             }
-            let n = self.read_some(&mut buf).await?;
+            let n = self.read_some(&mut buf, moved).await?;
             self.lines.handle_bytes(&buf[..n]);
         }
     }
@@ -336,13 +355,29 @@ impl ControlConn {
         Ok(None)
     }
 
-    /// Read more of the control connection, by the reply's deadline.
-    async fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, ClientError> {
-        let deadline = self.handshake_by.map_or(self.deadline(), |by| by.min(self.deadline()));
-        let n = tokio::time::timeout_at(deadline, self.stream.read(buf))
-            .await
-            .map_err(|_| self.timeout_err())?
-            .map_err(|e| self.io_err(e))?;
+    /// Read more of the control connection, by the reply's deadline; with
+    /// `moved`, a deadline passed while no reply has begun is moved on as
+    /// long as the bytes it counts grew since the last one.
+    async fn read_some(
+        &mut self,
+        buf: &mut [u8],
+        moved: Option<&(dyn Fn() -> u64 + Sync)>,
+    ) -> Result<usize, ClientError> {
+        let mut seen = moved.map(|m| m());
+        let n = loop {
+            let deadline = self.handshake_by.map_or(self.deadline(), |by| by.min(self.deadline()));
+            match tokio::time::timeout_at(deadline, self.stream.read(buf)).await {
+                Ok(r) => break r.map_err(|e| self.io_err(e))?,
+                Err(_) => {
+                    let now = moved.map(|m| m());
+                    let waiting = self.reply_started.is_none() && self.handshake_by.is_none();
+                    if !(waiting && now > seen) {
+                        return Err(self.timeout_err());
+                    }
+                    seen = now;
+                }
+            }
+        };
         if n == 0 {
             return Err(ClientError::Control(self.name.clone(), "server closed the control connection".into()));
         }

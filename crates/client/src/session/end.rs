@@ -113,8 +113,9 @@ impl Session {
         mut job: Job<T>,
         ctl: &Control,
     ) -> Result<Ended<T>, ClientError> {
+        let moved = || ctl.bytes();
         let first = tokio::select! {
-            r = self.ctl.final_reply() => First::Reply(r),
+            r = self.ctl.final_reply_alive(&moved) => First::Reply(r),
             j = &mut job => First::Data(joined(j)?),
             _ = cancelled(ctl) => First::Cancelled,
         };
