@@ -189,7 +189,7 @@ impl ControlConn {
         fastopen: bool,
         book_rtt: Option<Duration>,
     ) -> Result<ControlConn, ClientError> {
-        let name = format!("{host}:{port}");
+        let name = crate::location::host_port(host, port);
         let started = tokio::time::Instant::now();
         let fut = open(host, port, fastopen);
         let stream = tokio::time::timeout(connect_timeout(), fut)

@@ -169,7 +169,7 @@ fn one_source_server(srcs: &[Location], dst: &Location) -> Result<Option<Remote>
         return Err(ClientError::Usage("sources must be all local or all remote".into()));
     }
     if let Some(other) = remotes.iter().find(|r| r.server_key() != first.server_key()) {
-        let who = |r: &Remote| format!("{}@{}:{}", r.user, r.host, r.port);
+        let who = |r: &Remote| format!("{}@{}", r.user, crate::location::host_port(&r.host, r.port));
         return Err(ClientError::Usage(format!(
             "sources on more than one server ({} and {}): copy from one server at a time; nothing copied",
             who(first),

@@ -39,7 +39,17 @@ impl Remote {
 
     /// For messages.
     pub fn display(&self) -> String {
-        format!("ftp://{}:{}{}", self.host, self.port, String::from_utf8_lossy(&self.path))
+        format!("ftp://{}{}", host_port(&self.host, self.port), String::from_utf8_lossy(&self.path))
+    }
+}
+
+/// `host:port`, an IPv6 address in brackets (`[::1]:2811`): as written
+/// in a URL, and not ambiguous.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -141,11 +151,22 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
     }
     Ok(Location::Remote(Remote {
         host: host.trim_matches(['[', ']']).to_string(),
-        port: u.port().unwrap_or(2811),
+        port: u.port().unwrap_or(if names_a_port(&escaped) { 21 } else { 2811 }),
         user,
         pass,
         path: percent_decode(&raw),
     }))
+}
+
+/// Whether the authority of URL `arg` ends in `:DIGITS`. The `url` crate
+/// drops a port that is the scheme's default, so `ftp://h:21/` looked
+/// like `ftp://h/` and went to GridFTP's 2811 (a defect hunt's find).
+fn names_a_port(arg: &str) -> bool {
+    let rest = arg.split_once("://").map_or(arg, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
+    after_host.rsplit_once(':').is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `file:///path`: the path percent-decoded (RFC 8089), as
@@ -237,6 +258,29 @@ mod tests {
         assert!(!Location::parse(".hidden").unwrap().is_dir_syntax());
         let Location::Remote(r) = Location::parse("ftp://[::1]/%ff").unwrap() else { panic!() };
         assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
+        assert_eq!(r.with_path(b"/f".to_vec()).display(), "ftp://[::1]:2811/f", "brackets, as in a URL");
+    }
+
+    /// A port written is the port used: `:21` (ftp's default, which the
+    /// `url` crate drops) went to 2811, as if none had been written.
+    #[test]
+    fn an_explicit_port_21_is_kept() {
+        let port = |u: &str| match Location::parse(u).unwrap() {
+            Location::Remote(r) => r.port,
+            Location::Local(_) => panic!("{u}"),
+        };
+        for (u, p) in [
+            ("ftp://h:21/x", 21),
+            ("ftp://h/x", 2811),
+            ("ftp://h:/x", 2811),
+            ("ftp://u:p%3A21@h/x", 2811),
+            ("ftp://u:p@h:21", 21),
+            ("ftp://[::1]:21/x", 21),
+            ("ftp://[::1]/x:21", 2811),
+            ("ftp://h:2812/x", 2812),
+        ] {
+            assert_eq!(port(u), p, "{u}");
+        }
     }
 
     /// The remote path a URL names.
