@@ -483,7 +483,7 @@ pub fn sum(a: SumArgs) -> anyhow::Result<()> {
     // A digest is hex digits; anything else is not one, whatever the reply code.
     let hex = !sum.is_empty() && sum.len() <= 128 && sum.bytes().all(|b| b.is_ascii_hexdigit());
     anyhow::ensure!(hex, "the server's CKSM reply is not a digest: {:.80}", crate::term::name(&sum));
-    println!("{sum}  {}", a.url);
+    println!("{sum}  {}", lightpath_client::location::without_password(&a.url));
     rt.block_on(s.quit());
     Ok(())
 }

@@ -193,6 +193,10 @@ fn ls_and_sum_usage_errors_exit_2_and_failures_1() {
     }
     let (code, err) = ls_sum(&["sum", &url(port, "/f")]);
     assert_eq!(code, Some(0), "{err}");
+    // The URL printed beside the digest leaves the password out (it was there).
+    let out = Command::new(LP).args(["sum", &format!("ftp://anonymous:s3cret@127.0.0.1:{port}/f")]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("ftp://anonymous@127.0.0.1") && !text.contains("s3cret"), "{text}");
     // An algorithm the server's FEAT does not offer is a usage error, as
     // with `cp --verify` (it exited 1).
     let (code, err) = ls_sum(&["sum", "--alg", "CRC32", &url(port, "/f")]);

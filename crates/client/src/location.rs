@@ -158,6 +158,22 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
     }))
 }
 
+/// URL `arg` as written, without the password of its user
+/// (`ftp://bob:secret@h/f` is `ftp://bob@h/f`): for output that may be
+/// kept or shared (`sum` printed it).
+pub fn without_password(arg: &str) -> String {
+    let Some((scheme, rest)) = arg.split_once("://") else { return arg.to_string() };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => arg.to_string(),
+    }
+}
+
 /// Whether the authority of URL `arg` ends in `:DIGITS`. The `url` crate
 /// drops a port that is the scheme's default, so `ftp://h:21/` looked
 /// like `ftp://h/` and went to GridFTP's 2811 (a defect hunt's find).
@@ -259,6 +275,13 @@ mod tests {
         let Location::Remote(r) = Location::parse("ftp://[::1]/%ff").unwrap() else { panic!() };
         assert_eq!((r.host.as_str(), r.path.as_slice()), ("::1", &b"/\xff"[..]));
         assert_eq!(r.with_path(b"/f".to_vec()).display(), "ftp://[::1]:2811/f", "brackets, as in a URL");
+    }
+
+    #[test]
+    fn a_password_is_left_out_of_a_url_shown() {
+        assert_eq!(without_password("ftp://bob:p%40ss@h:2811/a@b"), "ftp://bob@h:2811/a@b");
+        assert_eq!(without_password("ftp://bob@h/f"), "ftp://bob@h/f");
+        assert_eq!(without_password("ftp://h/f:x@y"), "ftp://h/f:x@y");
     }
 
     /// A port written is the port used: `:21` (ftp's default, which the
