@@ -548,3 +548,28 @@ fn special_files_of_a_remote_tree_are_skipped_aloud_and_listed() {
         );
     }
 }
+
+/// A CKSM that takes longer than the client's reply timeout: the client
+/// asks for 113 status markers (`OPTS CKSM markers=N;`), which GCT sends
+/// and lightpath's server now does too, and takes each as a reply. It
+/// failed, "no reply within 2 s", and `--verify` copied the file again
+/// (a defect hunt's find: 150 GB at 500 MB/s outlast the default 300 s).
+#[test]
+fn a_checksum_longer_than_the_reply_timeout_passes_on_its_status_markers() {
+    let d = scratch();
+    let home = open_dir(&d.path().join("g"));
+    std::fs::File::create(home.join("big")).unwrap().set_len(2 << 30).unwrap();
+    let (_g, gport) = gct_server(&home);
+    let (_l, lport) = lp_server(&home, &["--anonymous"]);
+    for at in [url(gport, &format!("{}/big", home.display())), url(lport, "/big")] {
+        let out = std::process::Command::new(LP)
+            .args(["-vv", "sum", "--alg", "MD5", &at])
+            .env("LIGHTPATH_REPLY_TIMEOUT", "2")
+            .output()
+            .unwrap();
+        let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{at}: {err}");
+        assert!(text.starts_with("a981130cf2b7e09f4686dc273cf7187e"), "{at}: {text}");
+        assert!(err.contains("< 113 Status Marker"), "{at}: no status marker came: {err}");
+    }
+}

@@ -147,6 +147,8 @@ pub struct Session {
     /// Names the last listing's server left out (a line break in them:
     /// [`lightpath_proto::Reply::names_left_out`]).
     pub names_left_out: u64,
+    /// Whether `OPTS CKSM markers=N;` went ([`Session::ask_cksm_markers`]).
+    pub(crate) cksm_markers: bool,
     /// The last MLSD's entries that are neither files, directories nor
     /// symlinks (FIFOs, devices, sockets), with their `type` fact: what a
     /// copy skips and `ls` shows.

@@ -69,16 +69,17 @@ fn hex(b: &[u8]) -> String {
 
 /// Checksum of `[offset, offset+len)` of `src` (`len` `None`: to the end).
 pub fn checksum(src: &dyn Source, alg: &str, offset: u64, len: Option<u64>) -> io::Result<String> {
-    checksum_until(src, (alg, offset, len), &|| false)
+    checksum_until(src, (alg, offset, len), &|_| false)
 }
 
 /// [`checksum`] that gives up (`ErrorKind::Interrupted`) once `stop` says
-/// so, asked before each MiB read: a server's `CKSM` of a huge file stops
-/// at an `ABOR` or when its client goes.
+/// so, asked before each MiB read with the bytes read so far: a server's
+/// `CKSM` of a huge file stops at an `ABOR` or when its client goes, and
+/// tells its progress in `113` markers.
 pub fn checksum_until(
     src: &dyn Source,
     (alg, offset, len): (&str, u64, Option<u64>),
-    stop: &dyn Fn() -> bool,
+    stop: &dyn Fn(u64) -> bool,
 ) -> io::Result<String> {
     let mut ck = Checksum::new(alg).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "unknown algorithm"))?;
     let end = match len {
@@ -91,7 +92,7 @@ pub fn checksum_until(
     let mut buf = vec![0u8; 1 << 20];
     let mut pos = offset;
     while pos < end {
-        if stop() {
+        if stop(pos - offset) {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "checksum stopped"));
         }
         let k = (end - pos).min(buf.len() as u64) as usize;

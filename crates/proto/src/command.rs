@@ -95,7 +95,11 @@ pub enum Opts {
     VstoResume(crate::held::TreeResume),
     /// `OPTS MLST fact;fact;`
     Mlst(String),
-    /// `OPTS CKSM markers=n;` and anything else we accept blindly.
+    /// `OPTS CKSM markers=N;` (GCT's): a `113` status marker every N
+    /// seconds while a CKSM runs (`None`, 0: none). Other CKSM options are
+    /// taken and ignored, as before.
+    Cksm(Option<u32>),
+    /// Any other `OPTS` (refused).
     Other(String),
 }
 

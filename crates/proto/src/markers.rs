@@ -24,6 +24,14 @@ impl RestartMarker {
     }
 }
 
+/// `113-Status Marker` of a long `CKSM` (GCT's, after `OPTS CKSM
+/// markers=N;`): the bytes it has read so far. A client counts it as a
+/// reply, so a checksum of hours does not pass its reply timeout.
+pub fn status_marker(timestamp: f64, bytes: u64) -> Reply {
+    let lines = [format!("Timestamp: {timestamp:.1}"), format!("Bytes Processed: {bytes}")];
+    Reply::multi(113, "Status Marker", lines)
+}
+
 /// The name of the perf-line fact that carries [`PerfMarker::data_path`].
 const DATA_PATH: &str = "Data Path:";
 
@@ -78,6 +86,12 @@ impl PerfMarker {
 mod tests {
     use super::*;
     use crate::reply::ReplyParser;
+
+    #[test]
+    fn status_marker_as_gct_writes_it() {
+        let wire = "113-Status Marker\r\n Timestamp: 1795938539.8\r\n Bytes Processed: 277348352\r\n113 End.\r\n";
+        assert_eq!(String::from_utf8(status_marker(1795938539.8, 277348352).encode()).unwrap(), wire);
+    }
 
     #[test]
     fn perf_marker_as_gct_writes_it() {

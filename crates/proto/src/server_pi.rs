@@ -17,6 +17,9 @@ use crate::vpath::VPath;
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 
+mod action;
+pub use action::{Action, FsOp, Output};
+
 /// Static configuration of a server session.
 #[derive(Debug, Clone)]
 pub struct PiConfig {
@@ -69,6 +72,8 @@ pub struct TransferSettings {
     pub tcp_buffer: u64,
     /// Seconds between perf markers on RETR (`OPTS RETR markers=N;`), if asked.
     pub retr_markers: Option<u32>,
+    /// Seconds between 113 status markers of a CKSM (`OPTS CKSM markers=N;`).
+    pub cksm_markers: Option<u32>,
     /// Largest MODE E block the receiver asked for on RETR
     /// (`OPTS RETR BlockSize=N;`), if it did.
     pub block_size: Option<u64>,
@@ -96,6 +101,7 @@ impl Default for TransferSettings {
             parallelism: 1,
             tcp_buffer: 0,
             retr_markers: None,
+            cksm_markers: None,
             block_size: None,
             vret_after: None,
             vret_skip: Vec::new(),
@@ -180,78 +186,6 @@ pub struct Transfer {
     /// The session may write ([`ServerPi::may_write`]): what listings'
     /// `Perm` facts say.
     pub may_write: bool,
-}
-
-/// File-system requests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum FsOp {
-    Size(VPath),
-    Mdtm(VPath),
-    Mlst(VPath),
-    Stat(VPath),
-    Cwd(VPath),
-    Mkd(VPath),
-    Rmd(VPath),
-    Dele(VPath),
-    /// RNFR: check that the name exists (not following a final symlink),
-    /// answer 350 and call [`ServerPi::set_rename_from`], or answer 550.
-    RenameFrom(VPath),
-    Rename {
-        from: VPath,
-        to: VPath,
-    },
-    Cksm {
-        alg: String,
-        offset: u64,
-        len: Option<u64>,
-        path: VPath,
-    },
-    Chmod {
-        mode: u32,
-        path: VPath,
-    },
-    /// MFMT: seconds and nanoseconds since the epoch.
-    Mfmt {
-        mtime: (i64, u32),
-        path: VPath,
-    },
-}
-
-/// Work for the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Check credentials, then call [`ServerPi::handle_login`].
-    Login {
-        /// User name.
-        user: String,
-        /// Password (never log it).
-        pass: String,
-    },
-    /// Open a listener and reply with its address.
-    Passive(PassiveKind),
-    /// Connect to these addresses for the next transfer (already answered).
-    Active(Vec<SocketAddr>),
-    /// Adopt the data connections opened ahead with this token as the
-    /// cached MODE E channel; reply 200 or 425 (see [`crate::ahead`]).
-    Adopt(crate::ahead::DconArgs),
-    /// Run a data transfer; reply 150/125 ... 226.
-    Transfer(Box<Transfer>),
-    /// A file-system request; reply with its result.
-    Fs(FsOp),
-    /// ABOR with no transfer running (already answered).
-    Abort,
-}
-
-/// What the driver must do next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// Send this reply.
-    Reply(Reply),
-    /// Perform this action.
-    Action(Action),
-    /// Close the control connection (after sending queued replies).
-    Close,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -653,7 +587,10 @@ impl ServerPi {
                 self.reply(200, "OPTS STOR Command Successful.");
             }
             Opts::Mlst(_) => self.reply(200, "OPTS Command Successful."),
-            Opts::Other(t) if t.to_ascii_uppercase().starts_with("CKSM") => self.reply(200, "OPTS Command Successful."),
+            Opts::Cksm(n) => {
+                self.settings.cksm_markers = n.filter(|&n| n > 0);
+                self.reply(200, "OPTS Command Successful.");
+            }
             Opts::Other(_) => self.reply(500, "OPTS failed."),
         }
     }
@@ -735,7 +672,8 @@ impl ServerPi {
             return self.reply(504, "Unknown checksum algorithm requested.");
         }
         let CksumArgs { alg, offset, len, path } = a;
-        self.with_path(&path, |path| Action::Fs(FsOp::Cksm { alg, offset, len, path }));
+        let markers = self.settings.cksm_markers;
+        self.with_path(&path, |path| Action::Fs(FsOp::Cksm { alg, offset, len, path, markers }));
     }
 
     fn transfer(&mut self, raw: &[u8], kind: TransferKind) {

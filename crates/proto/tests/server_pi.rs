@@ -691,9 +691,14 @@ fn cksm_checks_the_algorithm() {
     let out = s.send(b"CKSM adler32 0 -1 f\r\n");
     assert_eq!(
         actions(&out),
-        [&Action::Fs(FsOp::Cksm { alg: "ADLER32".into(), offset: 0, len: None, path: vp("/f") })]
+        [&Action::Fs(FsOp::Cksm { alg: "ADLER32".into(), offset: 0, len: None, path: vp("/f"), markers: None })]
     );
     assert_eq!(codes(&s.send(b"CKSM SHA1 0 -1 f\r\n")), [504]);
+    // `OPTS CKSM markers=N;` (GCT's): the CKSMs after it send 113 markers.
+    assert_eq!(codes(&s.send(b"OPTS CKSM markers=2;\r\n")), [200]);
+    let out = s.send(b"CKSM MD5 0 -1 f\r\n");
+    assert!(matches!(actions(&out)[..], [&Action::Fs(FsOp::Cksm { markers: Some(2), .. })]), "{out:?}");
+    assert_eq!(codes(&s.send(b"OPTS CKSM Foo=1;\r\n")), [200], "other CKSM options are taken, as before");
 }
 
 // ------------------------------------------------------------- directories

@@ -60,7 +60,7 @@ pub fn run(root: &Root, memory: bool, writable: bool, op: FsOp, ctl: &Control) -
         FsOp::Rmd(p) => root.rmdir(p.relative()).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(&p, &e)),
         FsOp::Dele(p) => dele(root, &p),
         FsOp::Rename { from, to } => rename(root, &from, &to),
-        FsOp::Cksm { alg, offset, len, path } => cksm(root, memory, (&alg, offset, len), &path, ctl),
+        FsOp::Cksm { alg, offset, len, path, .. } => cksm(root, memory, (&alg, offset, len), &path, ctl),
         FsOp::Chmod { mode, path } => chmod(root, mode, &path),
         FsOp::Mfmt { mtime, path } => mfmt(root, mtime, &path),
     };
@@ -217,7 +217,12 @@ fn cksm(
     p: &VPath,
     ctl: &Control,
 ) -> Result<Reply, Reply> {
-    let stop = || ctl.is_cancelled() || ctl.is_lost();
+    // `ctl` (this request's own) counts the bytes read: what the
+    // session's 113 markers tell.
+    let stop = |n: u64| {
+        ctl.add(n.saturating_sub(ctl.bytes()));
+        ctl.is_cancelled() || ctl.is_lost()
+    };
     let sum = if memory && p.as_bytes() == DEV_ZERO {
         let l = len.ok_or_else(|| Reply::new(501, "CKSM of /dev/zero needs a length"))?;
         if l > MAX_ZERO_CKSM {

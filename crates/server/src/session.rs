@@ -361,10 +361,16 @@ impl Session {
                 // A CKSM reads a whole file, which may take hours: ABOR
                 // and the client's leaving stop it, as they stop a transfer.
                 let ctl = self.start_running();
-                let (reply, cwd) =
-                    tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op, &ctl))
-                        .await
-                        .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));
+                let every = match &op {
+                    lightpath_proto::FsOp::Cksm { markers, .. } => *markers,
+                    _ => None,
+                };
+                let c2 = ctl.clone();
+                let job = tokio::task::spawn_blocking(move || fsops::run(&ctx.root, memory, writable, op, &c2));
+                let (reply, cwd) = self
+                    .status_markers(job, every, &ctl)
+                    .await?
+                    .unwrap_or_else(|_| (Reply::new(451, "Internal error."), None));
                 self.stop_running();
                 match cwd {
                     Some(fsops::Effect::Cwd(c)) => self.pi.set_cwd(c),
@@ -565,6 +571,31 @@ impl Session {
                     self.send(&RestartMarker(fresh).to_reply()).await?;
                 }
                 self.send(&r).await
+            }
+        }
+    }
+
+    /// Await `job`, sending a `113` status marker of the bytes `ctl` counts
+    /// `every` so many seconds meanwhile (a CKSM after `OPTS CKSM
+    /// markers=N;`, as GCT does): a client's reply timeout otherwise ran
+    /// out during a checksum of a large file (500 MB/s: 150 GB in the
+    /// default 300 s), and `--verify` copied the file again (a defect hunt).
+    async fn status_markers<T>(
+        &mut self,
+        mut job: tokio::task::JoinHandle<T>,
+        every: Option<u32>,
+        ctl: &Control,
+    ) -> std::io::Result<Result<T, tokio::task::JoinError>> {
+        let Some(secs) = every else { return Ok(job.await) };
+        let mut tick = tokio::time::interval(Duration::from_secs(u64::from(secs)));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                done = &mut job => return Ok(done),
+                _ = tick.tick() => {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    self.send(&lightpath_proto::markers::status_marker(now.as_secs_f64(), ctl.bytes())).await?;
+                }
             }
         }
     }

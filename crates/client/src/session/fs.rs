@@ -227,6 +227,20 @@ impl Session {
         )))
     }
 
+    /// Ask once per session for `113` status markers during a CKSM
+    /// (`OPTS CKSM markers=N;`, GCT's; lightpath's server sends them too),
+    /// a few within the reply timeout: each is a reply, so a checksum of a
+    /// file too large to read within the timeout (500 MB/s: 150 GB in 300
+    /// s) is not taken for a stalled server. Queued with what follows; a
+    /// server that refuses it is no error.
+    async fn ask_cksm_markers(&mut self) -> Result<(), ClientError> {
+        if std::mem::replace(&mut self.cksm_markers, true) {
+            return Ok(());
+        }
+        let every = (crate::control::reply_timeout().as_secs() / 4).clamp(1, 30);
+        self.ctl.queue_optional(format!("OPTS CKSM markers={every};")).await
+    }
+
     /// `CKSM alg 0 -1 path`, the path as its bytes (names need not be UTF-8).
     pub async fn checksum(&mut self, alg: &str, path: &[u8]) -> Result<String, ClientError> {
         self.checksum_of(alg, 0, None, path).await
@@ -240,6 +254,7 @@ impl Session {
         len: Option<u64>,
         path: &[u8],
     ) -> Result<String, ClientError> {
+        self.ask_cksm_markers().await?;
         let r = self.ctl.ok(cksm_cmd(alg, off, len, path)).await?;
         Ok(r.text().trim().to_ascii_lowercase())
     }
@@ -248,6 +263,9 @@ impl Session {
     /// commands in flight (one round trip for a batch, not one per file).
     /// One result per path, in order; a lost control connection fails the rest.
     pub async fn checksums(&mut self, alg: &str, paths: &[Vec<u8>]) -> Vec<Result<String, ClientError>> {
+        if let Err(e) = self.ask_cksm_markers().await {
+            return paths.iter().map(|_| Err(e.clone())).collect();
+        }
         let cmds = self.checked(paths.iter().map(|p| cksm_cmd(alg, 0, None, p)));
         let replies = self.final_replies(&cmds).await;
         let digest = |(cmd, r): (&Result<Vec<u8>, ClientError>, Reply)| match cmd {

@@ -115,6 +115,7 @@ impl Session {
             spec_retr: None,
             spec_stor: None,
             names_left_out: 0,
+            cksm_markers: false,
             others: Vec::new(),
             spec_vsto: None,
             recv_window,

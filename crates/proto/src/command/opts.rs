@@ -1,4 +1,4 @@
-//! `OPTS` lines: GCT's `OPTS RETR`, and lightpath's own for the virtual
+//! `OPTS` lines: GCT's `OPTS RETR` and `OPTS CKSM`, and lightpath's own for the virtual
 //! file (`VRET`, `VSTO`) and a single file's mode and mtime (`STOR`).
 
 use super::{CommandError, Opts};
@@ -11,8 +11,15 @@ pub(super) fn parse_opts(t: &str) -> Result<Opts, CommandError> {
         "VSTO" => parse_opts_vsto(rest),
         "STOR" => parse_meta("STOR", rest).map(Opts::Stor),
         "MLST" | "MLSD" | "MLSR" => Ok(Opts::Mlst(rest.to_string())),
+        "CKSM" => Ok(Opts::Cksm(cksm_markers(rest))),
         _ => Ok(Opts::Other(t.to_string())),
     }
+}
+
+/// The `markers=N;` of `OPTS CKSM`, if given as a number.
+fn cksm_markers(rest: &str) -> Option<u32> {
+    let opts = rest.split(';').filter_map(|o| o.split_once('='));
+    opts.filter(|(k, _)| k.trim().eq_ignore_ascii_case("markers")).find_map(|(_, v)| v.trim().parse().ok())
 }
 
 /// The longest path `OPTS VRET After=` takes (decoded): its hex and the
