@@ -87,3 +87,59 @@ fn special_files_skipped_by_the_source_of_a_third_party_tree_are_reported() {
     let want = format!("lightpath: warning: 2 special file(s) skipped on the source server 127.0.0.1:{pa} (FIFOs");
     assert!(err.contains(&want), "third party warns of the skipped FIFOs: {err}");
 }
+
+/// What stands at the destination and cannot be replaced by an entry of
+/// the tree (a directory where a file or a symlink comes, a file where a
+/// directory does) fails that entry alone, as `cp -r` does: one such
+/// conflict failed the whole tree, with files already published and the
+/// summary saying none was copied (a defect hunt's find). Both ways and
+/// third party; each is named, and the rest arrives.
+#[test]
+fn entries_that_cannot_replace_what_is_there_fail_alone() {
+    let (_d, root, local) = root_and_local();
+    let src = local.join("src");
+    std::fs::create_dir_all(src.join("dir")).unwrap();
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("plain"), b"plain").unwrap();
+    std::fs::write(src.join("dir/x"), b"x").unwrap();
+    std::fs::write(src.join("other"), b"other").unwrap();
+    std::fs::write(src.join("sub/s"), b"s").unwrap();
+    std::os::unix::fs::symlink("other", src.join("lnk")).unwrap();
+    // In the way at each destination: directories for `plain` and `lnk`,
+    // a file for `sub`.
+    let block = |at: &Path| {
+        std::fs::create_dir_all(at.join("plain/inner")).unwrap();
+        std::fs::create_dir_all(at.join("lnk/z")).unwrap();
+        std::fs::write(at.join("sub"), b"in the way").unwrap();
+    };
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let url = |p: &str| format!("ftp://127.0.0.1:{port}/{p}");
+    block(&root.join("up/src"));
+    let down = local.join("down");
+    block(&down.join("src"));
+    std::fs::create_dir_all(root.join("tp")).unwrap();
+    let whole = Command::new("cp").arg("-a").arg(&src).arg(root.join("whole")).status().unwrap();
+    assert!(whole.success());
+    own_peer_book();
+    let source = src.display().to_string();
+    let runs = [
+        (source.as_str(), url("up/"), root.join("up/src")),
+        (&url("whole/")[..], format!("{}/src", down.display()), down.join("src")),
+        (&url("whole/")[..], url("tp/src/"), root.join("tp/src")),
+    ];
+    for (i, (from, to, at)) in runs.iter().enumerate() {
+        if i == 2 {
+            block(at);
+        }
+        let out = Command::new(LP).args(["cp", "-r", from, to]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{from} -> {to}: {err}");
+        let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
+        let named =
+            |n: &str| failed.iter().any(|l| l.contains(&format!("/{n} ->")) && l.contains("at the destination"));
+        assert!(["plain", "sub", "lnk"].iter().all(|n| named(n)), "{from} -> {to}: {err}");
+        assert_eq!(std::fs::read(at.join("dir/x")).unwrap(), b"x", "{from} -> {to}");
+        assert!(at.join("plain/inner").is_dir() && at.join("lnk/z").is_dir(), "what was there stays");
+        assert!(err.contains("2 file(s) copied"), "{from} -> {to}: {err}");
+    }
+}

@@ -72,12 +72,17 @@ pub async fn get_tree(
     }
     held.note(now.lock().unwrap_or_else(|p| p.into_inner()).take());
     let (bytes, fin) = r?;
-    // The server counts the files the earlier tries left here too.
-    if let Some(n) = fin.files_completed() {
-        files.store(n, Ordering::Relaxed);
+    // The server counts the files the earlier tries left here too, and
+    // those this end could not put in place (then: those put in place,
+    // and those held).
+    match (fin.files_completed(), ctl.unreadable().is_empty()) {
+        (Some(n), true) => files.store(n, Ordering::Relaxed),
+        (_, false) => drop(files.fetch_add(held.files, Ordering::Relaxed)),
+        (None, true) => {}
     }
     warn_skipped(fin.special_files_skipped(), " on the server", true);
     held.unreadable = fin.unreadable();
+    held.unreadable.merge(ctl.unreadable());
     if let Some(m) = meta {
         set_local_root(&root, &dir, m);
     }
@@ -158,8 +163,9 @@ fn receive_tree(
     let stats = sink.finish()?;
     tracing::info!(?stats, "tree rebuilt");
     files.store(stats.files, Ordering::Relaxed);
-    // The files' bytes: the copy's summary counts those, not the
-    // manifest that went with them.
+    ctl.set_unreadable(stats.refused); // what could not be put in place here
+                                       // The files' bytes: the copy's summary counts those, not the
+                                       // manifest that went with them.
     Ok(stats.bytes)
 }
 
@@ -411,6 +417,16 @@ async fn vsto_sent(s: &mut Session, rpath: &[u8]) -> Result<bool, ClientError> {
     Ok(false)
 }
 
+/// The files of a tree whose receiving server left some out (`fin` names
+/// them): those it put in place in this run (its 226 counts them) and
+/// those `held` from earlier tries. The sender counted the ones left out
+/// as copied.
+fn placed(files: &AtomicU64, fin: &Reply, held: &TreeHeld) {
+    if let (false, Some(n)) = (fin.unreadable().is_empty(), fin.files_completed()) {
+        files.store(n + held.files, Ordering::Relaxed);
+    }
+}
+
 /// Upload the tree in `dir` to `rpath`.
 /// `files` receives the number of regular files of the tree. `held` says
 /// what the server kept of earlier tries, which this one leaves out, and
@@ -441,7 +457,7 @@ pub async fn put_tree(
     let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
     let ctl = s.opts.control();
     let opts = PackOptions { after: held.after.clone(), skip: held.to_skip(), ..PackOptions::default() };
-    let (c2, changed) = (ctl.clone(), ChangedFile::default());
+    let (c2, changed, counted) = (ctl.clone(), ChangedFile::default(), files.clone());
     let changed2 = changed.clone();
     let job = tokio::task::spawn_blocking(move || {
         let r = send_tree(&mut dc, (&dir, opts), streams, (block, copies), (&c2, &changed2), go_rx);
@@ -484,6 +500,10 @@ pub async fn put_tree(
         held.unchecked |= held.after != before;
     }
     held.unreadable = ctl.unreadable();
+    if let Ok((_, fin)) = &r {
+        held.unreadable.merge(fin.unreadable()); // what the server could not put in place
+        placed(&counted, fin, held);
+    }
     let changed = changed.lock().unwrap_or_else(|p| p.into_inner()).take();
     match changed {
         // Whatever the server said of it, the cause is the file here: the
@@ -593,6 +613,8 @@ pub async fn tpt_tree(
     }
     warn_skipped(sent.special_files_skipped(), &format!(" on the source server {}", s.ctl.name), true);
     held.unreadable = sent.unreadable();
+    held.unreadable.merge(fin.unreadable()); // what the destination could not put in place
+    placed(&files, &fin, held);
     // The files' bytes, as the servers counted them (the markers counted
     // the manifest too).
     Ok(sent.data_bytes().or(fin.data_bytes()).unwrap_or(bytes))

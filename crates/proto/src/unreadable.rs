@@ -58,6 +58,14 @@ impl Unreadables {
         }
     }
 
+    /// Add what `other` counts and names (the sender's entries and the
+    /// receiver's of one tree).
+    pub fn merge(&mut self, other: Unreadables) {
+        let room = MAX_NAMED.saturating_sub(self.named.len());
+        self.count += other.count;
+        self.named.extend(other.named.into_iter().take(room));
+    }
+
     /// Nothing was left out.
     pub fn is_empty(&self) -> bool {
         self.count == 0

@@ -309,6 +309,9 @@ fn receive_tree(dc: &mut DataChannel, sink: VfileSink, t: &Transfer, ctl: &Contr
     let stats = sink.finish().map_err(|e| Reply::new(451, format!("Tree incomplete: {e}")))?;
     ctl.set_tree(stats.files, stats.bytes);
     tracing::info!(?stats, "VSTO {}", t.path.display());
+    // Entries this end could not put in place: the 226 names them, and
+    // the client reports each as failed.
+    ctl.set_unreadable(stats.refused);
     Ok(got.covered())
 }
 

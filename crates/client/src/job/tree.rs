@@ -111,6 +111,7 @@ fn left_out(src: &Location, target: &Location, u: &Unreadables) -> Vec<FileResul
     let why = |w: &str| match w {
         // Not unreadable: written to all the time ([`crate::vfile::TreeHeld`]).
         lightpath_engine::vfile::SKIPPED => format!("it {w}"),
+        w if w.ends_with(lightpath_engine::vfile::AT_DESTINATION) => w.to_string(),
         w if remote => format!("the source server could not read it ({w})"),
         w => w.to_string(),
     };

@@ -32,6 +32,7 @@ pub use check::{held_check, source_check, HeldCheck};
 pub use pack::{pack, walk_order, Pack, PackItem, PackOptions, PackStats, SKIPPED};
 pub use reader::PackReader;
 pub use unpack::{Held, UnpackOptions, UnpackStats, Unpacker, PARK_LIMIT_ALL};
+pub use writer::AT_DESTINATION;
 
 use crate::error::EngineError;
 use lightpath_proto::manifest::{show, ManifestError};

@@ -124,10 +124,14 @@ impl Default for UnpackOptions {
 }
 
 /// What was rebuilt.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnpackStats {
     /// Regular files.
     pub files: u64,
+    /// Entries left out: what stood at their names at the destination
+    /// cannot be replaced by them (a directory where a file comes, a file
+    /// where a directory does), and why.
+    pub refused: lightpath_proto::unreadable::Unreadables,
     /// Directories.
     pub dirs: u64,
     /// Symlinks.
@@ -330,10 +334,16 @@ impl Unpacker {
             Kind::Dir => {
                 let (parent, name) = split(&e.path);
                 let ctx = &self.pool.ctx;
-                let made = ctx
-                    .dir(parent)
-                    .and_then(|d| d.mkdir(name, 0o700))
-                    .map_err(|x| VfileError::io("creating directory", &e.path, x))?;
+                let made = match ctx.dir(parent).and_then(|d| d.mkdir(name, 0o700)) {
+                    Ok(made) => made,
+                    // A file there (or above): left out, and so is what is
+                    // beneath it ([`writer::conflict`]).
+                    Err(x) if writer::conflict(&x) || self.file_in_place(&e.path, &x) => {
+                        ctx.refuse(&e.path, &x);
+                        return Ok(());
+                    }
+                    Err(x) => return Err(VfileError::io("creating directory", &e.path, x)),
+                };
                 st.stats.dirs += 1;
                 st.dirs.push(DirMade { path: e.path, mode: e.mode, mtime_ns: e.mtime_ns, made });
             }
@@ -357,6 +367,15 @@ impl Unpacker {
             }
         }
         Ok(())
+    }
+
+    /// Whether `x`, from making the directory `path`, says a regular file
+    /// is there. A symlink there (planted, perhaps, to lead the tree's
+    /// writes elsewhere) fails the whole tree instead.
+    fn file_in_place(&self, path: &[u8], x: &io::Error) -> bool {
+        use lightpath_sys::root::FileType;
+        x.kind() == io::ErrorKind::AlreadyExists
+            && self.root().lstat(path).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
     }
 
     fn take_block(&self, st: &mut State, offset: u64, data: &[u8]) -> Result<Placed, VfileError> {
@@ -451,6 +470,13 @@ impl Unpacker {
             .and_then(|()| st.decoder.finish().map(drop).map_err(VfileError::from))
             .and_then(|()| Self::check_complete(&st.files))
             .and_then(|()| self.make_links(&st.links));
+        let mut st = st;
+        st.stats.refused = self.pool.ctx.take_refused();
+        // The files copied: not those left out.
+        for f in st.files.iter().filter(|f| f.is_refused()) {
+            st.stats.files -= 1;
+            st.stats.bytes -= f.size;
+        }
         if let Err(e) = done {
             // Their temporary files first: where they have names (no
             // O_TMPFILE) they kept the directories from being empty.
@@ -494,7 +520,7 @@ impl Unpacker {
     }
 
     fn check_complete(files: &[Arc<FileSlot>]) -> Result<(), VfileError> {
-        let mut missing = files.iter().filter(|f| !f.is_done());
+        let mut missing = files.iter().filter(|f| !f.is_done() && !f.is_refused());
         let Some(first) = missing.next() else { return Ok(()) };
         Err(VfileError::Incomplete {
             count: 1 + missing.count(),
@@ -506,15 +532,18 @@ impl Unpacker {
 
     fn make_links(&self, links: &[Entry]) -> Result<(), VfileError> {
         for e in links {
-            match &e.kind {
+            let made = match &e.kind {
                 Kind::HardLink { target } => self.root().hard_link_strict(target, &e.path),
                 Kind::Symlink { target } => self.root().symlink_strict(target, &e.path).and_then(|()| {
                     let (sec, nsec) = split_ns(e.mtime_ns);
                     self.root().set_mtime_strict(&e.path, sec, nsec)
                 }),
                 _ => Ok(()),
+            };
+            match made {
+                Err(x) if writer::conflict(&x) => self.pool.ctx.refuse(&e.path, &x),
+                r => r.map_err(|x| VfileError::io("linking", &e.path, x))?,
             }
-            .map_err(|x| VfileError::io("linking", &e.path, x))?;
         }
         Ok(())
     }

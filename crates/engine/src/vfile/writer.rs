@@ -6,6 +6,7 @@
 //! them), so concurrent tree uploads add no threads.
 
 use super::{split, system_time, VfileError};
+use lightpath_proto::unreadable::Unreadables;
 use lightpath_sys::root::{Root, StrictDir, TempFile};
 use std::collections::VecDeque;
 use std::fs::FileTimes;
@@ -33,12 +34,34 @@ pub(crate) struct FileSlot {
     temp: Mutex<Option<(Arc<TempFile>, PartlyWritten)>>,
     written: AtomicU64,
     done: AtomicBool,
+    /// Left out: its final name is taken by what it cannot replace
+    /// ([`conflict`]); its data is dropped.
+    refused: AtomicBool,
 }
 
 impl FileSlot {
     pub fn new(path: Vec<u8>, offset: u64, size: u64, mode: u32, mtime_ns: i64) -> Self {
         let (temp, written, done) = (Mutex::new(None), AtomicU64::new(0), AtomicBool::new(false));
-        FileSlot { path, offset, size, mode, mtime_ns, temp, written, done }
+        FileSlot { path, offset, size, mode, mtime_ns, temp, written, done, refused: AtomicBool::new(false) }
+    }
+
+    /// Whether it was left out ([`FileSlot::refused`]).
+    pub fn is_refused(&self) -> bool {
+        self.refused.load(Ordering::Acquire)
+    }
+
+    /// `r`, unless it is an error of this file alone ([`conflict`]): then
+    /// the file is left out, named in the tree's refusals, and the tree
+    /// goes on (one file where a directory was failed the whole tree).
+    fn or_refused(&self, ctx: &WorkCtx, r: Result<(), VfileError>) -> Result<(), VfileError> {
+        match r {
+            Err(VfileError::Io { source, .. }) if conflict(&source) => {
+                self.refused.store(true, Ordering::Release);
+                ctx.refuse(&self.path, &source);
+                Ok(())
+            }
+            r => r,
+        }
     }
 
     /// End of its data in the virtual file.
@@ -169,15 +192,46 @@ fn write_piece(ctx: &WorkCtx, p: &Piece) -> Result<(), VfileError> {
 /// Write `bytes` at `at` of `slot`'s file (created by whoever comes
 /// first) and commit the file when its last byte is in. Any thread.
 pub(crate) fn write_at(ctx: &WorkCtx, slot: &FileSlot, at: u64, bytes: &[u8]) -> Result<(), VfileError> {
-    let t = slot.temp(ctx)?;
+    if slot.is_refused() {
+        return Ok(());
+    }
+    let t = match slot.temp(ctx) {
+        Ok(t) => t,
+        Err(e) => return slot.or_refused(ctx, Err(e)),
+    };
     t.file().write_all_at(bytes, at).map_err(|e| VfileError::io("writing", &slot.path, e))?;
     drop(t);
     let n = bytes.len() as u64;
     let before = slot.written.fetch_add(n, Ordering::AcqRel);
     if before + n == slot.size {
-        slot.commit()?;
+        slot.or_refused(ctx, slot.commit())?;
     }
     Ok(())
+}
+
+/// Whether `e` concerns one entry alone, not the tree: its name is taken
+/// by a directory (or a non-empty one), or a parent on its path is a file.
+/// `cp -r` fails such an entry and goes on.
+pub(crate) fn conflict(e: &io::Error) -> bool {
+    use io::ErrorKind as K;
+    matches!(e.kind(), K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty)
+}
+
+/// How a refusal's reason ends: the client tells it from a sender's
+/// "could not read".
+pub const AT_DESTINATION: &str = "at the destination";
+
+/// Why an entry was left out for `e`, a [`conflict`] (or a file where a
+/// directory comes: `AlreadyExists`).
+fn conflict_why(e: &io::Error) -> String {
+    use io::ErrorKind as K;
+    let what = match e.kind() {
+        K::IsADirectory | K::DirectoryNotEmpty => "a directory is in its place",
+        K::NotADirectory => "a file is in the place of a directory on its path",
+        K::AlreadyExists => "a file is in its place",
+        _ => "it cannot be put in place",
+    };
+    format!("{what} {AT_DESTINATION}")
 }
 
 /// Directories kept open, newest first. Entries come directory by
@@ -193,6 +247,8 @@ pub(crate) struct WorkCtx {
     dirs: Mutex<VecDeque<(Vec<u8>, Arc<StrictDir>)>>,
     error: Mutex<Option<VfileError>>,
     failed: AtomicBool,
+    /// Entries left out for a [`conflict`] at the destination, and why.
+    refused: Mutex<Unreadables>,
     /// Files of this tree partly written now, and at most.
     pub partly_written: Arc<PartCount>,
 }
@@ -201,7 +257,7 @@ impl WorkCtx {
     pub fn new(root: Arc<Root>) -> Self {
         let dirs = Mutex::new(VecDeque::with_capacity(DIR_CACHE + 1));
         let (error, failed, partly_written) = (Mutex::new(None), AtomicBool::new(false), Arc::default());
-        WorkCtx { root, dirs, error, failed, partly_written }
+        WorkCtx { root, dirs, error, failed, partly_written, refused: Mutex::default() }
     }
 
     /// The directory `rel` beneath the root (no symlink in any component),
@@ -215,6 +271,18 @@ impl WorkCtx {
         dirs.push_front((rel.to_vec(), d.clone()));
         dirs.truncate(DIR_CACHE);
         Ok(d)
+    }
+
+    /// Leave out the entry `path` for `e`, a [`conflict`].
+    pub fn refuse(&self, path: &[u8], e: &io::Error) {
+        let why = conflict_why(e);
+        tracing::warn!(path = %lightpath_proto::manifest::show(path), "{why} ({e}); left out of the tree");
+        lock(&self.refused).add(path, &why);
+    }
+
+    /// The entries left out so far.
+    pub fn take_refused(&self) -> Unreadables {
+        std::mem::take(&mut *lock(&self.refused))
     }
 
     /// Record an error (the first one wins).
