@@ -3,6 +3,7 @@
 mod congestion;
 mod cp;
 mod demo;
+mod log;
 mod placement;
 mod serve;
 mod term;
@@ -45,7 +46,7 @@ enum Cmd {
     Bench(lightpath_bench::BenchArgs),
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, serve: bool) {
     let level = match verbose {
         0 => "warn",
         1 => "info",
@@ -54,14 +55,16 @@ fn init_logging(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LIGHTPATH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     // Colours only for a terminal: logs redirected to files or read by tests
-    // stay plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    // stay plain text. A server's never have them, so that what comes from
+    // the network is shown without its control characters ([`log`]).
+    let ansi = !serve && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let writer = move || log::LogWriter::new(!ansi);
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi).init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, matches!(cli.cmd, Cmd::Serve(_)));
     let r = match cli.cmd {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Cp(a) => return cp::run(a),
@@ -75,7 +78,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lightpath: {}", term::message(&format!("{e:#}")));
+            log::say(&format!("lightpath: {}", term::message(&format!("{e:#}"))));
             // A usage error exits 2, as clap's own do; a failure, 1.
             let usage = matches!(e.downcast_ref(), Some(lightpath_client::ClientError::Usage(_)));
             ExitCode::from(if usage { 2 } else { 1 })

@@ -462,3 +462,70 @@ fn hup(srv: &Proc) {
     assert!(st.success());
     std::thread::sleep(std::time::Duration::from_millis(300));
 }
+
+/// A server whose stderr cannot be written (the log pipe's reader died, a
+/// full disk, a terminal gone) goes on: a failed login is answered 530
+/// (its session was dropped without a reply, the warning's failed write
+/// panicking the thread), and SIGHUP reads the users file (it ended the
+/// server, exit 101; a defect hunt's find).
+#[test]
+fn a_server_whose_stderr_is_gone_goes_on() {
+    use std::io::BufRead;
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    std::fs::write(&users, line("alice", "a1")).unwrap();
+    let port = free_port();
+    let mut child = std::process::Command::new(LP)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--users", users.to_str().unwrap(), "--root"])
+        .arg(&root)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let srv = Proc(child);
+    let mut said = String::new();
+    while !said.starts_with("lightpath: serving") {
+        said.clear();
+        assert!(err.read_line(&mut said).unwrap() > 0, "the server ended before serving");
+    }
+    drop(err); // nobody reads the server's stderr any more
+    assert_eq!(login(port, "alice", "wrong"), 530);
+    hup(&srv);
+    let mut child = srv;
+    assert!(child.0.try_wait().unwrap().is_none(), "the server ended at SIGHUP");
+    assert_eq!(login(port, "alice", "a1"), 230);
+}
+
+/// Ctrl-C (SIGINT) ends the server at once, exit 130, and publishes no
+/// upload under way: it went on serving the transfers without their
+/// control connections, published a MODE S upload truncated when its
+/// client closed the data connection, and exited 0 (a defect hunt's find).
+#[test]
+fn ctrl_c_stops_the_server_at_once_publishing_nothing() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (mut srv, port) = lp_server(&root, &["--anonymous-write", "--ahead-port", "off"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let at = c.pasv();
+    c.send(b"STOR up.bin");
+    let mut data = TcpStream::connect(at).unwrap();
+    assert_eq!(c.reply().0, 150);
+    data.write_all(&vec![7u8; 1 << 20]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let st = std::process::Command::new("kill").args(["-INT", &srv.0.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let t = std::time::Instant::now();
+    let code = loop {
+        if let Some(st) = srv.0.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "the server still runs 5 s after Ctrl-C");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(data);
+    assert_eq!(code, Some(130));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!root.join("up.bin").exists(), "an upload cut short was published");
+}
