@@ -529,3 +529,26 @@ fn ctrl_c_stops_the_server_at_once_publishing_nothing() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!root.join("up.bin").exists(), "an upload cut short was published");
 }
+
+/// A second login on one connection (USER again) gets its own login
+/// time and tries: the login timeout, counted from the accept, refused it
+/// with 421, and failures before the first login counted against it.
+#[test]
+fn a_change_of_user_is_a_login_of_its_own() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    std::fs::write(&users, line("alice", "a1") + &line("bob", "b2")).unwrap();
+    let (_srv, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--login-timeout", "2"]);
+    let mut c = Raw::connect(port);
+    let mut as_user = |user: &str, pass: &str| {
+        assert_eq!(c.cmd(&format!("USER {user}")).0, 331);
+        c.cmd(&format!("PASS {pass}")).0
+    };
+    assert_eq!(as_user("alice", "wrong"), 530);
+    assert_eq!(as_user("alice", "wrong"), 530);
+    assert_eq!(as_user("alice", "a1"), 230);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(as_user("bob", "wrong"), 530, "the earlier failures do not count");
+    assert_eq!(as_user("bob", "b2"), 230, "past the first login's timeout");
+}

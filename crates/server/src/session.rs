@@ -24,6 +24,8 @@ use tokio::sync::mpsc;
 const IDLE: Duration = Duration::from_secs(900);
 /// Failed logins a connection may make before it is closed.
 const LOGIN_TRIES: u32 = 3;
+/// How long after its check began a failed login is answered.
+const FAILED_LOGIN_WAIT: Duration = Duration::from_millis(500);
 /// How long `DCON` waits for its connections, beyond two RTTs.
 const ADOPT_WAIT: Duration = Duration::from_secs(3);
 /// Reply bytes held for one write at most (see [`Session::hold`]).
@@ -252,7 +254,14 @@ impl Session {
                 }
             };
             self.aborts_seen += u64::from(is_abor(&line));
+            let was_in = self.pi.user().is_some();
             self.pi.handle_line(line);
+            if was_in && self.pi.user().is_none() {
+                // A USER after a login (a change of user) starts a login
+                // of its own: the timeout counted from the accept, and the
+                // first login's failures, refused it (a defect hunt's find).
+                (self.failed_logins, self.since) = (0, tokio::time::Instant::now());
+            }
         }
     }
 
@@ -385,12 +394,14 @@ impl Session {
     }
 
     async fn login(&mut self, user: String, pass: String) {
+        let mut checked = tokio::time::Instant::now();
         let ok = if self.pi.is_anonymous_user(&user) {
             true
         } else if let Some(users) = self.ctx.users() {
             // One check per CPU at once, however many connections guess.
             let Ok(_turn) = self.ctx.login_checks.acquire().await else { return };
             let u = user.clone();
+            checked = tokio::time::Instant::now();
             tokio::task::spawn_blocking(move || users.verify(&u, &pass)).await.unwrap_or(false)
         } else {
             false
@@ -403,7 +414,11 @@ impl Session {
         }
         if !ok {
             self.failed_logins += 1;
-            tokio::time::sleep(Duration::from_millis(500)).await; // slow down guessing
+            // Slow down guessing, and answer every failure as long after
+            // its check began: a wrong password for a SHA-512 crypt user
+            // (a few ms to check) came 32 ms before one for a name not
+            // in the file (an argon2 decoy), telling which names exist.
+            tokio::time::sleep_until(checked + FAILED_LOGIN_WAIT).await;
         }
         self.pi.handle_login(&user, ok);
     }
