@@ -91,11 +91,7 @@ fn main() -> ExitCode {
 /// (`:`, blanks, control characters) or that a login cannot give is
 /// refused: it made a line that never matched.
 fn passwd(user: &str) -> anyhow::Result<()> {
-    let bad = |c: char| c == ':' || c.is_whitespace() || c.is_control();
-    anyhow::ensure!(
-        !user.is_empty() && !user.contains(bad),
-        "user name {user:?}: no ':', blanks or control characters"
-    );
+    lightpath_server::users::name_ok(user).map_err(anyhow::Error::msg)?;
     let pass = lightpath_sys::tty::read_secret(&format!("password for {user}: "))?;
     anyhow::ensure!(!pass.is_empty(), "empty password on stdin");
     println!("{user}:{}", lightpath_server::users::hash_password(&pass));

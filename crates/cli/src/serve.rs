@@ -227,6 +227,9 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         Err(e) => tracing::warn!("open files limit not raised: {e}"),
     }
     let (l, ahead, users) = bind_and_drop(&args)?;
+    if users.as_ref().is_some_and(|u| u.is_empty()) {
+        tracing::warn!("the users file names nobody: no user can log in");
+    }
     // After the uid change: what this process may set is what counts.
     args.congestion = crate::congestion::check(args.congestion.as_deref())?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);

@@ -328,7 +328,8 @@ fn read_only_and_users_file() {
     std::fs::write(&users, out.unwrap().stdout).unwrap();
     // A name the users file cannot hold is refused (it made a line that
     // never matched).
-    for bad in ["a:b", "a b", ""] {
+    let long = "n".repeat(257);
+    for bad in ["a:b", "a b", "", "#x", &long] {
         let out = std::process::Command::new(LP).args(["passwd", bad]).stdin(std::process::Stdio::null()).output();
         let out = out.unwrap();
         assert!(!out.status.success() && out.stdout.is_empty(), "{bad:?}: {out:?}");

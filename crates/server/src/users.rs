@@ -35,6 +35,8 @@ impl Users {
     /// Parse users-file text.
     pub fn parse(text: &str) -> Result<Users, UsersError> {
         let mut hashes = HashMap::new();
+        // An editor's byte-order mark is no part of the first name.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -42,11 +44,13 @@ impl Users {
             }
             let (name, hash) =
                 line.split_once(':').ok_or_else(|| UsersError::Line(i + 1, "expected name:hash".into()))?;
-            let argon2_ok = hash.starts_with("$argon2") && PasswordHash::new(hash).is_ok();
-            if !(argon2_ok || hash.starts_with("$6$")) {
+            if let Err(why) = name_ok(name) {
+                return Err(UsersError::Line(i + 1, why));
+            }
+            if !(argon2_ok(hash) || sha512_crypt_ok(hash)) {
                 return Err(UsersError::Line(
                     i + 1,
-                    "hash must be argon2 ($argon2id$...) or SHA-512 crypt ($6$...)".into(),
+                    "hash must be argon2 ($argon2id$..., as `lightpath passwd` writes) or SHA-512 crypt ($6$salt$hash), whole".into(),
                 ));
             }
             if hashes.insert(name.to_string(), hash.to_string()).is_some() {
@@ -86,6 +90,38 @@ impl Users {
     }
 }
 
+/// Why `name` cannot be a user's (a login could never give it), if it
+/// cannot: such lines loaded, and their users were refused without a
+/// word (a defect hunt's find). `lightpath passwd` checks names the same.
+pub fn name_ok(name: &str) -> Result<(), String> {
+    let bad = |c: char| c == ':' || c.is_whitespace() || c.is_control();
+    if name.is_empty() || name.len() > MAX_NAME || name.contains(bad) || name.starts_with('#') {
+        return Err(format!(
+            "user name {name:?}: 1 to {MAX_NAME} bytes, no ':', blanks or control characters, not starting with '#'"
+        ));
+    }
+    Ok(())
+}
+
+/// The longest user name a login may give (`USER`).
+pub const MAX_NAME: usize = 256;
+
+/// An argon2 PHC string with its salt and hash.
+fn argon2_ok(hash: &str) -> bool {
+    hash.starts_with("$argon2") && PasswordHash::new(hash).is_ok_and(|h| h.salt.is_some() && h.hash.is_some())
+}
+
+/// `$6$[rounds=N$]salt$hash`, the hash 86 characters of crypt's alphabet.
+fn sha512_crypt_ok(hash: &str) -> bool {
+    let Some(rest) = hash.strip_prefix("$6$") else { return false };
+    let rest = rest.strip_prefix("rounds=").map_or(Some(rest), |r| r.split_once('$').map(|(_, t)| t));
+    let crypt = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '/';
+    match rest.and_then(|r| r.split_once('$')) {
+        Some((salt, h)) => !salt.is_empty() && salt.len() <= 16 && h.len() == 86 && h.chars().all(crypt),
+        None => false,
+    }
+}
+
 /// The longest password checked. SHA-512 crypt's work grows with the
 /// password's length: 8100 bytes took 375 ms of CPU a check, and 64
 /// connections sending such passwords kept a real user's login waiting
@@ -110,6 +146,23 @@ mod tests {
         let users = Users::parse(&format!("u:{}\nv:{}\n", hash_password(&long), hash_password("short"))).unwrap();
         assert!(!users.verify("u", &long));
         assert!(users.verify("v", "short"));
+    }
+
+    /// Lines that loaded though no login could ever match them.
+    #[test]
+    fn lines_no_login_could_match_are_refused() {
+        let good = hash_password("x");
+        for bad in [
+            "bob:$6$".to_string(),
+            "dave:$argon2id$garbage".into(),
+            format!("bob :{good}"),
+            format!(":{good}"),
+            format!("{}:{good}", "n".repeat(MAX_NAME + 1)),
+        ] {
+            assert!(Users::parse(&bad).is_err(), "{bad}");
+        }
+        let users = Users::parse(&format!("\u{feff}alice:{good}\n")).unwrap();
+        assert!(users.verify("alice", "x"), "a byte-order mark is not part of the name");
     }
 
     #[test]
