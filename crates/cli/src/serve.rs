@@ -60,10 +60,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "auto", value_parser = parse_ahead_port, env = "LIGHTPATH_AHEAD_PORT")]
     pub ahead_port: AheadPort,
     /// Control sessions at once; more connections get `421` and are closed.
-    #[arg(long, default_value_t = lightpath_server::admission::Limits::default().sessions, env = "LIGHTPATH_MAX_SESSIONS")]
+    #[arg(long, default_value_t = lightpath_server::admission::Limits::default().sessions, env = "LIGHTPATH_MAX_SESSIONS", value_parser = at_least_one)]
     pub max_sessions: usize,
     /// Control sessions at once from one address.
-    #[arg(long, default_value_t = lightpath_server::admission::Limits::default().per_ip, env = "LIGHTPATH_MAX_SESSIONS_PER_IP")]
+    #[arg(long, default_value_t = lightpath_server::admission::Limits::default().per_ip, env = "LIGHTPATH_MAX_SESSIONS_PER_IP", value_parser = at_least_one)]
     pub max_sessions_per_ip: usize,
     /// Whom data connections may come from (PASV) and go to (PORT): the
     /// session's client only, or any host (needed by servers that take
@@ -87,6 +87,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 60, env = "LIGHTPATH_LOGIN_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=crate::units::WEEK))]
     pub login_timeout: u64,
+    /// Seconds a logged-in session may send no command (no transfer
+    /// running) before it is closed with 421 (GCT's -control-idle-timeout).
+    #[arg(long, default_value_t = 900, env = "LIGHTPATH_IDLE_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=crate::units::WEEK))]
+    pub idle_timeout: u64,
     /// Seconds a client may take none of a reply (its socket full) before
     /// its session, and any transfer of it, ends.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=crate::units::WEEK), env = "LIGHTPATH_REPLY_TIMEOUT")]
@@ -145,6 +150,7 @@ impl ServeArgs {
                 per_ip: self.max_sessions_per_ip,
                 login_wait: std::time::Duration::from_secs(self.login_timeout),
                 reply_wait: std::time::Duration::from_secs(self.reply_timeout),
+                idle: std::time::Duration::from_secs(self.idle_timeout),
             },
             data_peers: match self.data_peers {
                 DataPeersArg::Client => lightpath_server::DataPeers::Client,
@@ -163,6 +169,15 @@ pub enum DataPeersArg {
     Client,
     /// Any host.
     Any,
+}
+
+/// A count of at least 1: a limit of 0 sessions started a server that
+/// turned everyone away (a defect hunt's find).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a number of at least 1".into()),
+    }
 }
 
 fn parse_ahead_port(s: &str) -> Result<AheadPort, String> {

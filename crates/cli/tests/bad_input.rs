@@ -553,3 +553,23 @@ fn a_change_of_user_is_a_login_of_its_own() {
     assert_eq!(as_user("bob", "wrong"), 530, "the earlier failures do not count");
     assert_eq!(as_user("bob", "b2"), 230, "past the first login's timeout");
 }
+
+/// `--idle-timeout` closes a logged-in session that sends nothing (900 s
+/// was fixed, and said nowhere); 0 sessions is refused at start.
+#[test]
+fn the_idle_timeout_is_the_servers_to_set() {
+    use std::io::BufRead;
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let (_srv, port) = lp_server(&root, &["--anonymous", "--idle-timeout", "1"]);
+    let mut c = Raw::login(port);
+    c.w.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut said = String::new();
+    c.r.read_line(&mut said).unwrap();
+    assert!(said.starts_with("421") && said.contains("Idle timeout"), "{said}");
+    let out = std::process::Command::new(LP)
+        .args(["serve", "--anonymous", "--max-sessions", "0", "--root"])
+        .arg(&root)
+        .output();
+    assert_eq!(out.unwrap().status.code(), Some(2));
+}

@@ -21,6 +21,9 @@ pub struct Limits {
     /// A client that takes none of a reply for this long is gone: its
     /// session ends (and its transfer with it) instead of waiting forever.
     pub reply_wait: std::time::Duration,
+    /// A logged-in control connection that sends no command for this long
+    /// (and runs no transfer) is closed with `421`.
+    pub idle: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -28,7 +31,7 @@ impl Default for Limits {
     /// `--cc 64`, at about 33 descriptors per session (32 data streams).
     fn default() -> Self {
         let secs = std::time::Duration::from_secs;
-        Limits { sessions: 512, per_ip: 128, login_wait: secs(60), reply_wait: secs(300) }
+        Limits { sessions: 512, per_ip: 128, login_wait: secs(60), reply_wait: secs(300), idle: secs(900) }
     }
 }
 

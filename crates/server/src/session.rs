@@ -20,8 +20,6 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-/// Control connections idle longer than this are closed.
-const IDLE: Duration = Duration::from_secs(900);
 /// Failed logins a connection may make before it is closed.
 const LOGIN_TRIES: u32 = 3;
 /// How long after its check began a failed login is answered.
@@ -277,10 +275,10 @@ impl Session {
         (self.since.elapsed() >= self.ctx.cfg.limits.login_wait).then_some("Login timeout, closing control connection.")
     }
 
-    /// How long to wait for the next command: [`IDLE`], or until the login
+    /// How long to wait for the next command: the idle limit, or until the login
     /// deadline before login.
     fn deadline(&self) -> tokio::time::Instant {
-        let idle = tokio::time::Instant::now() + IDLE;
+        let idle = tokio::time::Instant::now() + self.ctx.cfg.limits.idle;
         match self.pi.user() {
             Some(_) => idle,
             None => idle.min(self.since + self.ctx.cfg.limits.login_wait),
