@@ -302,3 +302,17 @@ fn a_source_ending_in_dot_dot_goes_into_the_destination() {
     assert_eq!(std::fs::read(root.join("in/notes.txt")).unwrap(), b"the project's");
     assert!(root.join("in/sub").is_dir() && root.join("in/single").is_file() && !root.join("sub").exists());
 }
+
+/// `--verify` into `/dev/null` is refused before anything moves: the copy
+/// went, then failed its check ("not a regular file"), exit 1.
+#[test]
+fn verify_into_dev_null_is_a_usage_error() {
+    let (_d, root, _local) = root_and_local();
+    std::fs::write(root.join("f"), b"x").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) = cp(&["--verify", "MD5", &url(port, "/f"), "/dev/null"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/dev/null is not a regular file"), "{err}");
+    let (code, err) = cp(&[&url(port, "/f"), "/dev/null"]);
+    assert_eq!(code, 0, "without --verify it goes: {err}");
+}

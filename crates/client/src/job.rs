@@ -229,9 +229,7 @@ pub async fn copy(
         .filter_map(|s| if let Location::Remote(r) = s { same_server(r).then(|| r.path.clone()) } else { None })
         .collect();
     let verify = opts.verify.as_deref();
-    if srcs.iter().chain([&dst]).any(|l| matches!(l, Location::Local(_))) {
-        computed_here(verify)?;
-    }
+    verify::checkable(verify, &srcs, &dst)?;
     let tree = opts.recursive && srcs.len() == 1 && opts.part.is_none();
     // A remote tree to a local directory, or one remote file to a local
     // path: VRET or RETR goes with the login (one round trip less).
@@ -334,18 +332,6 @@ fn offers(s: Session, verify: Option<&str>) -> Result<Session, ClientError> {
     match verify {
         Some(alg) => s.computes("--verify", alg).map(|_| s),
         None => Ok(s),
-    }
-}
-
-/// `--verify alg` with a local end: this client must compute `alg` too.
-fn computed_here(verify: Option<&str>) -> Result<(), ClientError> {
-    use lightpath_engine::checksum::{Checksum, ALGORITHMS};
-    match verify {
-        Some(alg) if Checksum::new(alg).is_none() => Err(ClientError::Usage(format!(
-            "--verify {alg}: not a checksum this client computes ({})",
-            ALGORITHMS.join(", ")
-        ))),
-        _ => Ok(()),
     }
 }
 

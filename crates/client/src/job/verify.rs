@@ -7,6 +7,38 @@ use crate::session::Session;
 use crate::{ClientError, Location};
 use lightpath_engine::checksum::checksum;
 
+/// Whether `--verify alg` can be done for a copy of `srcs` to `dst`: with
+/// a local end this client computes `alg` too, and a local destination
+/// must be a file whose checksum can be taken (`/dev/null`: the copy went,
+/// then failed its check, exit 1).
+pub(super) fn checkable(verify: Option<&str>, srcs: &[Location], dst: &Location) -> Result<(), ClientError> {
+    let Some(alg) = verify else { return Ok(()) };
+    if srcs.iter().chain([dst]).any(|l| matches!(l, Location::Local(_))) {
+        computed_here(alg)?;
+    }
+    match dst {
+        Location::Local(p) if std::fs::metadata(p).is_ok_and(|m| !m.is_file() && !m.is_dir()) => {
+            Err(ClientError::Usage(format!(
+                "--verify {alg}: {} is not a regular file, whose checksum could be taken; nothing copied",
+                p.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `--verify alg` with a local end: this client must compute `alg` too.
+fn computed_here(alg: &str) -> Result<(), ClientError> {
+    use lightpath_engine::checksum::{Checksum, ALGORITHMS};
+    match Checksum::new(alg) {
+        None => Err(ClientError::Usage(format!(
+            "--verify {alg}: not a checksum this client computes ({})",
+            ALGORITHMS.join(", ")
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Which end of a two-party copy was written: the one a file that fails
 /// `--verify` is removed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
