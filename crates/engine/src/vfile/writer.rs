@@ -56,8 +56,10 @@ impl FileSlot {
     fn or_refused(&self, ctx: &WorkCtx, r: Result<(), VfileError>) -> Result<(), VfileError> {
         match r {
             Err(VfileError::Io { source, .. }) if conflict(&source) => {
-                self.refused.store(true, Ordering::Release);
-                ctx.refuse(&self.path, &source);
+                // Once, though two writers of its pieces may both fail.
+                if !self.refused.swap(true, Ordering::AcqRel) {
+                    ctx.refuse(&self.path, &source);
+                }
                 Ok(())
             }
             r => r,
