@@ -245,6 +245,11 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     if users.as_ref().is_some_and(|u| u.is_empty()) {
         tracing::warn!("the users file names nobody: no user can log in");
     }
+    // A user named so would log in as anonymous, with any password.
+    let anon = |n: &&str| n.eq_ignore_ascii_case("anonymous") || n.eq_ignore_ascii_case("ftp");
+    if let (true, Some(n)) = (args.anonymous || args.anonymous_write, users.iter().flat_map(|u| u.names()).find(anon)) {
+        anyhow::bail!("the users file names {n:?}, a name anonymous logins take (any password); rename the user or drop --anonymous");
+    }
     // After the uid change: what this process may set is what counts.
     args.congestion = crate::congestion::check(args.congestion.as_deref())?;
     let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);

@@ -573,3 +573,23 @@ fn the_idle_timeout_is_the_servers_to_set() {
         .output();
     assert_eq!(out.unwrap().status.code(), Some(2));
 }
+
+/// A user named `ftp` or `anonymous` beside `--anonymous` would log in as
+/// anonymous with any password, read-only: refused at start.
+#[test]
+fn a_user_named_ftp_is_refused_beside_anonymous_logins() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    std::fs::write(&users, line("FTP", "f1")).unwrap();
+    let out = std::process::Command::new(LP)
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--anonymous", "--users"])
+        .arg(&users)
+        .arg("--root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("a name anonymous logins take"), "{err}");
+}

@@ -60,6 +60,11 @@ impl Users {
         Ok(Users { hashes })
     }
 
+    /// The names in the file, in no order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.hashes.keys().map(String::as_str)
+    }
+
     /// How many users there are.
     pub fn len(&self) -> usize {
         self.hashes.len()
