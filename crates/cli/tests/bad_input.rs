@@ -582,14 +582,23 @@ fn a_user_named_ftp_is_refused_beside_anonymous_logins() {
     let root = open_dir(&d.path().join("root"));
     let users = d.path().join("users");
     std::fs::write(&users, line("FTP", "f1")).unwrap();
-    let out = std::process::Command::new(LP)
-        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--anonymous", "--users"])
-        .arg(&users)
-        .arg("--root")
-        .arg(&root)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let mut srv = Proc(
+        std::process::Command::new(LP)
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--anonymous", "--users"])
+            .arg(&users)
+            .arg("--root")
+            .arg(&root)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let t = std::time::Instant::now();
+    while srv.0.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "the server started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(srv.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(srv.0.wait().unwrap().code(), Some(1), "{err}");
     assert!(err.contains("a name anonymous logins take"), "{err}");
 }
