@@ -3,7 +3,7 @@
 //! SHA-512 crypt (`$6$...`, what `mkpasswd -m sha-512` writes). Plain-text
 //! and DES hashes are refused when the file is loaded.
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHash, PasswordHasher, SaltString};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -85,13 +85,13 @@ impl Users {
         let Some(hash) = self.hashes.get(user) else {
             static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
             let decoy = DECOY.get_or_init(|| hash_password("not a password of anyone"));
-            let _ = PasswordHash::new(decoy).map(|h| argon2::Argon2::default().verify_password(pass.as_bytes(), &h));
+            let _ = PasswordHash::new(decoy).map(|h| argon2_check(&h, pass.as_bytes()));
             return false;
         };
         if hash.starts_with("$6$") {
             return sha_crypt::sha512_check(pass, hash).is_ok();
         }
-        PasswordHash::new(hash).is_ok_and(|h| argon2::Argon2::default().verify_password(pass.as_bytes(), &h).is_ok())
+        PasswordHash::new(hash).is_ok_and(|h| argon2_check(&h, pass.as_bytes()))
     }
 }
 
@@ -134,6 +134,42 @@ fn sha512_crypt_ok(hash: &str) -> bool {
 /// refused unchecked; the session's wait after a failed login hides how.
 pub const MAX_PASSWORD: usize = 1024;
 
+/// Whether `pass` hashes to `hash` (argon2, its parameters from the PHC
+/// string), in memory kept for the next check ([`with_scratch`]).
+/// `verify_password` allocated its 19 MiB afresh for every check, and
+/// glibc kept what it freed: a server's memory grew by hundreds of MB
+/// with logins (1.3 GB after 800 failed ones) and never came back (a
+/// defect hunt's find).
+fn argon2_check(hash: &PasswordHash, pass: &[u8]) -> bool {
+    use argon2::{Algorithm, Params, Version};
+    let (Some(salt), Some(expected)) = (hash.salt, hash.hash) else { return false };
+    let (Ok(params), Ok(alg)) = (Params::try_from(hash), Algorithm::try_from(hash.algorithm)) else { return false };
+    let Ok(version) = hash.version.map(Version::try_from).transpose() else { return false };
+    let mut salt_buf = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_buf) else { return false };
+    let mut out = vec![0u8; expected.len()];
+    let blocks = params.block_count();
+    let a = argon2::Argon2::new(alg, version.unwrap_or_default(), params);
+    let hashed = with_scratch(blocks, |mem| a.hash_password_into_with_memory(pass, salt, &mut out, mem).is_ok());
+    // `Output`'s comparison takes the same time wherever the bytes differ.
+    hashed && argon2::password_hash::Output::new(&out).is_ok_and(|o| o == expected)
+}
+
+/// Run `f` on `blocks` argon2 blocks of memory kept between checks: one
+/// set for each check at once (the server runs one per CPU at once), so
+/// the memory is taken once and stays the same.
+fn with_scratch<T>(blocks: usize, f: impl FnOnce(&mut [argon2::Block]) -> T) -> T {
+    static SCRATCH: std::sync::Mutex<Vec<Vec<argon2::Block>>> = std::sync::Mutex::new(Vec::new());
+    let lock = || SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let mut mem = lock().pop().unwrap_or_default();
+    if mem.len() < blocks {
+        mem.resize(blocks, argon2::Block::new());
+    }
+    let r = f(&mut mem[..blocks]);
+    lock().push(mem);
+    r
+}
+
 /// An argon2id PHC string for `pass` (for `lightpath passwd`).
 pub fn hash_password(pass: &str) -> String {
     let salt = SaltString::generate(&mut argon2::password_hash::rand_core::OsRng);
@@ -168,6 +204,22 @@ mod tests {
         }
         let users = Users::parse(&format!("\u{feff}alice:{good}\n")).unwrap();
         assert!(users.verify("alice", "x"), "a byte-order mark is not part of the name");
+    }
+
+    /// Hashes made with other argon2 parameters check as they did.
+    #[test]
+    fn argon2_hashes_of_other_parameters() {
+        use argon2::{Algorithm, Argon2, Params, Version};
+        for (alg, m, t) in
+            [(Algorithm::Argon2id, 8192, 2), (Algorithm::Argon2i, 4096, 3), (Algorithm::Argon2d, 1024, 1)]
+        {
+            let a = Argon2::new(alg, Version::V0x13, Params::new(m, t, 1, Some(24)).unwrap());
+            let salt = SaltString::generate(&mut argon2::password_hash::rand_core::OsRng);
+            let hash = a.hash_password(b"pw", &salt).unwrap().to_string();
+            let users = Users::parse(&format!("u:{hash}\n")).unwrap();
+            assert!(users.verify("u", "pw"), "{hash}");
+            assert!(!users.verify("u", "pW"), "{hash}");
+        }
     }
 
     #[test]
