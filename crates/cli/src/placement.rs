@@ -56,7 +56,11 @@ pub fn plan(
     let p = placement::place(&topo, config.as_ref(), &limits).context("placing the I/O threads")?;
     let disks = disk_devices(&p, disk_threads);
     let pins = Pins { net: cycle(&p, Role::Net, None, net), disk: disk_pins(&p, &disks) };
-    let nice = p.raise_priority.then_some(IO_NICE);
+    // Started with a lower priority (`nice -n 19 lightpath serve`), the
+    // operator's choice stands: the I/O threads were raised to -5 all the
+    // same, ahead of every normal process (a defect hunt's find).
+    let started = topo::current_thread_nice().unwrap_or(0);
+    let nice = (p.raise_priority && started <= 0).then_some(IO_NICE);
     let buffer_node = buffer_node(&p, &topo);
     let lines = lines(&p, net, &disks, nice, buffer_node);
     Ok(Plan { lines, pins, disks, nice, buffer_node, management: p.management_cpus })
@@ -146,7 +150,7 @@ fn lines(p: &Placement, net: usize, disks: &[DiskDevice], nice: Option<i32>, nod
     let mut v = placement::describe(p);
     v.push(match nice {
         Some(n) => format!("I/O threads run at nice {n}"),
-        None => "I/O threads keep the default priority (no CAP_SYS_NICE)".into(),
+        None => "I/O threads keep the server's priority (no CAP_SYS_NICE, or it was started with a lower one)".into(),
     });
     v.push(match node {
         Some(n) => format!("buffer pool on NUMA node {n} (one pool per process, on the NIC's node)"),

@@ -511,3 +511,42 @@ fn a_receiver_that_asks_gets_blocks_up_to_its_size_while_much_is_left() {
         assert_eq!(c.cmd(&format!("OPTS RETR {bad}")).0, 501, "{bad}");
     }
 }
+
+/// A server started with a lower priority (`nice -n 19`, as root) keeps
+/// it for its I/O threads: they were raised to nice -5 all the same,
+/// ahead of every normal process on a shared host (a defect hunt's find).
+#[test]
+fn a_server_started_nice_keeps_its_priority_for_the_io_threads() {
+    assert_eq!(lightpath_sys::privs::euid(), 0, "this test starts the server as root (CI runs as root)");
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let port = free_port();
+    let mut child = std::process::Command::new("nice")
+        .args(["-n", "19", LP, "serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_port(&mut child, port);
+    let srv = Proc(child);
+    let io_threads = || -> Vec<(String, i64)> {
+        let threads = std::fs::read_dir(format!("/proc/{}/task", srv.0.id())).unwrap();
+        threads
+            .filter_map(|t| {
+                let stat = std::fs::read_to_string(t.ok()?.path().join("stat")).ok()?;
+                let (name, rest) = stat.split_once(" (")?.1.split_once(") ")?;
+                let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
+                name.starts_with("lp-").then(|| (name.to_string(), nice))
+            })
+            .collect()
+    };
+    // The port listens before the I/O threads start.
+    let t = std::time::Instant::now();
+    let mut io = io_threads();
+    while io.is_empty() && t.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        io = io_threads();
+    }
+    assert!(!io.is_empty(), "no I/O threads found");
+    assert!(io.iter().all(|(_, n)| *n == 19), "{io:?}");
+}
