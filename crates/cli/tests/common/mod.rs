@@ -14,6 +14,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -191,7 +192,16 @@ pub fn assert_same_file(a: &Path, b: &Path) {
 pub struct Proc(pub Child);
 
 impl Drop for Proc {
+    /// Kill it, and its process group if it leads one (GCT's server, whose
+    /// sessions are processes of their own: a test's interrupted
+    /// third-party copy left them waiting for ten minutes and more).
     fn drop(&mut self) {
+        let pid = self.0.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let pgrp = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok());
+        if pgrp == Some(pid) {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -302,6 +312,7 @@ pub fn gct_server_with(home: &Path, extra: &[&str]) -> (Proc, u16) {
     need("globus-gridftp-server");
     let port = free_port();
     let mut child = Command::new("globus-gridftp-server")
+        .process_group(0) // its sessions die with it ([`Proc`]'s drop)
         .args([
             "-aa",
             "-anonymous-user",
