@@ -463,20 +463,13 @@ impl Unpacker {
     /// links; set directory modes and mtimes, deepest first.
     pub fn finish(mut self) -> Result<UnpackStats, VfileError> {
         let written = self.pool.join();
-        let st = std::mem::take(&mut *self.lock());
+        let mut st = std::mem::take(&mut *self.lock());
         tracing::debug!(peak = self.pool.ctx.partly_written.peak(), "files partly written at once, at most");
         let done = Self::check(&st)
             .and(written)
             .and_then(|()| st.decoder.finish().map(drop).map_err(VfileError::from))
             .and_then(|()| Self::check_complete(&st.files))
             .and_then(|()| self.make_links(&st.links));
-        let mut st = st;
-        st.stats.refused = self.pool.ctx.take_refused();
-        // The files copied: not those left out.
-        for f in st.files.iter().filter(|f| f.is_refused()) {
-            st.stats.files -= 1;
-            st.stats.bytes -= f.size;
-        }
         if let Err(e) = done {
             // Their temporary files first: where they have names (no
             // O_TMPFILE) they kept the directories from being empty.
@@ -485,6 +478,12 @@ impl Unpacker {
             return Err(e);
         }
         self.set_dir_meta(&st.dirs)?;
+        st.stats.refused = self.pool.ctx.take_refused();
+        // The files copied: not those left out.
+        for f in st.files.iter().filter(|f| f.is_refused()) {
+            st.stats.files -= 1;
+            st.stats.bytes -= f.size;
+        }
         Ok(st.stats)
     }
 
