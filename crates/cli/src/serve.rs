@@ -246,7 +246,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("the users file names nobody: no user can log in");
     }
     // A user named so would log in as anonymous, with any password.
-    let anon = |n: &&str| n.eq_ignore_ascii_case("anonymous") || n.eq_ignore_ascii_case("ftp");
+    let anon = |n: &&str| lightpath_proto::server_pi::is_anonymous_name(n);
     if let (true, Some(n)) = (args.anonymous || args.anonymous_write, users.iter().flat_map(|u| u.names()).find(anon)) {
         anyhow::bail!("the users file names {n:?}, a name anonymous logins take (any password); rename the user or drop --anonymous");
     }

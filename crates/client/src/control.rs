@@ -314,12 +314,7 @@ impl ControlConn {
     /// upload that took longer than `--reply-timeout` (300 s) failed as
     /// "stalled" with its data flowing (a defect hunt).
     pub async fn final_reply_alive(&mut self, moved: &(dyn Fn() -> u64 + Sync)) -> Result<Reply, ClientError> {
-        loop {
-            let r = self.reply_alive(Some(moved)).await?;
-            if !r.is_preliminary() {
-                return Ok(r);
-            }
-        }
+        self.final_reply_with(Some(moved)).await
     }
 
     async fn reply_alive(&mut self, moved: Option<&(dyn Fn() -> u64 + Sync)>) -> Result<Reply, ClientError> {
@@ -482,8 +477,12 @@ impl ControlConn {
 
     /// Read replies until a final (non-1xx) one.
     pub async fn final_reply(&mut self) -> Result<Reply, ClientError> {
+        self.final_reply_with(None).await
+    }
+
+    async fn final_reply_with(&mut self, moved: Option<&(dyn Fn() -> u64 + Sync)>) -> Result<Reply, ClientError> {
         loop {
-            let r = self.reply().await?;
+            let r = self.reply_alive(moved).await?;
             if !r.is_preliminary() {
                 return Ok(r);
             }

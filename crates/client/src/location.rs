@@ -162,9 +162,7 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
 /// (`ftp://bob:secret@h/f` is `ftp://bob@h/f`): for output that may be
 /// kept or shared (`sum` printed it).
 pub fn without_password(arg: &str) -> String {
-    let Some((scheme, rest)) = arg.split_once("://") else { return arg.to_string() };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
+    let Some((scheme, authority, tail)) = split_authority(arg) else { return arg.to_string() };
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
@@ -174,12 +172,19 @@ pub fn without_password(arg: &str) -> String {
     }
 }
 
+/// URL `arg` as its scheme, its authority (`user:pass@host:port`, as
+/// written) and the rest (path, query, fragment); `None` without `://`.
+fn split_authority(arg: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = arg.split_once("://")?;
+    let (authority, tail) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    Some((scheme, authority, tail))
+}
+
 /// Whether the authority of URL `arg` ends in `:DIGITS`. The `url` crate
 /// drops a port that is the scheme's default, so `ftp://h:21/` looked
 /// like `ftp://h/` and went to GridFTP's 2811 (a defect hunt's find).
 fn names_a_port(arg: &str) -> bool {
-    let rest = arg.split_once("://").map_or(arg, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let Some((_, authority, _)) = split_authority(arg) else { return false };
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, p)| p);
     after_host.rsplit_once(':').is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))

@@ -413,7 +413,7 @@ impl ServerPi {
 
     /// Whether the config lets `user` in without a password check.
     pub fn is_anonymous_user(&self, user: &str) -> bool {
-        self.cfg.anonymous && (user.eq_ignore_ascii_case("anonymous") || user.eq_ignore_ascii_case("ftp"))
+        self.cfg.anonymous && is_anonymous_name(user)
     }
 
     fn feat(&self) -> Reply {
@@ -699,6 +699,11 @@ impl ServerPi {
             Action::Transfer(Box::new(Transfer { kind, path, restart, allo, meta, settings, dir_only, may_write }))
         });
     }
+}
+
+/// The names an anonymous login gives (`anonymous`, `ftp`, any case).
+pub fn is_anonymous_name(user: &str) -> bool {
+    user.eq_ignore_ascii_case("anonymous") || user.eq_ignore_ascii_case("ftp")
 }
 
 fn writes(cmd: &Command) -> bool {

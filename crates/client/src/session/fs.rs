@@ -317,8 +317,15 @@ impl Session {
     /// Directory listing with MLSD (MODE S, fresh PASV, as GCT expects).
     pub async fn list(&mut self, path: &[u8]) -> Result<Vec<Entry>, ClientError> {
         let data = self.listing("MLSD", path).await?;
-        self.others = other_entries(&data);
-        Ok(parse_listing(&data, false))
+        let (mut entries, mut others) = (Vec::new(), Vec::new());
+        for (facts, name) in listing_lines(&data) {
+            match fact(&facts, "type") {
+                Some(kind) if is_other(kind) && !name.is_empty() => others.push((name.to_vec(), kind.to_string())),
+                _ => entries.extend(entry_of(&facts, name, false)),
+            }
+        }
+        self.others = others;
+        Ok(entries)
     }
 
     /// The whole tree under `path` in one listing, where the server offers
@@ -390,16 +397,6 @@ pub(crate) fn listing_lines(data: &[u8]) -> impl Iterator<Item = (String, &[u8])
 /// or a symlink (`OS.unix=pipe`, `OS.unix=chr`, `OS.unix=other`).
 pub(crate) fn is_other(kind: &str) -> bool {
     !matches!(kind, "file" | "dir" | "cdir" | "pdir" | "slink" | "")
-}
-
-/// The entries of a listing that [`is_other`] finds, with their type.
-fn other_entries(data: &[u8]) -> Vec<(Vec<u8>, String)> {
-    listing_lines(data)
-        .filter_map(|(facts, name)| {
-            let kind = fact(&facts, "type")?;
-            (is_other(kind) && !name.is_empty()).then(|| (name.to_vec(), kind.to_string()))
-        })
-        .collect()
 }
 
 /// Parse MLSD (or MLSR) lines (`facts; name`), skipping cdir/pdir.
