@@ -72,7 +72,7 @@ impl Location {
             return Location::parse(text);
         }
         let raw = arg.as_bytes();
-        if [&b"ftp://"[..], b"gsiftp://", b"file://"].iter().any(|s| raw.starts_with(s)) {
+        if [&b"ftp://"[..], b"gsiftp://", b"file:/"].iter().any(|s| raw.starts_with(s)) {
             let shown = String::from_utf8_lossy(raw).into_owned();
             return Err(LocationError::Url(shown, "not UTF-8 (percent-encode other bytes, e.g. %FF)".into()));
         }
@@ -80,10 +80,13 @@ impl Location {
     }
 
     /// Parse a command-line argument: `ftp://` (any case) is a server's,
-    /// `file://` (with no host or `localhost`) and anything without a
+    /// `file://` (with no host or `localhost`), `file:/path`, and anything without a
     /// scheme a local path; other schemes are refused, not taken for a
     /// local path.
     pub fn parse(arg: &str) -> Result<Location, LocationError> {
+        if let Some(path) = file_minimal(arg) {
+            return parse_file(arg, path);
+        }
         let Some((scheme, rest)) = split_scheme(arg) else {
             return Ok(Location::Local(PathBuf::from(arg)));
         };
@@ -113,6 +116,14 @@ impl Location {
             Location::Remote(r) => r.path.ends_with(b"/"),
         }
     }
+}
+
+/// The path of a `file:/path` URL (RFC 8089's form without an authority),
+/// which globus-url-copy takes for `/path`: read as a relative local
+/// path, it failed as "No such file" (`./file:/x` still names that).
+fn file_minimal(arg: &str) -> Option<&str> {
+    let head = arg.get(..6)?;
+    (head.eq_ignore_ascii_case("file:/") && !arg[5..].starts_with("//")).then(|| &arg[5..])
 }
 
 /// `scheme` and what follows `scheme://`, if `arg` starts so (RFC 3986's
@@ -272,6 +283,10 @@ mod tests {
         assert_eq!(file("file:///%aé%"), Location::Local(PathBuf::from("/%aé%")));
         assert_eq!(file("file:///%ff"), Location::Local(PathBuf::from(std::ffi::OsStr::from_bytes(b"/\xff"))));
         assert!(Location::parse("file:///a%00b").is_err());
+        assert_eq!(file("file:/tmp/x"), Location::Local("/tmp/x".into()));
+        assert_eq!(file("FILE:/a%20b"), Location::Local("/a b".into()));
+        assert_eq!(file("./file:/x"), Location::Local("./file:/x".into()));
+        assert!(Location::parse_os(std::ffi::OsStr::from_bytes(b"file:/\xff")).is_err());
         for dir in ["..", ".", "a/..", "/x/."] {
             assert!(Location::parse(dir).unwrap().is_dir_syntax(), "{dir}");
         }
