@@ -31,8 +31,15 @@ use crate::retry::Task;
 use crate::Location;
 use lightpath_proto::ranges::RangeSet;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 const VERSION_LINE: &str = "lightpath-upload 1";
+
+/// How long a note nobody took up is kept. A server keeps what it holds of
+/// an upload for 15 minutes by default (`serve --keep-partial`), so a note
+/// this old is almost surely of no use; without a limit, the notes of
+/// uploads never tried again piled up for ever.
+const NOTE_LIFE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A note's contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +159,9 @@ fn write(path: &Path, note: &Note) {
         );
         return;
     }
+    if let Some(dir) = path.parent() {
+        prune(dir, SystemTime::now());
+    }
     match write_note(path, &bytes) {
         Ok(()) => eprintln!(
             "lightpath: the server wrote {} bytes of {} before the copy stopped; noted: the same cp --partial sends only the rest while the server keeps them",
@@ -159,6 +169,18 @@ fn write(path: &Path, note: &Note) {
             note.source
         ),
         Err(e) => tracing::warn!("{}: the upload's note cannot be written: {e}", path.display()),
+    }
+}
+
+/// Remove the files of `dir` (notes, and temporary names a killed run
+/// left) last written more than [`NOTE_LIFE`] before `now`.
+fn prune(dir: &Path, now: SystemTime) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let written = e.metadata().ok().filter(|m| m.is_file()).and_then(|m| m.modified().ok());
+        if written.and_then(|t| now.duration_since(t).ok()).is_some_and(|age| age > NOTE_LIFE) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 
@@ -214,6 +236,22 @@ mod tests {
             String::new(),
         ];
         super::super::assert_refused(Note::parse, &bad);
+    }
+
+    #[test]
+    fn notes_unused_for_a_month_are_pruned() {
+        let dir = std::env::temp_dir().join(format!("lp-prune-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let now = SystemTime::now();
+        for (name, age) in [("old", NOTE_LIFE + Duration::from_secs(60)), ("young", NOTE_LIFE / 2)] {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            f.set_modified(now - age).unwrap();
+        }
+        prune(&dir, now);
+        let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        left.sort();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(left, ["sub", "young"]);
     }
 
     #[test]
