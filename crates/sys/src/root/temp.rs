@@ -152,6 +152,9 @@ impl TempFile {
                 Err(e) => return Err(e.into()),
             }
         }
+        if self.lost_name() {
+            return Err(self.name_lost());
+        }
         if self.is_unnamed() && self.link_as_final()? {
             return Ok(());
         }
@@ -166,6 +169,24 @@ impl TempFile {
             self.tmp.clear();
         }
         Ok(r?)
+    }
+
+    /// Whether this adopted file's kept name ([`TempFile::adopt`]) went to
+    /// another file since: a run that could not adopt it kept its own
+    /// partial file there. Committed by that name, it published the
+    /// other's half-written file (a defect hunt's find, exit 0); dropped,
+    /// it removed it. This file, its last name gone, cannot be linked
+    /// again (`linkat` refuses a file with no name that was not created
+    /// unnamed), so it can only fail.
+    fn lost_name(&self) -> bool {
+        let Some(f) = &self.file else { return false };
+        self.noted && !self.tmp.is_empty() && !names_file(&self.dir, OsStr::from_bytes(&self.tmp), f)
+    }
+
+    /// [`TempFile::lost_name`]'s error, the name forgotten.
+    fn name_lost(&mut self) -> io::Error {
+        self.tmp.clear();
+        io::Error::other("another run replaced the kept file this one resumed from")
     }
 
     /// Give the unnamed file its final name at once when nothing has it
@@ -224,6 +245,13 @@ impl TempFile {
         if note.len() > MAX_NOTE {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "note too long"));
         }
+        if self.lost_name() {
+            return Err(self.name_lost());
+        }
+        let own = self.file.as_ref().is_some_and(|f| names_file(&self.dir, kept, f));
+        if !own && kept_in_use(&self.dir, kept) {
+            return Err(io::Error::other("another run is resuming from the file kept there"));
+        }
         rustix::fs::fsetxattr(self.file(), NOTE_XATTR, note, rustix::fs::XattrFlags::empty())?;
         if self.is_unnamed() {
             self.link_temp_name()?;
@@ -264,6 +292,10 @@ impl TempFile {
         }
         rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
             .map_err(|_| io::Error::other("in use by another process"))?;
+        // Replaced between the open and the lock (another run kept its own).
+        if !names_file(&dfd, kept, &fd) {
+            return Err(io::Error::other("in use by another process"));
+        }
         let mut note = vec![0; MAX_NOTE];
         let n = rustix::fs::fgetxattr(&fd, NOTE_XATTR, &mut note)?;
         note.truncate(n);
@@ -277,6 +309,25 @@ impl TempFile {
         };
         Ok(Some((t, note)))
     }
+}
+
+/// Whether `name` in `dir` is the open file `f` (the same device and
+/// inode; a symlink is not followed).
+fn names_file(dir: &OwnedFd, name: &OsStr, f: impl AsFd) -> bool {
+    let at = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW);
+    match (at, rustix::fs::fstat(f)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
+}
+
+/// Whether the file kept as `kept` in `dir` is held by a process that took
+/// it up ([`TempFile::adopt`]'s `flock`): replaced, that run's file would
+/// lose its name under it.
+fn kept_in_use(dir: &OwnedFd, kept: &OsStr) -> bool {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let Ok(fd) = rustix::fs::openat(dir, kept, flags, Mode::empty()) else { return false };
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
 }
 
 /// Close `f`, returning the error `close` gives (`File`'s drop ignores
@@ -296,6 +347,9 @@ fn close_checked(f: File) -> io::Result<()> {
 
 impl Drop for TempFile {
     fn drop(&mut self) {
+        if self.lost_name() {
+            return;
+        }
         if !self.tmp.is_empty() {
             let _ = rustix::fs::unlinkat(self.dir.as_fd(), OsStr::from_bytes(&self.tmp), AtFlags::empty());
         }
@@ -405,6 +459,40 @@ mod temp_tests {
         let note = rustix::fs::getxattr(d.path().join("f").as_path(), NOTE_XATTR, &mut buf[..]);
         assert_eq!(note, Err(rustix::io::Errno::NODATA), "the complete file carries no note");
         assert!(TempFile::adopt(d.path(), k, f).unwrap().is_none(), "gone once committed");
+    }
+
+    /// Two runs on one destination: while one resumes from the kept file,
+    /// the other (which could not take it up) may not keep its own there;
+    /// and should the kept name go to another file all the same, the first
+    /// fails to commit (its file lost its last name), publishing nothing,
+    /// and leaves that one kept.
+    #[test]
+    fn a_kept_file_taken_up_stays_the_takers_own() {
+        let (d, dir) = scratch();
+        let (k, f) = (OsStr::new(".f.kept"), OsStr::new("f"));
+        let keep = |data: &[u8]| {
+            let t = TempFile::create(dir.clone(), f, 0o640).unwrap();
+            std::io::Write::write_all(&mut t.file(), data).unwrap();
+            t.keep_as(k, b"note")
+        };
+        keep(b"first").unwrap();
+        let (mine, _) = TempFile::adopt(d.path(), k, f).unwrap().expect("kept");
+        let e = keep(b"other").expect_err("a kept file in use is not replaced");
+        assert!(e.to_string().contains("resuming"), "{e}");
+        assert_eq!(names(&d), [".f.kept"]);
+        // The other run's rename comes between this one's open and flock.
+        std::fs::write(d.path().join(".other"), b"other's half").unwrap();
+        std::fs::rename(d.path().join(".other"), d.path().join(".f.kept")).unwrap();
+        let e = mine.commit().expect_err("its own file has no name left");
+        assert!(e.to_string().contains("replaced"), "{e}");
+        assert_eq!(names(&d), [".f.kept"], "nothing published");
+        assert_eq!(std::fs::read(d.path().join(".f.kept")).unwrap(), b"other's half");
+        keep(b"second").expect("a kept file no run holds is replaced");
+        let (t, _) = TempFile::adopt(d.path(), k, f).unwrap().expect("kept");
+        std::fs::write(d.path().join(".other"), b"third").unwrap();
+        std::fs::rename(d.path().join(".other"), d.path().join(".f.kept")).unwrap();
+        drop(t);
+        assert_eq!(std::fs::read(d.path().join(".f.kept")).unwrap(), b"third", "not removed by another's drop");
     }
 
     /// Neither a symlink nor a directory under the kept name is taken up.
