@@ -159,6 +159,14 @@ impl DataChannel {
         self.ahead = false;
     }
 
+    /// Close the cached connections and the endpoint (a listener): a peer
+    /// sending on them, or about to connect, fails at once. The next
+    /// transfer needs a new PORT or PASV.
+    pub fn close(&mut self) {
+        self.drop_cache();
+        self.endpoint = None;
+    }
+
     /// Take `conns`, opened ahead of the first transfer (lightpath's `DCON`,
     /// see `lightpath_proto::ahead`), as the cached MODE E connections. They
     /// carry the next transfer whichever way it goes, then that way only.

@@ -169,20 +169,31 @@ impl Session {
     }
 }
 
+/// The largest file whose data is drained when its target cannot be
+/// opened, so that a reused channel stays in step (a new one costs a round
+/// trip). A larger one's channel is closed instead, failing the server's
+/// transfer at once: drained, a 20 GiB download into a directory that did
+/// not exist took 21 s to fail, and would take hours on a WAN.
+const DRAIN_AT_MOST: u64 = 16 << 20;
+
 /// Receive a MODE E file into `target`, resuming what its slot kept.
 /// Returns the open file and every range it now holds. A transfer that
 /// fails leaves the file and the ranges written in the slot for the next
-/// try ([`crate::resume`]); one whose target cannot be opened is still
-/// drained, so the reused channel stays in step.
+/// try ([`crate::resume`]); one whose target cannot be opened is drained
+/// or its channel closed ([`DRAIN_AT_MOST`]).
 fn recv_into(
     dc: &mut DataChannel,
     target: LocalTarget,
     opts: &RecvOpts,
     ctl: &Control,
 ) -> Result<(OpenTarget, RangeSet), ClientError> {
-    let slot = target.resume_slot();
+    let (slot, size) = (target.resume_slot(), target.size());
     let (w, have) = match target.open_resuming() {
         Ok(x) => x,
+        Err(e) if size > DRAIN_AT_MOST => {
+            dc.close();
+            return Err(e);
+        }
         Err(e) => return Err(dc.recv_e(&lightpath_engine::NullSink, opts, ctl).map_or_else(ClientError::from, |_| e)),
     };
     let r = dc.recv_e(w.sink().as_ref(), opts, ctl);
