@@ -60,7 +60,7 @@ pub struct CpArgs {
     pub direct_io: DirectIoArg,
     /// Do not open data connections ahead to lightpath servers met before
     /// (they save a round trip; the book of servers is
-    /// ~/.local/state/lightpath/peers, or LIGHTPATH_PEERS).
+    /// $XDG_STATE_HOME/lightpath/peers, else ~/.local/state/lightpath/peers, or LIGHTPATH_PEERS).
     #[arg(long, env = "LIGHTPATH_NO_CONNECT_AHEAD", value_parser = BoolishValueParser::new())]
     pub no_connect_ahead: bool,
     /// Do not use TCP Fast Open (with it, a first connection asks the

@@ -10,6 +10,9 @@
 //! rtt_us`. `LIGHTPATH_PEERS` names it (empty: no book); else
 //! `$XDG_STATE_HOME/lightpath/peers`, else `~/.local/state/lightpath/peers`.
 //! Lines that do not parse are ignored; the newest [`MAX_PEERS`] are kept.
+//! A path naming something else than a regular file (`LIGHTPATH_PEERS=/dev/null`)
+//! is never written: the book is replaced by a rename, which as root
+//! replaced the device node `/dev/null` with a file (a defect hunt's find).
 
 use std::path::PathBuf;
 
@@ -74,7 +77,9 @@ impl PeerBook {
 
     fn load(&self) -> Vec<Entry> {
         let Some(p) = &self.0 else { return Vec::new() };
-        std::fs::read_to_string(p).map(|t| t.lines().filter_map(parse_line).collect()).unwrap_or_default()
+        // Line by line: one line that is not UTF-8 lost every entry.
+        let raw = std::fs::read(p).unwrap_or_default();
+        raw.split(|&b| b == b'\n').filter_map(|l| std::str::from_utf8(l).ok().and_then(parse_line)).collect()
     }
 
     /// What the book says of `host:port`.
@@ -86,6 +91,9 @@ impl PeerBook {
     /// book that cannot be written costs a round trip next time, nothing more.
     pub fn remember(&self, host: &str, port: u16, peer: Option<Peer>) {
         let Some(path) = &self.0 else { return };
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return;
+        }
         if let Err(e) = self.rewrite(path, host, port, peer) {
             tracing::debug!("peer book {}: {e}", path.display());
         }
@@ -129,8 +137,11 @@ fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     // write truncate its target. A stale one (a reused pid) is removed.
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-    std::io::Write::write_all(&mut f, text.as_bytes())?;
-    std::fs::rename(&tmp, path)
+    let r = std::io::Write::write_all(&mut f, text.as_bytes()).and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp); // a full disk left one each run
+    }
+    r
 }
 
 #[cfg(test)]
@@ -166,6 +177,33 @@ mod tests {
         b.remember("h", 1, Some(Peer { ahead_port: 2002, rtt_us: 300 }));
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert_eq!(b.lookup("h", 1).map(|p| p.ahead_port), Some(2002));
+    }
+
+    /// A line that is not UTF-8 hides only itself; a device is not
+    /// replaced; a book that cannot be written leaves no temporary file.
+    #[test]
+    fn odd_books_lose_nothing_else() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let book = dir.path().join("peers");
+        std::fs::write(&book, b"a 1 2000 3\ncaf\xe9 1 2000 3\nb 1 2001 4\n").unwrap();
+        let b = PeerBook::at(book.clone());
+        assert_eq!(b.lookup("b", 1).map(|p| p.ahead_port), Some(2001));
+        b.remember("c", 1, Some(Peer { ahead_port: 2002, rtt_us: 5 }));
+        assert_eq!(b.lookup("a", 1).map(|p| p.ahead_port), Some(2000));
+        let null = PeerBook::at("/dev/null".into());
+        null.remember("c", 1, Some(Peer { ahead_port: 2002, rtt_us: 5 }));
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        PeerBook::at(fifo.clone()).remember("c", 1, Some(Peer { ahead_port: 2002, rtt_us: 5 }));
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "not replaced");
+        std::fs::create_dir(dir.path().join("dir")).unwrap();
+        std::fs::write(dir.path().join("dir/x"), b"").unwrap();
+        // A rename over a non-empty directory fails: its temporary file goes.
+        assert!(write_atomically(&dir.path().join("dir"), "x 1 2000 3\n").is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 3, "{left:?}");
     }
 
     #[test]
