@@ -193,6 +193,11 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         (Some(off), None) => Some((off, lightpath_client::job::TO_END)),
         (None, None) => None,
     };
+    if a.partial && !lightpath_client::partial::notes_possible() {
+        crate::log::say(
+            "lightpath: neither XDG_STATE_HOME nor HOME is set: --partial keeps downloaded files, but notes no upload or tree for a later run",
+        );
+    }
     let opts = CopyOptions {
         streams: a.parallel.unwrap_or(0),
         target_bps: a.rate_hint,

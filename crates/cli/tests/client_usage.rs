@@ -316,3 +316,26 @@ fn verify_into_dev_null_is_a_usage_error() {
     let (code, err) = cp(&[&url(port, "/f"), "/dev/null"]);
     assert_eq!(code, 0, "without --verify it goes: {err}");
 }
+
+/// `cp --partial` without a state directory (neither `XDG_STATE_HOME` nor
+/// `HOME`) says that it notes no upload or tree: it kept none, silently,
+/// while the server held the upload's bytes for nobody.
+#[test]
+fn partial_without_a_state_directory_says_so() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    std::fs::write(d.path().join("f"), b"data").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let out = Command::new(LP)
+        .args(["cp", "-q", "--partial"])
+        .arg(d.path().join("f"))
+        .arg(url(port, "/f"))
+        .env_remove("HOME")
+        .env_remove("XDG_STATE_HOME")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("neither XDG_STATE_HOME nor HOME is set"), "{err}");
+    assert_eq!(std::fs::read(root.join("f")).unwrap(), b"data");
+}

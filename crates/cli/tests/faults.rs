@@ -398,3 +398,43 @@ fn a_stor_that_comes_with_the_close_ends_at_once() {
     assert_eq!(code, 426, "{text}");
     assert!(!root.join("x").exists(), "nothing stored");
 }
+
+/// An upload that the server's full disk failed (451) is not noted for
+/// `cp --partial`: the server keeps nothing after its own failure, and the
+/// note promised a resume that the next run got 554 for (a defect hunt's
+/// find). The disk fills as the upload runs: it is too large for an ALLO
+/// reservation (half the free space), so it writes into free space that a
+/// file written beside it takes.
+#[test]
+fn an_upload_the_servers_full_disk_failed_is_not_noted_for_a_resume() {
+    let d = scratch();
+    let disk = SmallDisk::new(&d.path().join("root"), 400);
+    sparse(&d.path().join("big"), 300 << 20);
+    let state = open_dir(&d.path().join("state"));
+    let (_s, port) = lp_server(&disk.0, &["--anonymous-write"]);
+    let watch = disk.0.clone();
+    let filler = std::thread::spawn(move || {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(60) {
+            if open_in(&watch).iter().any(|f| std::fs::metadata(f).is_ok_and(|m| m.len() >= 32 << 20)) {
+                let _ = std::fs::write(watch.join("filler"), vec![1u8; 200 << 20]);
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    });
+    let out = Command::new(LP)
+        .args(["cp", "-q", "--partial", "--retries", "0", "-p", "1"])
+        .arg(d.path().join("big"))
+        .arg(format!("ftp://127.0.0.1:{port}/big"))
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(filler.join().unwrap(), "the upload never reached 32 MiB: {err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(cause(&err).contains("No space left"), "{err}");
+    assert!(!err.contains("noted"), "{err}");
+    assert!(!state.join("lightpath/uploads").exists() || names(&state.join("lightpath/uploads")).is_empty());
+}

@@ -21,6 +21,13 @@
 //! source ftp://host:2811/data/big
 //! ```
 
+/// Whether notes of uploads and trees can be kept: there is a state
+/// directory (`$XDG_STATE_HOME` or `$HOME` is set). Without one,
+/// `cp --partial` would keep none of them, and say nothing.
+pub fn notes_possible() -> bool {
+    upload::notes_dir("uploads").is_some()
+}
+
 pub(crate) mod tree;
 pub(crate) mod upload;
 

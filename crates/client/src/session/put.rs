@@ -290,6 +290,13 @@ impl Session {
     ) -> Result<u64, ClientError> {
         let confirmed = self.ctl.take_confirmed();
         let (Some(res), Some(stamp)) = (&op.resume, stamp) else { return r };
+        // The server's own failure (451: its disk, say) kept nothing of the
+        // upload: noted, `cp --partial` promised a resume that the next run
+        // got 554 for (a defect hunt's find).
+        if matches!(r, Err(ClientError::Refused { code: 451, .. })) {
+            res.clear();
+            return r;
+        }
         let path = String::from_utf8_lossy(&op.remote);
         let gone =
             |code, reply: &str| format!("{path}: the server no longer holds the partial upload ({code} {reply})");
