@@ -16,6 +16,9 @@ if [ "$free_gib" -lt 12 ]; then
 fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The fuzz targets (a workspace of their own, run with cargo-fuzz by hand):
+# compiled here so that they cannot rot (one had, unnoticed).
+(cd fuzz && cargo check --locked --quiet)
 log=$(mktemp)
 cargo test --workspace --locked 2>&1 | tee "$log"
 # The benchmark harness in --quick mode (loopback + one short emulated path),

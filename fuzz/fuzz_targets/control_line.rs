@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
         cksum_algs: vec!["MD5".into(), "ADLER32".into()],
         dcon_port: Some(2912),
         data_peer: None,
+        client: (cfg & 0x40 != 0).then_some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
     });
     let greeting = drain(&mut pi, read_only);
     assert_eq!(greeting, 1);

@@ -108,7 +108,7 @@ pub struct ServeArgs {
     /// when the disks cannot be found]
     #[arg(long, env = "LIGHTPATH_DISK_THREADS")]
     pub disk_threads: Option<usize>,
-    /// Declare devices by hand (TOML `[[device]]` entries: name, kind = "nic"
+    /// A TOML file declaring devices by hand (`[[device]]` entries: name, kind = "nic"
     /// or "disk", node, threads, speed_mbit, media), e.g. on VMs whose sysfs
     /// does not tell the NUMA node.
     #[arg(long, env = "LIGHTPATH_DEVICES")]
@@ -118,7 +118,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Who may log in and do what, for the line that says the server is up.
     fn access(&self) -> String {
-        let anonymous = match (self.anonymous_write, self.anonymous) {
+        let anonymous = match (self.anonymous_write && !self.read_only, self.anonymous || self.anonymous_write) {
             (true, _) => Some("anonymous may read, write, delete and rename"),
             (false, true) => Some("anonymous may read"),
             (false, false) => None,
