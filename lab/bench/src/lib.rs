@@ -89,6 +89,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.check {
         return Ok(());
     }
+    let _cache = lock_cache(&args.cache)?;
     let res = plan.execute()?;
     println!("{}", report::summary(&res));
     eprintln!("bench: results in {}", plan.out.display());
@@ -99,6 +100,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
         anyhow::bail!("{} quick run(s) failed: {}", failed.len(), failed.join("; "));
     }
     Ok(())
+}
+
+/// Hold the cache `dir` for this bench alone (an advisory lock, released
+/// when the bench exits, however it ends): a second bench on the same
+/// cache reformatted and unmounted the first one's scratch file system
+/// mid-run, and the first blamed the failure on a tool.
+fn lock_cache(dir: &std::path::Path) -> Result<std::fs::File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    let path = dir.join(".lock");
+    let f = std::fs::File::create(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another bench is using the cache {}: wait for it to end, or give this one another --cache",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+    }
 }
 
 /// Writes results.json, runs.csv, summary.md and plots/ into `dir`.
@@ -115,4 +134,18 @@ fn write_report(res: &record::Results, dir: &std::path::Path) -> Result<()> {
         .with_context(|| format!("cannot write {}", dir.display()))?;
     plot::plot_all(res, &dir.join("plots"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A second bench on one cache is refused while the first holds it.
+    #[test]
+    fn a_cache_serves_one_bench_at_a_time() {
+        let d = tempfile::tempdir().unwrap();
+        let first = super::lock_cache(d.path()).unwrap();
+        let e = super::lock_cache(d.path()).unwrap_err();
+        assert!(e.to_string().contains("another bench is using the cache"), "{e}");
+        drop(first);
+        super::lock_cache(d.path()).expect("free again once the first ends");
+    }
 }

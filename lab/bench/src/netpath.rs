@@ -337,6 +337,16 @@ fn parse_link_mtu(line: &str) -> Option<(String, String)> {
     Some((name, it.next()?.to_string()))
 }
 
+/// Kill what still runs in the namespace `name` (a loopback path's
+/// `sleep infinity` sentinel, left running when its bench was killed
+/// outright: deleting the namespace's name does not end it).
+fn kill_inside(name: &str) {
+    let Ok(pids) = run_quiet(Command::new("ip").args(["netns", "pids", name])) else { return };
+    for pid in pids.split_whitespace().filter(|p| p.bytes().all(|b| b.is_ascii_digit())) {
+        let _ = run_quiet(Command::new("kill").args(["-9", pid]));
+    }
+}
+
 /// Removes namespaces (and emulator labs) left by harness processes that died.
 pub fn cleanup_stale() {
     let Ok(out) = run_quiet(Command::new("ip").args(["netns", "list"])) else { return };
@@ -352,6 +362,7 @@ pub fn cleanup_stale() {
         if let Some(lab) = name.strip_suffix("-a").or_else(|| name.strip_suffix("-b")) {
             dead.insert(lab.to_string());
         } else {
+            kill_inside(name);
             let _ = run_quiet(Command::new("ip").args(["netns", "del", name]));
         }
     }

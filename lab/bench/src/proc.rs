@@ -19,11 +19,13 @@ fn stop_flag() -> &'static Arc<AtomicBool> {
     STOP.get_or_init(|| Arc::new(AtomicBool::new(false)))
 }
 
-/// Routes SIGINT/SIGTERM to the stop flag; a second signal exits at once.
+/// Routes SIGINT, SIGTERM and SIGHUP to the stop flag; a second signal exits at once.
 pub fn install_signal_handlers() -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let flag = stop_flag();
-    for sig in [SIGINT, SIGTERM] {
+    // SIGHUP too (a closed terminal or SSH session): it ended the bench
+    // outright, its finished runs unwritten and its namespace left behind.
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(flag))?;
         signal_hook::flag::register(sig, Arc::clone(flag))?;
     }

@@ -93,6 +93,18 @@ impl RunRecord {
     pub fn end(&self, role: &str) -> Option<&EndRecord> {
         self.ends.iter().find(|e| e.role == role)
     }
+
+    /// CPU seconds of every end but the client: both servers of a
+    /// third-party run.
+    pub fn server_cpu_s(&self) -> Option<f64> {
+        let cpus: Vec<f64> = self.ends.iter().filter(|e| e.role != "client").filter_map(|e| e.usage.cpu_s).collect();
+        (!cpus.is_empty()).then(|| cpus.iter().sum())
+    }
+
+    /// The highest peak of the ends but the client.
+    pub fn server_peak_rss(&self) -> Option<u64> {
+        self.ends.iter().filter(|e| e.role != "client").map(|e| e.peak_rss_bytes).max()
+    }
 }
 
 /// A tool configuration as it ran.
@@ -212,9 +224,11 @@ impl Results {
 }
 
 fn csv_row(r: &RunRecord) -> String {
-    let cpu = |role: &str| r.end(role).and_then(|e| e.usage.cpu_s).map_or(String::new(), |c| format!("{c:.3}"));
-    let rss = |role: &str| r.end(role).map_or(String::new(), |e| e.peak_rss_bytes.to_string());
-    let server = if r.end("server").is_some() { "server" } else { "src-server" };
+    // The servers' figures as the summary gives them (both servers of a
+    // third-party run; only the source's were here).
+    let cpu = |c: Option<f64>| c.map_or(String::new(), |c| format!("{c:.3}"));
+    let rss = |b: Option<u64>| b.map_or(String::new(), |b| b.to_string());
+    let client = r.end("client");
     let err = r.error.clone().unwrap_or_default().replace(['"', '\n'], " ");
     format!(
         "{},\"{}\",{},{},{},{:.4},{},{:.0},{},{},{},{},{},{:.3},{},{},\"{}\",{}\n",
@@ -227,10 +241,10 @@ fn csv_row(r: &RunRecord) -> String {
         r.payload_bytes,
         r.goodput_bps,
         r.wire_bytes,
-        cpu("client"),
-        cpu(server),
-        rss("client"),
-        rss(server),
+        cpu(client.and_then(|e| e.usage.cpu_s)),
+        cpu(r.server_cpu_s()),
+        rss(client.map(|e| e.peak_rss_bytes)),
+        rss(r.server_peak_rss()),
         r.harness_cpu_s,
         r.caches_dropped,
         r.verified,

@@ -32,19 +32,10 @@ pub struct Row {
     pub errors: Vec<String>,
 }
 
-fn server_cpu(r: &RunRecord) -> Option<f64> {
-    let cpus: Vec<f64> = r.ends.iter().filter(|e| e.role != "client").filter_map(|e| e.usage.cpu_s).collect();
-    (!cpus.is_empty()).then(|| cpus.iter().sum())
-}
-
 /// Both ends' CPU seconds per GB (10^9 bytes) of payload in one run.
 fn cpu_per_gb(r: &RunRecord) -> Option<f64> {
-    let both = r.end("client")?.usage.cpu_s? + server_cpu(r)?;
+    let both = r.end("client")?.usage.cpu_s? + r.server_cpu_s()?;
     (r.payload_bytes > 0).then(|| both / (r.payload_bytes as f64 / 1e9))
-}
-
-fn server_rss(r: &RunRecord) -> Option<f64> {
-    r.ends.iter().filter(|e| e.role != "client").map(|e| e.peak_rss_bytes as f64).reduce(f64::max)
 }
 
 fn med(values: Vec<f64>) -> Option<f64> {
@@ -79,10 +70,10 @@ fn row(label: &str, all: &[&RunRecord]) -> Row {
         ttc: summarize(&ok.iter().map(|r| r.ttc_s).collect::<Vec<_>>()),
         goodput: summarize(&ok.iter().map(|r| r.goodput_bps).collect::<Vec<_>>()),
         client_cpu: med(ok.iter().filter_map(|r| r.end("client")?.usage.cpu_s).collect()),
-        server_cpu: med(ok.iter().filter_map(|r| server_cpu(r)).collect()),
+        server_cpu: med(ok.iter().filter_map(|r| r.server_cpu_s()).collect()),
         cpu_per_gb: med(ok.iter().filter_map(|r| cpu_per_gb(r)).collect()),
         client_rss: med(ok.iter().filter_map(|r| Some(r.end("client")?.peak_rss_bytes as f64)).collect()),
-        server_rss: med(ok.iter().filter_map(|r| server_rss(r)).collect()),
+        server_rss: med(ok.iter().filter_map(|r| r.server_peak_rss().map(|b| b as f64)).collect()),
         first_run: first.map(|r| r.ok.then_some(r.ttc_s)),
         errors,
     }
@@ -185,7 +176,23 @@ pub fn scenario_table(sc: &ScenarioResult) -> String {
     out += &fault_line(sc);
     out += &emulator_lag(sc);
     out += &parked_line(sc);
+    out += &caches_line(sc);
     out
+}
+
+/// The runs before which the page cache could not be dropped (no right to
+/// write `/proc/sys/vm/drop_caches`): their reads may have come from
+/// memory, which the legend says never happens.
+fn caches_line(sc: &ScenarioResult) -> String {
+    let kept: Vec<&str> = sc.runs.iter().filter(|r| !r.caches_dropped).map(|r| r.label.as_str()).collect();
+    if kept.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n- **caches not dropped** before {} run(s) ({}): their reads may have come from memory\n",
+        kept.len(),
+        kept.join(", ")
+    )
 }
 
 /// Per lightpath setting that downloaded a tree: the most data a run held
@@ -377,8 +384,10 @@ pub fn summary(res: &Results) -> String {
 
 const LEGEND: &str = "
 TTC = client start to client exit (includes process start and login), caches dropped before
-every run; for iperf3 (the line-rate reference) TTC = data-set bits / iperf3's receiver-side rate,
-because `iperf3 -n` stops before the bytes in its socket buffers arrive. fio is the disk reference:
+every run (a table says so of any run where that was not allowed); for iperf3 (the line-rate
+reference) TTC = data-set bits / iperf3's receiver-side rate, because `iperf3 -n` stops before the
+bytes in its socket buffers arrive (over a long path that rate includes its slow start and misses
+its last bytes: a rough figure there, which is why `× wire` uses the path's rate). fio is the disk reference:
 two jobs at once, one reading the data set's file and one writing a file of the same size into
 the destination (O_DIRECT, libaio, 1 MiB blocks, 16 in flight); its TTC is the slower job's
 runtime. Goodput = data-set bytes × 8 / TTC. `× wire` = median TTC / wire time
@@ -401,8 +410,9 @@ repetitions, caches dropped alike): its first visit, when lightpath's peer book 
 Open cookies and route metrics are still empty; warm-up runs are in no other figure. The tools'
 order rotates each repetition.
 `load before runs` = the machine's 1-minute load average just before each run: anything well
-above the tools' own share means other work shared the CPUs with that scenario. Every run
-writes into a new file system (`dest_fs` in results.json; see bench/README.md).
+above the tools' own share means other work shared the CPUs with that scenario. Every run of
+a tree writes into a new file system; a single file's runs write into a fresh directory of the
+cache's file system (`dest_fs` in results.json; see bench/README.md).
 
 What the figures are not: (a) CPU, and CPU per GB, count the tools' processes only; kernel
 network work done in softirq context on the emulator's threads is charged to the harness

@@ -43,15 +43,17 @@ impl ScratchFs {
     /// (a large file meets no inode allocation, and the disk scenario's
     /// fio reference measures the machine's disk, not a loop device over it).
     pub fn new(dir: &Path, bytes: u64, files: u64) -> Self {
+        let image = dir.with_extension("img");
+        // A bench killed mid-run left its file system mounted and its loop
+        // device attached: take both down before the image is replaced, or
+        // (one file) left alone for good, with its image.
+        unmount(dir);
+        detach_loops_of(&image);
         if files <= 1 {
+            let _ = fs::remove_file(&image);
             let why = "one file: the machine's disk itself".to_string();
             return ScratchFs { dir: dir.to_path_buf(), fresh: None, fallback: Some(why) };
         }
-        let image = dir.with_extension("img");
-        // A bench killed mid-run left its file system mounted and its loop
-        // device attached: take both down before the image is replaced.
-        unmount(dir);
-        detach_loops_of(&image);
         match Fresh::create(&image, bytes, files) {
             Ok(fresh) => ScratchFs { dir: dir.to_path_buf(), fresh: Some(fresh), fallback: None },
             Err(e) => {

@@ -43,6 +43,7 @@ fn run(label: &str, tool: ToolKind, rep: u32, ttc: Option<f64>) -> RunRecord {
         goodput_bps: ttc.map_or(0.0, |t| bytes as f64 * 8.0 / t),
         samples,
         ends: vec![end("client", 1.5, 10 << 20), end("server", 2.5, 20 << 20)],
+        caches_dropped: true,
         ..Default::default()
     }
 }
@@ -109,11 +110,35 @@ fn summary_table_has_medians_ratios_and_failures() {
     assert!(md.contains("wire time 8.00 s (rate)"), "{md}");
 }
 
+/// A run before which the page cache could not be dropped is named: the
+/// legend says caches are dropped before every run.
+#[test]
+fn runs_whose_caches_were_not_dropped_are_named() {
+    let mut res = results();
+    assert!(!report::summary(&res).contains("caches not dropped"));
+    res.scenarios[0].runs[1].caches_dropped = false;
+    let md = report::summary(&res);
+    assert!(md.contains("- **caches not dropped** before 1 run(s) (guc -p 4)"), "{md}");
+}
+
 #[test]
 fn csv_keeps_every_run() {
     let csv = results().csv();
     assert_eq!(csv.lines().count(), 1 + 12);
     assert!(csv.lines().any(|l| l.contains("broken") && l.contains(",false,")));
+}
+
+/// A third-party run's servers count together in runs.csv, as in the
+/// summary (the CSV had the source server's alone).
+#[test]
+fn csv_sums_both_servers_of_a_third_party_run() {
+    let mut res = results();
+    let r = &mut res.scenarios[0].runs[0];
+    let server = r.ends.pop().unwrap();
+    r.ends.push(EndRecord { role: "src-server".into(), ..server.clone() });
+    r.ends.push(EndRecord { role: "dst-server".into(), ..server });
+    let row = res.csv().lines().nth(1).unwrap().to_string();
+    assert!(row.contains(",1.500,5.000,10485760,20971520,"), "{row}");
 }
 
 #[test]

@@ -63,4 +63,14 @@ fn every_reset_gives_a_new_empty_ext4_and_drop_cleans_up() {
     assert!(!image.exists(), "image left behind");
     let still = std::fs::read_to_string(&backing).unwrap_or_default();
     assert!(!still.contains(&*image.to_string_lossy()), "{dev} still attached to the image");
+    // A tree's bench killed, then a single file's: its mount, loop device
+    // and image went on for good.
+    let killed = ScratchFs::new(&dir, 64 << 20, 5000);
+    killed.reset().unwrap();
+    std::mem::forget(killed);
+    let single = ScratchFs::new(&dir, 1 << 20, 1);
+    assert_eq!(mounted_fs(&dir), None, "the killed bench's mount was taken down");
+    assert_eq!(loop_devices_on(&image), "", "its loop device was detached");
+    assert!(!image.exists(), "its image was removed");
+    drop(single);
 }
