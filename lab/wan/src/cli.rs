@@ -83,8 +83,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     match args.cmd {
         LabCmd::Up(up) => run_up(up),
         LabCmd::Down { prefix } => {
+            let there: Vec<String> =
+                ["a", "b"].iter().map(|s| format!("{prefix}-{s}")).filter(|n| crate::netns::exists(n)).collect();
+            if there.is_empty() {
+                anyhow::bail!("no lab {prefix}: neither {prefix}-a nor {prefix}-b exists");
+            }
             cleanup_prefix(&prefix).with_context(|| format!("removing lab {prefix}"))?;
-            println!("lab {prefix}: namespaces {prefix}-a and {prefix}-b removed");
+            println!("lab {prefix}: namespace(s) {} removed", there.join(" and "));
             Ok(())
         }
         LabCmd::Validate { prefix } => {

@@ -34,6 +34,11 @@ pub struct Lab {
     live: [Arc<LiveCounters>; 2],
     threads: Vec<JoinHandle<()>>,
     watchdog: Option<Watchdog>,
+    /// The namespaces this lab made, with their inodes ([`netns::ino`]):
+    /// only those are removed when it ends. Removed by name, a lab took
+    /// another's namespaces along (one that had reused the prefix after
+    /// a `lab down`, or that failed to start beside it).
+    made: Vec<(String, u64)>,
 }
 
 fn check_prefix(prefix: &str) -> Result<(), LabError> {
@@ -90,11 +95,13 @@ impl Lab {
             live: Default::default(),
             threads: Vec::new(),
             watchdog: None,
+            made: Vec::new(),
         };
         // From here on, Drop cleans up whatever was made.
-        lab.watchdog = Some(Watchdog::spawn(&names)?);
+        lab.watchdog = Some(Watchdog::spawn()?);
         for n in &names {
             netns::add(n)?;
+            lab.made(n);
             for key in ["all", "default"] {
                 netns::set_sysctl(n, &format!("net.ipv6.conf.{key}.disable_ipv6"), "1")?;
             }
@@ -221,7 +228,22 @@ impl Lab {
         if let Some(w) = self.watchdog.take() {
             w.finish();
         }
-        cleanup_prefix(&self.prefix)
+        for (name, ino) in std::mem::take(&mut self.made) {
+            if netns::ino(&name) == Some(ino) {
+                netns::remove(&name, Duration::from_millis(500))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Note the namespace `name` as this lab's, for its end (and its
+    /// watchdog's, should this process die).
+    fn made(&mut self, name: &str) {
+        let Some(ino) = netns::ino(name) else { return };
+        self.made.push((name.to_string(), ino));
+        if let Some(w) = self.watchdog.as_mut() {
+            w.guard(name, ino);
+        }
     }
 }
 

@@ -128,21 +128,33 @@ fn parse_net_dev(text: &str, dev: &str) -> Option<(u64, u64)> {
 #[derive(Debug)]
 pub(crate) struct Watchdog(Child);
 
+/// Reads `NAME INODE` lines, one per namespace made, until an empty line
+/// or the end of its input (the lab ended, or died), then removes each
+/// namespace that is still the one made: another lab may have taken the
+/// name since (after a `lab down`), and was torn down with this one.
 const WATCHDOG: &str = r#"trap '' INT TERM HUP
-read _
-for ns in "$@"; do
+while read ns ino && [ -n "$ns" ]; do set -- "$@" "$ns" "$ino"; done
+while [ $# -ge 2 ]; do
+  ns=$1; ino=$2; shift 2
+  [ "$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)" = "$ino" ] || continue
   for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p"; done
   ip netns del "$ns" 2>/dev/null
 done
 exit 0"#;
 
+/// The inode of the namespace named `name` (its nsfs file): another
+/// namespace given the same name has another.
+pub(crate) fn ino(name: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(Path::new("/run/netns").join(name)).ok().map(|m| m.ino())
+}
+
 impl Watchdog {
-    pub fn spawn(names: &[String]) -> Result<Watchdog, LabError> {
+    pub fn spawn() -> Result<Watchdog, LabError> {
         let child = Command::new("sh")
             .arg("-c")
             .arg(WATCHDOG)
             .arg("lightpath-lab-watchdog")
-            .args(names)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -150,6 +162,13 @@ impl Watchdog {
             .spawn()
             .map_err(|e| LabError::MissingTool(format!("sh: {e}")))?;
         Ok(Watchdog(child))
+    }
+
+    /// Have the watchdog remove the namespace `name` (`ino`: [`ino`]).
+    pub fn guard(&mut self, name: &str, ino: u64) {
+        if let Some(stdin) = self.0.stdin.as_mut() {
+            let _ = writeln!(stdin, "{name} {ino}");
+        }
     }
 
     /// Lets the watchdog clean up now and waits for it.

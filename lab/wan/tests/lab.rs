@@ -154,6 +154,29 @@ fn lifecycle_names_refusal_and_cleanup() {
     assert!(!netns::exists("lpt-life-a"));
 }
 
+/// A lab whose namespaces were taken down (`lab down`) and then made
+/// again by another lab of the same prefix leaves the other's alone when
+/// it ends: it removed them by name, and the other ran on without a
+/// network. (Its watchdog, which cleans up after a lab killed outright,
+/// checks the same way.)
+#[test]
+fn a_lab_ends_only_its_own_namespaces() {
+    if !lab_tests_enabled() {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = PathSpec { rate_bps: 10_000_000, rtt: Duration::from_millis(2), ..PathSpec::default() };
+    let first = validate::fresh_lab("lpt-own", &spec).unwrap();
+    cleanup_prefix("lpt-own").unwrap();
+    let second = Lab::start("lpt-own", &spec).unwrap();
+    drop(first);
+    assert!(netns::exists("lpt-own-a") && netns::exists("lpt-own-b"), "the second lab's namespaces went too");
+    let out = second.command(Side::A, "ip").args(["link", "show", "wan0"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(second);
+    assert!(!netns::exists("lpt-own-a") && !netns::exists("lpt-own-b"));
+}
+
 #[test]
 fn check_spec_explains_what_cannot_be_emulated() {
     let too_fast = PathSpec { rate_bps: 50_000_000_000, mtu: 9000, ..PathSpec::default() };
