@@ -55,8 +55,32 @@ impl Checks {
             self.notes.push(format!("{}: no tool left to run, skipped", sc.name));
             return None;
         }
+        for t in &tools {
+            if let Some(why) = t.tcp_buffer.and_then(|b| buffer_capped(b.0, core_max)) {
+                self.notes.push(format!("{}: {}: {why}", sc.name, t.label()));
+            }
+        }
         Some((sc, tools))
     }
+}
+
+/// The host's `net.core.{r,w}mem_max`: the most a socket may ask for with
+/// SO_RCVBUF/SO_SNDBUF, whatever a namespace's tcp_rmem says (they belong
+/// to the host, not to a network namespace).
+fn core_max(which: &str) -> Option<u64> {
+    fs::read_to_string(format!("/proc/sys/net/core/{which}_max")).ok()?.trim().parse().ok()
+}
+
+/// Why a tool's `tcp_buffer` of `bytes` will not be what it gets: the
+/// kernel caps it at the host's limits, silently (a `guc -tcp-bs 16M`
+/// measured as with 4 MiB). `None` when it fits.
+fn buffer_capped(bytes: u64, max: impl Fn(&str) -> Option<u64>) -> Option<String> {
+    let low = ["rmem", "wmem"].into_iter().filter_map(|w| max(w).map(|m| (w, m))).find(|&(_, m)| m < bytes)?;
+    Some(format!(
+        "tcp_buffer {bytes} exceeds net.core.{}_max ({}): the kernel caps the buffer there; raise \
+         net.core.rmem_max and wmem_max (host-wide) to measure it as set",
+        low.0, low.1
+    ))
 }
 
 /// A validated plan.
@@ -224,4 +248,16 @@ impl Plan {
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_tcp_buffer_over_the_hosts_limits_is_noted() {
+        let max = |w: &str| Some(if w == "rmem" { 4 << 20 } else { 32 << 20 });
+        let why = super::buffer_capped(16 << 20, max).expect("16 MiB over a 4 MiB rmem_max");
+        assert!(why.contains("net.core.rmem_max (4194304)"), "{why}");
+        assert_eq!(super::buffer_capped(4 << 20, max), None);
+        assert_eq!(super::buffer_capped(16 << 20, |_| None), None, "limits unknown: nothing said");
+    }
 }
