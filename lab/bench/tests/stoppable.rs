@@ -32,4 +32,13 @@ fn a_stop_request_kills_a_long_helper_and_its_children() {
     assert!(t.elapsed() < Duration::from_secs(5), "took {:?} to stop", t.elapsed());
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(common::processes_mentioning("sleep 317"), Vec::<String>::new());
+
+    // A data set being generated stops too, before its file is whole (it
+    // ran to the end of a 3 GiB file first).
+    let d = tempfile::tempdir().unwrap();
+    request_stop();
+    let err = lightpath_bench::gen::random_file(&d.path().join("big"), 1 << 30, 1).expect_err("stopped");
+    reset_stop();
+    assert!(err.is::<Interrupted>(), "{err:#}");
+    assert!(std::fs::metadata(d.path().join("big")).unwrap().len() < 1 << 30);
 }
