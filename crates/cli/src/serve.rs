@@ -234,13 +234,6 @@ fn listen_error(at: std::net::SocketAddr, e: std::io::Error) -> anyhow::Error {
 
 /// Run the server until killed.
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
-    // Before the port listens: a client may connect as soon as it does.
-    let show = |n: Option<u64>| n.map_or("unlimited".to_string(), |n| n.to_string());
-    match lightpath_sys::privs::raise_open_files_limit() {
-        Ok((from, to)) if from != to => tracing::info!("open files limit raised from {} to {}", show(from), show(to)),
-        Ok((n, _)) => tracing::info!("open files limit {}", show(n)),
-        Err(e) => tracing::warn!("open files limit not raised: {e}"),
-    }
     let (l, ahead, users) = bind_and_drop(&args)?;
     if users.as_ref().is_some_and(|u| u.is_empty()) {
         tracing::warn!("the users file names nobody: no user can log in");

@@ -339,3 +339,45 @@ fn partial_without_a_state_directory_says_so() {
     assert!(err.contains("neither XDG_STATE_HOME nor HOME is set"), "{err}");
     assert_eq!(std::fs::read(root.join("f")).unwrap(), b"data");
 }
+
+/// Many streams under a low soft limit of open files: `cp` raises it to
+/// the hard limit, as `serve` does. It did not, and `-p 128 --cc 4` under
+/// a soft limit of 256 ran out of descriptors and stalled for minutes,
+/// copying nothing (a defect hunt's find; 1024 is the usual soft limit).
+#[test]
+fn many_streams_under_a_low_soft_limit_of_open_files_copy() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let local = open_dir(&d.path().join("local"));
+    let mut urls = Vec::new();
+    for i in 0..24 {
+        write_random(&root.join(format!("m{i}")), 1 << 20, i);
+        urls.push(String::new());
+    }
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    for (i, u) in urls.iter_mut().enumerate() {
+        *u = url(port, &format!("/m{i}"));
+    }
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -S -n 256 && exec \"$0\" \"$@\"")
+        .arg(LP)
+        .args(["cp", "-q", "--retries", "0", "-p", "128", "--cc", "4"])
+        .args(&urls)
+        .arg(format!("{}/", local.display()))
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("stalled for 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    assert_same_tree(&root, &local);
+}
