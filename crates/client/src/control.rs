@@ -22,20 +22,33 @@ pub(crate) async fn open(host: &str, port: u16, fastopen: bool) -> std::io::Resu
     .await
 }
 
+/// The longest an address that is not a host's last may take to answer
+/// before the next is tried: a healthy handshake, even with a SYN lost
+/// twice, is done within about 3 s.
+const NEXT_ADDRESS_AFTER: Duration = Duration::from_secs(5);
+
 /// Connect to the first address of `host` that answers, `prepare` applied
-/// to each socket before its SYN.
+/// to each socket before its SYN. Each address but the last gets at most
+/// [`NEXT_ADDRESS_AFTER`] of the [`connect_timeout`]: one that dropped
+/// every SYN (an AAAA record of a broken IPv6 path) took all of it, and
+/// the next address, which worked, was never tried (a defect hunt's find).
 pub(crate) async fn open_with(
     host: &str,
     port: u16,
     prepare: impl Fn(&tokio::net::TcpSocket),
 ) -> std::io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    let deadline = tokio::time::Instant::now() + connect_timeout();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} has no address"));
-    for addr in tokio::net::lookup_host((host, port)).await? {
+    for (i, &addr) in addrs.iter().enumerate() {
         let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
         prepare(&sock);
-        match sock.connect(addr).await {
-            Ok(c) => return Ok(c),
-            Err(e) => last = e,
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let share = if i + 1 < addrs.len() { left.min(NEXT_ADDRESS_AFTER) } else { left };
+        match tokio::time::timeout(share, sock.connect(addr)).await {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(e)) => last = std::io::Error::new(e.kind(), format!("{addr}: {e}")),
+            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: timed out")),
         }
     }
     Err(last)
@@ -192,7 +205,9 @@ impl ControlConn {
         let name = crate::location::host_port(host, port);
         let started = tokio::time::Instant::now();
         let fut = open(host, port, fastopen);
-        let stream = tokio::time::timeout(connect_timeout(), fut)
+        // A second more than `open` takes at most, so that its error (which
+        // names the address) is the one said; this one covers the lookup.
+        let stream = tokio::time::timeout(connect_timeout() + Duration::from_secs(1), fut)
             .await
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
             .map_err(|e| ClientError::Connect(name.clone(), e.to_string()))?;
