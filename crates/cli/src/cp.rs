@@ -186,6 +186,7 @@ fn start_failure_code(e: &anyhow::Error) -> u8 {
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     lightpath_client::control::REPLY_TIMEOUT.set(Duration::from_secs(a.reply_timeout));
     lightpath_client::control::CONNECT_TIMEOUT.set(Duration::from_secs(a.connect_timeout));
+    lightpath_engine::ports::range_from_env("LIGHTPATH_DATA_PORTS").map_err(anyhow::Error::msg)?;
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = match (a.off, a.len) {

@@ -66,6 +66,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         users: None,
         memory_paths: false,
         public_ip: None,
+        data_ports: None,
         congestion: None,
         fsync: false,
         direct_io: lightpath_plan::DirectIo::Auto,

@@ -36,9 +36,15 @@ pub struct ServeArgs {
     /// Expose /dev/zero and /dev/null for memory-to-memory transfers.
     #[arg(long, env = "LIGHTPATH_MEMORY_PATHS", value_parser = BoolishValueParser::new())]
     pub memory_paths: bool,
-    /// Address announced in PASV replies.
+    /// Address announced in PASV replies (a server behind NAT); to clients
+    /// of its address family only.
     #[arg(long, env = "LIGHTPATH_PUBLIC_IP")]
     pub public_ip: Option<IpAddr>,
+    /// Ports for data connections a client opens (PASV, EPSV, SPAS), as a
+    /// firewall lets them through: LOW-HIGH [default: GLOBUS_TCP_PORT_RANGE
+    /// if set (LOW,HIGH, as Globus's tools read it), else any]
+    #[arg(long, env = "LIGHTPATH_DATA_PORTS")]
+    pub data_ports: Option<lightpath_engine::ports::PortRange>,
     /// TCP congestion control for data connections (default bbr where the
     /// kernel allows it; `kernel` keeps the system default). One that the
     /// kernel lacks or does not allow this user stops the server.
@@ -141,6 +147,7 @@ impl ServeArgs {
             users: self.users.clone(),
             memory_paths: self.memory_paths,
             public_ip: self.public_ip,
+            data_ports: self.data_ports,
             congestion: self.congestion.clone(),
             fsync: self.fsync,
             direct_io: self.direct_io.into(),
@@ -232,8 +239,28 @@ fn listen_error(at: std::net::SocketAddr, e: std::io::Error) -> anyhow::Error {
     anyhow::Error::new(e).context(format!("cannot listen on {at}{hint}"))
 }
 
+/// The data ports from `GLOBUS_TCP_PORT_RANGE` where `--data-ports` is
+/// not given; a `--public-ip` that no client of `--listen` could use (the
+/// other address family) is refused: its PASV replies said "use EPSV" to
+/// IPv4 clients.
+fn check_addresses(args: &mut ServeArgs) -> anyhow::Result<()> {
+    if args.data_ports.is_none() {
+        args.data_ports =
+            lightpath_engine::ports::range_from_env("LIGHTPATH_DATA_PORTS").map_err(anyhow::Error::msg)?;
+    }
+    if let Some(r) = args.data_ports {
+        tracing::info!("data connections to this server come to ports {r}");
+    }
+    let listen = args.listen.ip();
+    if let Some(p) = args.public_ip.filter(|p| !listen.is_unspecified() && p.is_ipv4() != listen.is_ipv4()) {
+        anyhow::bail!("--public-ip {p} is of another address family than --listen {}", args.listen);
+    }
+    Ok(())
+}
+
 /// Run the server until killed.
 pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
+    check_addresses(&mut args)?;
     let (l, ahead, users) = bind_and_drop(&args)?;
     if users.as_ref().is_some_and(|u| u.is_empty()) {
         tracing::warn!("the users file names nobody: no user can log in");

@@ -21,7 +21,7 @@ use crate::{ClientError, Remote};
 use lightpath_engine::{Control, DataChannel, DEFAULT_BLOCK, GROWN_BLOCK};
 use lightpath_proto::held::TreeRoot;
 use lightpath_proto::{hostport, Features, Reply};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -342,7 +342,7 @@ impl Session {
             return Ok(());
         }
         let ip = self.ctl.local_addr().map_err(|e| ClientError::Local(e.to_string()))?.ip();
-        let l = TcpListener::bind(SocketAddr::new(ip, 0))
+        let l = lightpath_engine::ports::listen_in(ip, data_ports())
             .map_err(|e| ClientError::Local(format!("listening for data: {e}")))?;
         let addr = l.local_addr().map_err(|e| ClientError::Local(e.to_string()))?;
         self.dc().listen(l);
@@ -539,6 +539,14 @@ impl Session {
 /// How long a client waits for a server to answer its ABOR (Ctrl-C), or
 /// for the last words of one whose transfer it gives up.
 pub(crate) const ABORT_WAIT: Duration = Duration::from_secs(2);
+
+/// The ports this client listens on for a download's data connections
+/// (`LIGHTPATH_DATA_PORTS`, else `GLOBUS_TCP_PORT_RANGE`: a client behind
+/// a firewall), read once; a malformed value is refused by `cp` at start.
+fn data_ports() -> Option<lightpath_engine::ports::PortRange> {
+    static PORTS: std::sync::OnceLock<Option<lightpath_engine::ports::PortRange>> = std::sync::OnceLock::new();
+    *PORTS.get_or_init(|| lightpath_engine::ports::range_from_env("LIGHTPATH_DATA_PORTS").ok().flatten())
+}
 
 /// Resolves once `ctl` is cancelled (checked every 50 ms).
 pub(crate) async fn cancelled(ctl: &Control) {

@@ -12,6 +12,7 @@ pub mod io;
 pub mod iothreads;
 pub mod modee;
 pub mod pool;
+pub mod ports;
 pub mod progress;
 pub mod stream;
 pub mod vfile;

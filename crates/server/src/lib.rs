@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub memory_paths: bool,
     /// Address to announce in PASV replies (behind NAT).
     pub public_ip: Option<IpAddr>,
+    /// Ports the PASV/SPAS/EPSV listeners take (a firewall's opening);
+    /// `None`: any.
+    pub data_ports: Option<lightpath_engine::ports::PortRange>,
     /// TCP congestion control for data connections (`None`: BBR where
     /// allowed; "kernel": the system default).
     pub congestion: Option<String>,

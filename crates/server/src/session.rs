@@ -11,7 +11,7 @@ use lightpath_engine::{Control, DataChannel};
 use lightpath_proto::{
     Action, Line, LineBuffer, Output, PassiveKind, PerfMarker, Reply, RestartMarker, ServerPi, Transfer, TransferKind,
 };
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -443,9 +443,11 @@ impl Session {
 
     async fn passive(&mut self, kind: PassiveKind) -> std::io::Result<()> {
         // An IPv4 client of a dual-stack listener (`[::]`) is at a mapped
-        // address (`::ffff:a.b.c.d`): PASV gives it as IPv4.
-        let ip = self.ctx.cfg.public_ip.unwrap_or(self.local.ip().to_canonical());
-        let l = match TcpListener::bind(SocketAddr::new(self.local.ip(), 0)) {
+        // address (`::ffff:a.b.c.d`): PASV gives it as IPv4. A public
+        // address of the other family is not this session's to give.
+        let local = self.local.ip().to_canonical();
+        let ip = self.ctx.cfg.public_ip.filter(|p| p.is_ipv4() == local.is_ipv4()).unwrap_or(local);
+        let l = match lightpath_engine::ports::listen_in(self.local.ip(), self.ctx.cfg.data_ports) {
             Ok(l) => l,
             Err(e) => return self.send(&Reply::new(425, format!("Cannot listen for data: {e}"))).await,
         };

@@ -1,0 +1,80 @@
+//! Data ports in a range a firewall lets through: `serve --data-ports` (or
+//! `GLOBUS_TCP_PORT_RANGE`, as Globus's tools read it) for the server's
+//! passive listeners, `LIGHTPATH_DATA_PORTS` (or the same variable) for
+//! the client's listener of a MODE E download. Without them a server
+//! behind a firewall could not be opened up for a fixed range.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+/// Ten ports from a free one (those taken meanwhile are skipped).
+fn range() -> (u16, u16) {
+    let low = free_port().clamp(20000, 60000);
+    (low, low + 9)
+}
+
+fn pasv_port(text: &str) -> u16 {
+    let inner = text.split(['(', ')']).nth(1).unwrap_or_else(|| panic!("no (h,p): {text}"));
+    let n: Vec<u16> = inner.split(',').map(|x| x.trim().parse().unwrap()).collect();
+    n[4] * 256 + n[5]
+}
+
+#[test]
+fn passive_listeners_take_the_ports_given() {
+    let (_d, root, _local) = root_and_local();
+    let (low, high) = range();
+    let (_s, port) = lp_server(&root, &["--anonymous", "--data-ports", &format!("{low}-{high}")]);
+    let mut c = Raw::login(port);
+    for _ in 0..3 {
+        let (code, text) = c.cmd("PASV");
+        assert_eq!(code, 227, "{text}");
+        assert!((low..=high).contains(&pasv_port(&text)), "{text} outside {low}-{high}");
+    }
+    let (code, text) = c.cmd("EPSV");
+    let p: u16 = text.split('|').nth(3).unwrap().parse().unwrap();
+    assert!(code == 229 && (low..=high).contains(&p), "{text}");
+    // GCT's variable, where the option is not given.
+    let (low, high) = range();
+    let port = free_port();
+    own_peer_book();
+    let mut child = Command::new(LP)
+        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .env("GLOBUS_TCP_PORT_RANGE", format!("{low},{high}"))
+        .spawn()
+        .unwrap();
+    wait_port(&mut child, port);
+    let _g = Proc(child);
+    let (_, text) = Raw::login(port).cmd("PASV");
+    assert!((low..=high).contains(&pasv_port(&text)), "{text} outside {low}-{high}");
+}
+
+#[test]
+fn a_downloads_listener_takes_the_ports_given() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 1 << 20, 7);
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let (low, high) = range();
+    let out = Command::new(LP)
+        .args(["-vv", "cp", "--no-connect-ahead", &format!("ftp://127.0.0.1:{port}/f")])
+        .arg(local.join("f"))
+        .env("LIGHTPATH_DATA_PORTS", format!("{low}-{high}"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_same_file(&root.join("f"), &local.join("f"));
+    let line = log.lines().find(|l| l.contains("> PORT ")).unwrap_or_else(|| panic!("no PORT sent: {log}"));
+    let hp = line.split("> PORT ").nth(1).unwrap().split_whitespace().next().unwrap();
+    assert!((low..=high).contains(&pasv_port(&format!("({hp})"))), "{line} outside {low}-{high}");
+    let out = Command::new(LP)
+        .args(["cp", &format!("ftp://127.0.0.1:{port}/f")])
+        .arg(local.join("g"))
+        .env("LIGHTPATH_DATA_PORTS", "80-90")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LIGHTPATH_DATA_PORTS"));
+    assert!(!local.join("g").exists());
+}
