@@ -78,3 +78,19 @@ fn a_downloads_listener_takes_the_ports_given() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("LIGHTPATH_DATA_PORTS"));
     assert!(!local.join("g").exists());
 }
+
+/// A `--public-ip` of another address family than `--listen` is refused
+/// at start: its PASV told IPv4 clients "use EPSV".
+#[test]
+fn a_public_address_of_the_other_family_is_refused() {
+    let (_d, root, _local) = root_and_local();
+    let port = free_port();
+    let out = Command::new(LP)
+        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--public-ip", "2001:db8::1"])
+        .arg("--root")
+        .arg(&root)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("another address family"), "{err}");
+}
