@@ -492,9 +492,21 @@ impl ServerPi {
                 self.epsv_all = true;
                 self.reply(229, "EPSV ALL Successful.")
             }
+            // The listener is of the control connection's family: the
+            // other one is not supported on this session (RFC 2428 §3).
+            Some(p @ ("1" | "2")) if self.session_family().is_some_and(|f| f != p) => {
+                let f = self.session_family().unwrap_or("1,2");
+                self.reply(522, format!("Network protocol not supported, use ({f})"))
+            }
             None | Some("1") | Some("2") => self.action(Action::Passive(PassiveKind::Epsv)),
             Some(_) => self.reply(522, "Network protocol not supported, use (1,2)"),
         }
+    }
+
+    /// RFC 2428's number of the control connection's address family (an
+    /// IPv4-mapped client is IPv4), if the client's address is known.
+    fn session_family(&self) -> Option<&'static str> {
+        self.cfg.client.map(|c| if c.to_canonical().is_ipv4() { "1" } else { "2" })
     }
 
     fn handle_dcau(&mut self, m: &str) {

@@ -610,6 +610,15 @@ fn passive_and_active_actions() {
     assert_eq!(s.send(b"EPSV 2\r\n"), vec![Output::Action(Action::Passive(PassiveKind::Epsv))]);
     assert_eq!(s.send(b"SPAS\r\n"), vec![Output::Action(Action::Passive(PassiveKind::Spas))]);
     assert_eq!(codes(&s.send(b"EPSV 3\r\n")), [522]);
+    // Known, the client's family decides: the listener is of its family.
+    for (client, other, own) in [("::1", "EPSV 1", "EPSV 2"), ("::ffff:127.0.0.1", "EPSV 2", "EPSV 1")] {
+        let mut s = Session::logged_in(PiConfig { client: Some(client.parse().unwrap()), ..cfg(false, false) });
+        let no = s.send(format!("{other}\r\n").as_bytes());
+        assert_eq!(codes(&no), [522], "{client}: {other}");
+        let want = if own == "EPSV 1" { "use (1)" } else { "use (2)" };
+        assert!(format!("{no:?}").contains(want), "{no:?}");
+        assert_eq!(actions(&s.send(format!("{own}\r\n").as_bytes())), [&Action::Passive(PassiveKind::Epsv)]);
+    }
 
     // Active: answered here, then the address goes to the driver.
     let a: SocketAddr = "127.0.0.1:1025".parse().unwrap();
