@@ -107,17 +107,8 @@ pub struct CpArgs {
     /// the whole tree if either side changed.
     #[arg(long, env = "LIGHTPATH_PARTIAL", value_parser = BoolishValueParser::new())]
     pub partial: bool,
-    /// Seconds a server may take to begin and finish a reply before its
-    /// session is given up (and the file tried again, with --retries).
-    #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
-          value_parser = clap::value_parser!(u64).range(1..=WEEK))]
-    pub reply_timeout: u64,
-    /// Seconds a server may take to answer the connect of a control
-    /// connection with its greeting before the attempt fails (and is
-    /// tried again, with --retries).
-    #[arg(long, value_name = "SECS", default_value_t = 30, env = "LIGHTPATH_CONNECT_TIMEOUT",
-          value_parser = clap::value_parser!(u64).range(1..=WEEK))]
-    pub connect_timeout: u64,
+    #[command(flatten)]
+    pub timeouts: Timeouts,
     /// No progress bar, and nothing said of a copy that succeeds (no
     /// summary); failures are still reported, with the summary.
     #[arg(short, long)]
@@ -184,8 +175,7 @@ fn start_failure_code(e: &anyhow::Error) -> u8 {
 }
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
-    lightpath_client::control::REPLY_TIMEOUT.set(Duration::from_secs(a.reply_timeout));
-    lightpath_client::control::CONNECT_TIMEOUT.set(Duration::from_secs(a.connect_timeout));
+    a.timeouts.apply();
     lightpath_engine::ports::range_from_env("LIGHTPATH_DATA_PORTS").map_err(anyhow::Error::msg)?;
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
@@ -383,6 +373,32 @@ const MAX_PARALLEL: i64 = 128;
 pub struct LsArgs {
     /// Directory URL.
     pub url: String,
+    #[command(flatten)]
+    pub timeouts: Timeouts,
+}
+
+/// How long a server may take, for `cp`, `ls` and `sum` alike.
+#[derive(Debug, Args)]
+pub struct Timeouts {
+    /// Seconds a server may take to begin and finish a reply before its
+    /// session is given up (and the file tried again, with --retries).
+    #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=WEEK))]
+    pub reply_timeout: u64,
+    /// Seconds a server may take to answer the connect of a control
+    /// connection with its greeting before the attempt fails (and is
+    /// tried again, with --retries).
+    #[arg(long, value_name = "SECS", default_value_t = 30, env = "LIGHTPATH_CONNECT_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=WEEK))]
+    pub connect_timeout: u64,
+}
+
+impl Timeouts {
+    /// Make them the client's.
+    fn apply(&self) {
+        lightpath_client::control::REPLY_TIMEOUT.set(Duration::from_secs(self.reply_timeout));
+        lightpath_client::control::CONNECT_TIMEOUT.set(Duration::from_secs(self.connect_timeout));
+    }
 }
 
 /// Options of `lightpath sum`.
@@ -393,6 +409,8 @@ pub struct SumArgs {
     /// Algorithm (MD5, ADLER32, CRC32C, SHA1, SHA256, SHA512).
     #[arg(long, default_value = "MD5")]
     pub alg: String,
+    #[command(flatten)]
+    pub timeouts: Timeouts,
 }
 
 /// The server and path `url` names, for `ls` and `sum`; a usage error
@@ -435,6 +453,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
 /// the listing quietly, as for any Unix tool, not with a panic.
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     use std::io::Write;
+    a.timeouts.apply();
     let (rt, mut s, path) = open(&a.url)?;
     let mut out = std::io::stdout().lock();
     let entries: Vec<(char, u64, Vec<u8>)> = match rt.block_on(s.list(&path)) {
@@ -483,6 +502,7 @@ fn other_kind(t: &str) -> char {
 
 /// Print a server-side checksum.
 pub fn sum(a: SumArgs) -> anyhow::Result<()> {
+    a.timeouts.apply();
     let (rt, mut s, path) = open(&a.url)?;
     s.computes("--alg", &a.alg)?;
     let sum = rt.block_on(s.checksum(&a.alg.to_ascii_uppercase(), &path))?;

@@ -381,3 +381,23 @@ fn many_streams_under_a_low_soft_limit_of_open_files_copy() {
     assert!(status.success());
     assert_same_tree(&root, &local);
 }
+
+/// `ls` and `sum` take `--connect-timeout` and `--reply-timeout` as `cp`
+/// does (they read only the environment's): a server that never greets
+/// fails them in the time given.
+#[test]
+fn ls_and_sum_take_the_timeouts_cp_takes() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    for cmd in [vec!["ls"], vec!["sum", "--alg", "MD5"]] {
+        let t = Instant::now();
+        let out = Command::new(LP)
+            .args(&cmd)
+            .args(["--connect-timeout", "1", "--reply-timeout", "5", &url(port, "/f")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(10), "{cmd:?} took {:?}: {err}", t.elapsed());
+    }
+}
