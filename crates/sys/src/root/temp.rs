@@ -161,13 +161,26 @@ impl TempFile {
         if self.is_unnamed() {
             self.link_temp_name()?;
         }
+        // An adopted file's lock (its open file description's `flock`)
+        // stays until its name is settled: released at the close, another
+        // run could keep its own file under the kept name before the
+        // rename published that name (a review's find).
+        let lock = match (&self.file, self.noted) {
+            (Some(f), true) => Some(f.try_clone()?),
+            _ => None,
+        };
         if let Some(f) = self.file.take() {
             close_checked(f)?;
         }
         let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
-        if r.is_ok() {
+        if r.is_ok() || lock.is_some() {
+            if r.is_err() {
+                // Still ours (locked): removed now, not after the lock goes.
+                let _ = rustix::fs::unlinkat(&*self.dir, OsStr::from_bytes(&self.tmp), AtFlags::empty());
+            }
             self.tmp.clear();
         }
+        drop(lock);
         Ok(r?)
     }
 
@@ -325,9 +338,12 @@ fn names_file(dir: &OwnedFd, name: &OsStr, f: impl AsFd) -> bool {
 /// it up ([`TempFile::adopt`]'s `flock`): replaced, that run's file would
 /// lose its name under it.
 fn kept_in_use(dir: &OwnedFd, kept: &OsStr) -> bool {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    // Opened for writing as `adopt` opens it (NFS emulates `flock` with
+    // `fcntl` locks, which need it); only "would block" says it is held.
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     let Ok(fd) = rustix::fs::openat(dir, kept, flags, Mode::empty()) else { return false };
-    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
+    let r = rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+    r == Err(rustix::io::Errno::WOULDBLOCK)
 }
 
 /// Close `f`, returning the error `close` gives (`File`'s drop ignores
