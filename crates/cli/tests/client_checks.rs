@@ -418,3 +418,43 @@ fn a_large_download_whose_destination_cannot_be_made_fails_without_moving_it() {
         assert_eq!(std::fs::read(&dst).unwrap(), b"small");
     }
 }
+
+/// The same from a plain FTP server (MODE S only): the data connection is
+/// taken and closed at once, where all of it was received into nothing.
+#[test]
+fn a_large_mode_s_download_whose_destination_cannot_be_made_is_cut_short() {
+    use common::scripted::{self, DataEnd};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const SIZE: u64 = 256 << 20;
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    let port = scripted::serve(move |conn| {
+        let (mut data, sent) = (DataEnd::default(), counted.clone());
+        scripted::commands(conn, "plain", |out, verb, arg| {
+            Some(match verb {
+                "USER" => "331 password\r\n".into(),
+                "FEAT" => "211-Features:\r\n SIZE\r\n211 End\r\n".into(),
+                "SIZE" => format!("213 {SIZE}\r\n"),
+                "PASV" | "EPSV" | "PORT" => data.set(verb, arg),
+                "RETR" => {
+                    let _ = out.write_all(b"150 here it comes\r\n");
+                    let mut dc = data.open()?;
+                    let chunk = vec![0u8; 1 << 20];
+                    while sent.load(Ordering::Relaxed) < SIZE && dc.write_all(&chunk).is_ok() {
+                        sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                    let whole = sent.load(Ordering::Relaxed) >= SIZE;
+                    if whole { "226 Transfer complete.\r\n" } else { "426 Connection closed.\r\n" }.into()
+                }
+                "MODE" if !arg.eq_ignore_ascii_case("S") => "504 only MODE S\r\n".into(),
+                _ => "200 OK\r\n".into(),
+            })
+        })
+    });
+    let (_d, _root, local) = root_and_local();
+    let dst = local.join("nosuch/x").display().to_string();
+    let (ok, err) = run(&["cp", "--retries", "0", &url(port, "/big"), &dst], 60);
+    assert!(!ok && err.contains("nosuch/x: No such file or directory"), "{err}");
+    let n = sent.load(Ordering::Relaxed);
+    assert!(n < SIZE / 4, "{n} of {SIZE} bytes sent into nothing: {err}");
+}

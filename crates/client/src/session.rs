@@ -433,6 +433,12 @@ impl Session {
                     let got = recv(w.sink().as_ref());
                     got.map(|n| (w, n)).map_err(ClientError::from)
                 }
+                // A large one's connection is taken and closed at once, which
+                // fails the server's send (as in MODE E, `get::DRAIN_AT_MOST`).
+                Err(e) if announced > get::DRAIN_AT_MOST => {
+                    drop(dc.open_stream());
+                    Err(e)
+                }
                 // Still received (into nothing): a server waits for our data
                 // connection, and answers only once the file has gone.
                 Err(e) => Err(recv(&lightpath_engine::NullSink).map_or_else(ClientError::from, |_| e)),

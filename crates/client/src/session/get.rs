@@ -174,7 +174,7 @@ impl Session {
 /// trip). A larger one's channel is closed instead, failing the server's
 /// transfer at once: drained, a 20 GiB download into a directory that did
 /// not exist took 21 s to fail, and would take hours on a WAN.
-const DRAIN_AT_MOST: u64 = 16 << 20;
+pub(crate) const DRAIN_AT_MOST: u64 = 16 << 20;
 
 /// Receive a MODE E file into `target`, resuming what its slot kept.
 /// Returns the open file and every range it now holds. A transfer that
