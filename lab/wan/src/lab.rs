@@ -37,8 +37,10 @@ pub struct Lab {
     /// The namespaces this lab made, with their inodes ([`netns::ino`]):
     /// only those are removed when it ends. Removed by name, a lab took
     /// another's namespaces along (one that had reused the prefix after
-    /// a `lab down`, or that failed to start beside it).
-    made: Vec<(String, u64)>,
+    /// a `lab down`, or that failed to start beside it). Each is held open
+    /// while the lab runs, so that its inode number, which the kernel
+    /// hands out again once a namespace is freed, stays this one's.
+    made: Vec<(String, u64, std::fs::File)>,
 }
 
 fn check_prefix(prefix: &str) -> Result<(), LabError> {
@@ -228,7 +230,7 @@ impl Lab {
         if let Some(w) = self.watchdog.take() {
             w.finish();
         }
-        for (name, ino) in std::mem::take(&mut self.made) {
+        for (name, ino, _held) in std::mem::take(&mut self.made) {
             if netns::ino(&name) == Some(ino) {
                 netns::remove(&name, Duration::from_millis(500))?;
             }
@@ -239,8 +241,10 @@ impl Lab {
     /// Note the namespace `name` as this lab's, for its end (and its
     /// watchdog's, should this process die).
     fn made(&mut self, name: &str) {
-        let Some(ino) = netns::ino(name) else { return };
-        self.made.push((name.to_string(), ino));
+        use std::os::unix::fs::MetadataExt;
+        let Ok(held) = std::fs::File::open(std::path::Path::new("/run/netns").join(name)) else { return };
+        let Ok(ino) = held.metadata().map(|m| m.ino()) else { return };
+        self.made.push((name.to_string(), ino, held));
         if let Some(w) = self.watchdog.as_mut() {
             w.guard(name, ino);
         }
