@@ -175,8 +175,7 @@ fn start_failure_code(e: &anyhow::Error) -> u8 {
 }
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
-    a.timeouts.apply();
-    lightpath_engine::ports::range_from_env("LIGHTPATH_DATA_PORTS").map_err(anyhow::Error::msg)?;
+    a.timeouts.apply()?;
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = match (a.off, a.len) {
@@ -381,23 +380,28 @@ pub struct LsArgs {
 #[derive(Debug, Args)]
 pub struct Timeouts {
     /// Seconds a server may take to begin and finish a reply before its
-    /// session is given up (and the file tried again, with --retries).
+    /// session is given up (cp tries the file again, with --retries).
     #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub reply_timeout: u64,
     /// Seconds a server may take to answer the connect of a control
-    /// connection with its greeting before the attempt fails (and is
-    /// tried again, with --retries).
+    /// connection with its greeting before the attempt fails (cp tries
+    /// again, with --retries). Of a host's several addresses, each but the
+    /// last is given at most 5 s of it.
     #[arg(long, value_name = "SECS", default_value_t = 30, env = "LIGHTPATH_CONNECT_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub connect_timeout: u64,
 }
 
 impl Timeouts {
-    /// Make them the client's.
-    fn apply(&self) {
+    /// Make them the client's; a malformed `LIGHTPATH_DATA_PORTS` (or
+    /// `GLOBUS_TCP_PORT_RANGE`), which every command's data listener reads,
+    /// is refused here.
+    fn apply(&self) -> anyhow::Result<()> {
         lightpath_client::control::REPLY_TIMEOUT.set(Duration::from_secs(self.reply_timeout));
         lightpath_client::control::CONNECT_TIMEOUT.set(Duration::from_secs(self.connect_timeout));
+        lightpath_engine::ports::range_from_env("LIGHTPATH_DATA_PORTS").map_err(anyhow::Error::msg)?;
+        Ok(())
     }
 }
 
@@ -453,7 +457,7 @@ fn open(url: &str) -> anyhow::Result<(tokio::runtime::Runtime, Session, Vec<u8>)
 /// the listing quietly, as for any Unix tool, not with a panic.
 pub fn ls(a: LsArgs) -> anyhow::Result<()> {
     use std::io::Write;
-    a.timeouts.apply();
+    a.timeouts.apply()?;
     let (rt, mut s, path) = open(&a.url)?;
     let mut out = std::io::stdout().lock();
     let entries: Vec<(char, u64, Vec<u8>)> = match rt.block_on(s.list(&path)) {
@@ -502,7 +506,7 @@ fn other_kind(t: &str) -> char {
 
 /// Print a server-side checksum.
 pub fn sum(a: SumArgs) -> anyhow::Result<()> {
-    a.timeouts.apply();
+    a.timeouts.apply()?;
     let (rt, mut s, path) = open(&a.url)?;
     s.computes("--alg", &a.alg)?;
     let sum = rt.block_on(s.checksum(&a.alg.to_ascii_uppercase(), &path))?;

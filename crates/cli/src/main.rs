@@ -64,9 +64,10 @@ fn init_logging(verbose: u8, serve: bool) {
 
 /// Raise the soft limit of open files to the hard one, for the server and
 /// the client alike: each MODE E stream is a descriptor at both ends, and
-/// a client with `-p 128 --cc 4` under the usual soft limit of 1024 ran
-/// out of them and stalled for minutes (a defect hunt's find; only the
-/// server raised it). Done before a server's port listens.
+/// a client with `-p 128 --cc 4` under a soft limit of 256 (or `--cc 16`
+/// under the usual 1024) ran out of them and stalled for minutes (a
+/// defect hunt's find; only the server raised it). Done before a server's
+/// port listens.
 fn raise_files_limit() {
     let show = |n: Option<u64>| n.map_or("unlimited".to_string(), |n| n.to_string());
     match lightpath_sys::privs::raise_open_files_limit() {

@@ -251,8 +251,10 @@ fn check_addresses(args: &mut ServeArgs) -> anyhow::Result<()> {
     if let Some(r) = args.data_ports {
         tracing::info!("data connections to this server come to ports {r}");
     }
+    // `[::]` takes IPv4 clients too; `0.0.0.0` only IPv4 ones.
     let listen = args.listen.ip();
-    if let Some(p) = args.public_ip.filter(|p| !listen.is_unspecified() && p.is_ipv4() != listen.is_ipv4()) {
+    let dual = listen.is_ipv6() && listen.is_unspecified();
+    if let Some(p) = args.public_ip.filter(|p| !dual && p.is_ipv4() != listen.is_ipv4()) {
         anyhow::bail!("--public-ip {p} is of another address family than --listen {}", args.listen);
     }
     Ok(())

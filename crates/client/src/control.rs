@@ -32,13 +32,16 @@ const NEXT_ADDRESS_AFTER: Duration = Duration::from_secs(5);
 /// [`NEXT_ADDRESS_AFTER`] of the [`connect_timeout`]: one that dropped
 /// every SYN (an AAAA record of a broken IPv6 path) took all of it, and
 /// the next address, which worked, was never tried (a defect hunt's find).
+/// (A Fast Open connect to a server whose cookie is known returns at once,
+/// its SYN going with the first write: a dead first address then shows as
+/// a reply that never comes, and the next is not tried.)
 pub(crate) async fn open_with(
     host: &str,
     port: u16,
     prepare: impl Fn(&tokio::net::TcpSocket),
 ) -> std::io::Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
     let deadline = tokio::time::Instant::now() + connect_timeout();
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} has no address"));
     for (i, &addr) in addrs.iter().enumerate() {
         let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;

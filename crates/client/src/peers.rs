@@ -77,7 +77,11 @@ impl PeerBook {
 
     fn load(&self) -> Vec<Entry> {
         let Some(p) = &self.0 else { return Vec::new() };
-        // Line by line: one line that is not UTF-8 lost every entry.
+        // Line by line: one line that is not UTF-8 lost every entry. Only a
+        // regular file: a FIFO would block the read for ever.
+        if !std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+            return Vec::new();
+        }
         let raw = std::fs::read(p).unwrap_or_default();
         raw.split(|&b| b == b'\n').filter_map(|l| std::str::from_utf8(l).ok().and_then(parse_line)).collect()
     }
@@ -197,6 +201,7 @@ mod tests {
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         PeerBook::at(fifo.clone()).remember("c", 1, Some(Peer { ahead_port: 2002, rtt_us: 5 }));
+        assert_eq!(PeerBook::at(fifo.clone()).lookup("c", 1), None, "a FIFO is not read (it would block)");
         assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "not replaced");
         std::fs::create_dir(dir.path().join("dir")).unwrap();
         std::fs::write(dir.path().join("dir/x"), b"").unwrap();

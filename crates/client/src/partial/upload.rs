@@ -173,7 +173,9 @@ fn write(path: &Path, note: &Note) {
 }
 
 /// Remove the files of `dir` (notes, and temporary names a killed run
-/// left) last written more than [`NOTE_LIFE`] before `now`.
+/// left) last written more than [`NOTE_LIFE`] before `now`. (Not trees'
+/// notes: one decides where the same command resumes its tree, which
+/// without it would be copied into the directory its first run made.)
 fn prune(dir: &Path, now: SystemTime) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
