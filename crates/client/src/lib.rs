@@ -36,8 +36,8 @@ pub enum ClientError {
     /// Login refused.
     #[error("login to {0} refused: {1}")]
     Login(String, String),
-    /// The server refused a command.
-    #[error("{server}: {cmd} refused: {reply}")]
+    /// The server refused a command (or, 426, broke off its transfer).
+    #[error("{server}: {cmd} {}: {reply}", if *code == 426 { "failed" } else { "refused" })]
     Refused {
         /// Server.
         server: String,
@@ -212,5 +212,12 @@ mod tests {
         assert!(!refused(451, "x: Permission denied", DataEnd::Fine).is_transient());
         assert!(refused(500, "Command failed. : callback failed.", DataEnd::Broke).is_transient());
         assert!(refused(426, "Transfer aborted.", DataEnd::Broke).is_transient());
+    }
+
+    /// A 426 ends a transfer that began: it failed, it was not refused.
+    #[test]
+    fn a_transfer_broken_off_failed_rather_than_was_refused() {
+        assert_eq!(refused(426, "broken", DataEnd::Broke).to_string(), "s: STOR /x failed: broken");
+        assert_eq!(refused(550, "no such file", DataEnd::Fine).to_string(), "s: STOR /x refused: no such file");
     }
 }
