@@ -458,3 +458,36 @@ fn a_large_mode_s_download_whose_destination_cannot_be_made_is_cut_short() {
     let n = sent.load(Ordering::Relaxed);
     assert!(n < SIZE / 4, "{n} of {SIZE} bytes sent into nothing: {err}");
 }
+
+/// Two large files of a tree copied file by file (from GCT) whose
+/// destinations cannot be made fail alone: each closes its data channel,
+/// and the files sent behind it go again. Only once before: the files
+/// behind the second failed too, with GCT's "connection prematurely
+/// closed" (a defect hunt's find).
+#[test]
+fn two_large_files_that_cannot_be_made_fail_alone_in_a_tree_from_gct() {
+    let (_d, root, local) = root_and_local();
+    for dir in ["a", "b", "c"] {
+        let d = root.join("t").join(dir);
+        std::fs::create_dir_all(&d).unwrap();
+        for (n, len) in [("big1", 20 << 20), ("big2", 20 << 20), ("small1", 1000), ("small2", 1000)] {
+            write_random(&d.join(n), len, n.len() as u64);
+        }
+    }
+    let (_g, gp) = gct_server(&root);
+    let stuck = local.join("t/b");
+    std::fs::create_dir_all(&stuck).unwrap();
+    assert!(Command::new("chattr").arg("+i").arg(&stuck).status().unwrap().success());
+    let src = url(gp, &format!("{}/t", root.display()));
+    let (ok, err) = run(&["cp", "-r", "--retries", "0", &src, &format!("{}/", local.display())], 120);
+    assert!(Command::new("chattr").arg("-i").arg(&stuck).status().unwrap().success());
+    assert!(!ok, "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.contains("FAILED")).collect();
+    assert_eq!(failed.len(), 4, "only b's four files fail: {err}");
+    assert!(failed.iter().all(|l| l.contains("/t/b/")), "{err}");
+    for dir in ["a", "c"] {
+        for n in ["big1", "big2", "small1", "small2"] {
+            assert_same_file(&root.join("t").join(dir).join(n), &local.join("t").join(dir).join(n));
+        }
+    }
+}

@@ -94,3 +94,25 @@ fn a_public_address_of_the_other_family_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("another address family"), "{err}");
 }
+
+/// A session's next PASV in a range of one port gets that port again: its
+/// last listener held it, and the PASV got 425 (globus-url-copy then fell
+/// back to PORT, which a firewall stops). Another session gets it once
+/// the first one's is replaced.
+#[test]
+fn a_session_reuses_its_port_in_a_range_of_one() {
+    let (_d, root, _local) = root_and_local();
+    std::fs::write(root.join("f"), b"data").unwrap();
+    let p = free_port().clamp(20000, 60000);
+    let (_s, port) = lp_server(&root, &["--anonymous", "--data-ports", &format!("{p}-{p}")]);
+    let mut c = Raw::login(port);
+    for _ in 0..3 {
+        let (code, text) = c.cmd("PASV");
+        assert_eq!((code, pasv_port(&text)), (227, p), "{text}");
+        let mut data = std::net::TcpStream::connect(("127.0.0.1", p)).unwrap();
+        assert_eq!(c.cmd("RETR f").0, 150);
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut data, &mut got).unwrap();
+        assert_eq!((got.as_slice(), c.final_reply().0), (&b"data"[..], 226));
+    }
+}

@@ -47,7 +47,10 @@ pub(crate) async fn open_with(
         let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
         prepare(&sock);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let share = if i + 1 < addrs.len() { left.min(NEXT_ADDRESS_AFTER) } else { left };
+        // At most 5 s, and no more than an equal part of what is left, so
+        // that a short --connect-timeout leaves the last address its part.
+        let rest = (addrs.len() - i) as u32;
+        let share = if i + 1 < addrs.len() { left.min(NEXT_ADDRESS_AFTER).min(left / rest) } else { left };
         match tokio::time::timeout(share, sock.connect(addr)).await {
             Ok(Ok(c)) => return Ok(c),
             Ok(Err(e)) => last = std::io::Error::new(e.kind(), format!("{addr}: {e}")),

@@ -342,8 +342,16 @@ impl Session {
             return Ok(());
         }
         let ip = self.ctl.local_addr().map_err(|e| ClientError::Local(e.to_string()))?.ip();
-        let l = lightpath_engine::ports::listen_in(ip, data_ports())
-            .map_err(|e| ClientError::Local(format!("listening for data: {e}")))?;
+        self.dc().close(); // its port first (a small LIGHTPATH_DATA_PORTS range)
+        let l = lightpath_engine::ports::listen_in(ip, data_ports()).map_err(|e| {
+            let msg = format!("listening for data: {e}");
+            // Every port of the range in use: others' transfers end, and
+            // the file is tried again (`--retries`).
+            match e.kind() {
+                std::io::ErrorKind::AddrInUse => ClientError::Data { msg, transient: true },
+                _ => ClientError::Local(msg),
+            }
+        })?;
         let addr = l.local_addr().map_err(|e| ClientError::Local(e.to_string()))?;
         self.dc().listen(l);
         let cmd = match hostport::format_port(addr) {

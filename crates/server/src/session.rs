@@ -447,6 +447,9 @@ impl Session {
         // address of the other family is not this session's to give.
         let local = self.local.ip().to_canonical();
         let ip = self.ctx.cfg.public_ip.filter(|p| p.is_ipv4() == local.is_ipv4()).unwrap_or(local);
+        // The session's last listener goes first: in a small port range
+        // (`--data-ports`) it held a port, and its own next PASV found none.
+        self.dc.close();
         let l = match lightpath_engine::ports::listen_in(self.local.ip(), self.ctx.cfg.data_ports) {
             Ok(l) => l,
             Err(e) => return self.send(&Reply::new(425, format!("Cannot listen for data: {e}"))).await,

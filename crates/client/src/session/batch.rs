@@ -58,7 +58,11 @@ impl Batch {
     /// whether the file is to be sent once more instead: a refusal in the
     /// shadow of a lost channel, the first time.
     pub fn record(&mut self, i: usize, r: Result<u64, ClientError>, shadowed: bool) -> bool {
-        if shadowed && !self.again[i] && matches!(r, Err(ClientError::Refused { .. })) {
+        // Not only once: a round's first file is never shadowed, so each
+        // round settles at least one file. Once, two files whose targets
+        // could not be made (each losing the channel) in one batch failed
+        // every file behind the second (a defect hunt's find).
+        if shadowed && matches!(r, Err(ClientError::Refused { .. })) {
             tracing::info!(code = refused_code(&r), "transfer refused after the data channel was lost: sent again");
             self.again[i] = true;
             return true;
@@ -135,11 +139,12 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_behind_a_lost_channel_goes_again_once() {
+    fn a_refusal_behind_a_lost_channel_goes_again() {
         let mut b = Batch::new(3);
         assert!(!b.record(0, refused(), false), "not shadowed: final");
         assert!(b.record(1, refused(), true), "shadowed: again");
-        assert!(!b.record(1, refused(), true), "the second refusal is final");
+        assert!(b.record(1, refused(), true), "shadowed in the next round too: again");
+        assert!(!b.record(1, refused(), false), "first in its round: final");
         assert!(!b.record(2, Err(ClientError::Local("disk".into())), true), "only refusals go again");
         let out = b.finish();
         assert!(out.iter().all(|r| r.is_err()));
