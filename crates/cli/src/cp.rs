@@ -221,6 +221,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     let results = rt.block_on(until_interrupted(copy(srcs, dst, opts, progress.clone()), &progress.cancel));
     if let Some((pb, stop)) = bar {
         stop.store(true, Ordering::Relaxed);
+        crate::log::set_bar(None);
         pb.finish_and_clear();
     }
     // Transfers still running after the grace period (a server that does
@@ -337,6 +338,7 @@ fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBoo
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    crate::log::set_bar(Some(pb.clone()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (pb2, stop2) = (pb.clone(), stop.clone());
     std::thread::spawn(move || {

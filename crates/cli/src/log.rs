@@ -13,10 +13,33 @@
 
 use std::borrow::Cow;
 use std::io::Write;
+use std::sync::Mutex;
+
+/// The progress bar on the terminal, if one is drawn: a line written
+/// while it is clears it first and draws it again after. Written over it,
+/// a retry's warning ran on from the bar's line (a defect hunt's find).
+static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+
+/// Lines go around `bar` from now on (`None`: it is gone).
+pub fn set_bar(bar: Option<indicatif::ProgressBar>) {
+    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = bar;
+}
+
+/// Write `bytes` to stderr around the bar, if one is drawn.
+fn write_err(bytes: &[u8]) {
+    let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let write = || {
+        let _ = std::io::stderr().write_all(bytes);
+    };
+    match bar {
+        Some(b) if !b.is_finished() => b.suspend(write),
+        _ => write(),
+    }
+}
 
 /// Write `line` and a line break to stderr; a failure is ignored.
 pub fn say(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
+    write_err(format!("{line}\n").as_bytes());
 }
 
 /// A tracing writer to stderr ([`say`]'s rules; `plain`: control
@@ -35,7 +58,7 @@ impl LogWriter {
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let out = if self.plain { printable(buf) } else { Cow::Borrowed(buf) };
-        let _ = std::io::stderr().write_all(&out);
+        write_err(&out);
         Ok(buf.len())
     }
 

@@ -59,7 +59,14 @@ fn init_logging(verbose: u8, serve: bool) {
     // the network is shown without its control characters ([`log`]).
     let ansi = !serve && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let writer = move || log::LogWriter::new(!ansi);
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi).init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    // A client's warnings at its default level are for its user: no
+    // timestamp or module path (`-v` and a server's log keep them).
+    if serve || verbose > 0 {
+        fmt.init();
+    } else {
+        fmt.without_time().with_target(false).init();
+    }
 }
 
 /// Raise the soft limit of open files to the hard one, for the server and
