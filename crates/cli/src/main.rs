@@ -119,6 +119,9 @@ fn passwd(user: &str) -> anyhow::Result<()> {
     lightpath_server::users::name_ok(user).map_err(anyhow::Error::msg)?;
     let pass = lightpath_sys::tty::read_secret(&format!("password for {user}: "))?;
     anyhow::ensure!(!pass.is_empty(), "empty password on stdin");
+    // A hash of a longer one would never let anyone in: serve refuses it.
+    let max = lightpath_server::users::MAX_PASSWORD;
+    anyhow::ensure!(pass.len() <= max, "password of {} bytes: serve takes at most {max}", pass.len());
     println!("{user}:{}", lightpath_server::users::hash_password(&pass));
     Ok(())
 }

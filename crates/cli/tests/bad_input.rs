@@ -633,3 +633,11 @@ fn failed_logins_do_not_grow_the_servers_memory() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     assert!(rss_kb < 40_000 + cpus * 20_000, "{rss_kb} kB after 24 failed logins");
 }
+
+/// `passwd` refuses a password longer than `serve` checks: its hash
+/// would have let no one in ("Login incorrect." for the right password).
+#[test]
+fn passwd_refuses_a_password_serve_would_never_check() {
+    assert!(line("carol", &"p".repeat(1024)).starts_with("carol:"), "1024 bytes are taken");
+    assert_eq!(line("carol", &"p".repeat(1025)), "", "1025 bytes are refused");
+}

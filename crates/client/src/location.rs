@@ -84,6 +84,11 @@ impl Location {
     /// scheme a local path; other schemes are refused, not taken for a
     /// local path.
     pub fn parse(arg: &str) -> Result<Location, LocationError> {
+        // The URL an error shows has no password (it went to cron logs).
+        Self::parse_shown(arg).map_err(|LocationError::Url(u, why)| LocationError::Url(without_password(&u), why))
+    }
+
+    fn parse_shown(arg: &str) -> Result<Location, LocationError> {
         if let Some(path) = file_minimal(arg) {
             return parse_file(arg, path);
         }
@@ -283,6 +288,8 @@ mod tests {
         assert_eq!(file("file:///%aé%"), Location::Local(PathBuf::from("/%aé%")));
         assert_eq!(file("file:///%ff"), Location::Local(PathBuf::from(std::ffi::OsStr::from_bytes(b"/\xff"))));
         assert!(Location::parse("file:///a%00b").is_err());
+        let e = Location::parse("ftp://alice:pw1@127.0.0.1:99999/x").unwrap_err().to_string();
+        assert!(e.contains("ftp://alice@127.0.0.1:99999/x") && !e.contains("pw1"), "{e}");
         assert_eq!(file("file:/tmp/x"), Location::Local("/tmp/x".into()));
         assert_eq!(file("FILE:/a%20b"), Location::Local("/a b".into()));
         assert_eq!(file("./file:/x"), Location::Local("./file:/x".into()));
