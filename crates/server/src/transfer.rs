@@ -540,8 +540,10 @@ fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
         EngineError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::ResourceBusy => {
             Reply::new(450, format!("Server busy: {at}{e}"))
         }
+        // "Local" in RFC 959's sense (the server's own), which a client's
+        // user read as their own disk: said as the server's.
         EngineError::Io { ref context, .. } if context.starts_with("writing") || context.starts_with("reading") => {
-            Reply::new(451, format!("Local error: {at}{e}"))
+            Reply::new(451, format!("Error on the server's disk: {at}{e}"))
         }
         _ => Reply::new(426, format!("Data connection failed: {at}{e}")),
     }
@@ -648,7 +650,9 @@ mod tests {
         let busy = std::io::Error::from(lightpath_engine::vfile::VfileError::Busy(8192));
         assert_eq!(data_reply(EngineError::io("writing data", busy)).code, 450);
         let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
-        assert_eq!(data_reply(EngineError::io("writing data", full)).code, 451);
+        let r = data_reply(EngineError::io("writing data", full));
+        assert_eq!(r.code, 451);
+        assert!(r.text().starts_with("Error on the server's disk"), "not the client's: {}", r.text());
         // A download's file that shrank while sent: ask again (450).
         let short = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
         assert_eq!(data_reply(EngineError::sending("data connection 1", short)).code, 450);
