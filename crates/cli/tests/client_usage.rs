@@ -401,3 +401,29 @@ fn ls_and_sum_take_the_timeouts_cp_takes() {
         assert!(t.elapsed() < Duration::from_secs(10), "{cmd:?} took {:?}: {err}", t.elapsed());
     }
 }
+
+/// A name with no address, and a port where something else answers, are
+/// not tried again: every retry met the same, and a typo cost 7 s of
+/// warnings (a defect hunt's find).
+#[test]
+fn a_server_that_is_not_there_is_not_tried_again() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut s in l.incoming().flatten() {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+            held.push(s);
+        }
+    });
+    let d = scratch();
+    let dst = d.path().join("x").display().to_string();
+    for src in [url(port, "/x"), "ftp://no-such-host.invalid/x".to_string()] {
+        let t = Instant::now();
+        let (code, err) = cp(&["--retries", "3", &src, &dst]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("not an FTP server") || err.contains("no such host"), "{err}");
+        assert!(!err.contains("trying again"), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
+    }
+}

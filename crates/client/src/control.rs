@@ -41,7 +41,7 @@ pub(crate) async fn open_with(
     prepare: impl Fn(&tokio::net::TcpSocket),
 ) -> std::io::Result<TcpStream> {
     let deadline = tokio::time::Instant::now() + connect_timeout();
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await.map_err(no_such_host)?.collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host} has no address"));
     for (i, &addr) in addrs.iter().enumerate() {
         let sock = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
@@ -51,13 +51,28 @@ pub(crate) async fn open_with(
         // that a short --connect-timeout leaves the last address its part.
         let rest = (addrs.len() - i) as u32;
         let share = if i + 1 < addrs.len() { left.min(NEXT_ADDRESS_AFTER).min(left / rest) } else { left };
+        // Named when the host has several (the error already names it).
+        let at = if addrs.len() > 1 { format!("{addr}: ") } else { String::new() };
         match tokio::time::timeout(share, sock.connect(addr)).await {
             Ok(Ok(c)) => return Ok(c),
-            Ok(Err(e)) => last = std::io::Error::new(e.kind(), format!("{addr}: {e}")),
-            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr}: timed out")),
+            Ok(Err(e)) => last = std::io::Error::new(e.kind(), format!("{at}{e}")),
+            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{at}timed out")),
         }
     }
     Err(last)
+}
+
+/// A failed lookup of a host: `NotFound` when the name has no address
+/// (getaddrinfo's EAI_NONAME and EAI_NODATA, which std gives only as
+/// text), the error as it was otherwise (EAI_AGAIN, a resolver down for a
+/// moment, is worth another try).
+fn no_such_host(e: std::io::Error) -> std::io::Error {
+    let text = e.to_string();
+    let gone = ["Name or service not known", "No address associated with hostname"].iter().any(|m| text.contains(m));
+    if gone {
+        return std::io::Error::new(std::io::ErrorKind::NotFound, format!("no such host ({text})"));
+    }
+    e
 }
 
 /// Where a control connection's RTT came from.
@@ -216,7 +231,10 @@ impl ControlConn {
         let stream = tokio::time::timeout(connect_timeout() + Duration::from_secs(1), fut)
             .await
             .map_err(|_| ClientError::Connect(name.clone(), "timed out".into()))?
-            .map_err(|e| ClientError::Connect(name.clone(), e.to_string()))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => ClientError::NotThere(name.clone(), e.to_string()),
+                _ => ClientError::Connect(name.clone(), e.to_string()),
+            })?;
         let _ = stream.set_nodelay(true);
         let deferred = fastopen && !lightpath_sys::net::tcp_handshake_done(&stream).unwrap_or(true);
         let (rtt, rtt_source) = match (deferred, book_rtt) {
@@ -451,7 +469,7 @@ impl ControlConn {
     /// The error for a reply over the parser's bounds.
     fn limit_err(&self, e: &lightpath_proto::reply::ReplyError) -> ClientError {
         if let lightpath_proto::reply::ReplyError::NotFtp(_) = e {
-            return ClientError::Control(self.name.clone(), e.to_string());
+            return ClientError::NotThere(self.name.clone(), e.to_string());
         }
         ClientError::Limit { server: self.name.clone(), what: format!("{e} (last command sent: {})", self.last_sent) }
     }

@@ -454,10 +454,10 @@ async fn start_batch(
         return (Some(e), true);
     }
     let failed = open_if_needed(sessions, &batch[0], (sopts, opts), pre).await;
-    if let Some(e @ ClientError::Connect(..)) = &failed {
-        if batch.iter().all(|t| t.tries >= opts.retries) {
-            crew.give_up_on(e);
-        }
+    match &failed {
+        Some(e @ ClientError::Connect(..)) if batch.iter().all(|t| t.tries >= opts.retries) => crew.give_up_on(e),
+        Some(e @ ClientError::NotThere(..)) => crew.give_up_on(e),
+        _ => {}
     }
     (failed, false)
 }

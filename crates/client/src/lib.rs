@@ -30,6 +30,11 @@ pub enum ClientError {
     /// Could not reach the server.
     #[error("connecting to {0}: {1}")]
     Connect(String, String),
+    /// Reached something that will not be a server of ours: a name with
+    /// no address, or a port that speaks another protocol. Not tried
+    /// again: each retry met the same (7 s of warnings for a typo).
+    #[error("connecting to {0}: {1}")]
+    NotThere(String, String),
     /// Control connection failed.
     #[error("control connection to {0}: {1}")]
     Control(String, String),
