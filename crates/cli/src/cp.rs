@@ -183,6 +183,15 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         (Some(off), None) => Some((off, lightpath_client::job::TO_END)),
         (None, None) => None,
     };
+    // As `cp` does, before anything is asked: each file failed alone with
+    // "No such file or directory", after its data had moved.
+    if let (false, true, Location::Local(d)) = (a.recursive, srcs.len() > 1, &dst) {
+        if !d.is_dir() {
+            let n = srcs.len();
+            let why = format!("target {} is not a directory (copying {n} files needs one that exists)", d.display());
+            return Err(ClientError::Usage(why).into());
+        }
+    }
     if a.partial && !lightpath_client::partial::notes_possible() {
         crate::log::say(
             "lightpath: neither XDG_STATE_HOME nor HOME is set: --partial keeps downloaded files, but notes no upload or tree for a later run",

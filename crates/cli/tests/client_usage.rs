@@ -427,3 +427,23 @@ fn a_server_that_is_not_there_is_not_tried_again() {
         assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
     }
 }
+
+/// Several files into a destination that is not a directory are refused
+/// before anything is asked of the server, as `cp` refuses them: each
+/// failed alone, after its data had moved.
+#[test]
+fn several_files_into_what_is_not_a_directory_are_refused_at_once() {
+    let (d, root, local) = root_and_local();
+    std::fs::write(root.join("a"), b"a").unwrap();
+    std::fs::write(root.join("b"), b"b").unwrap();
+    std::fs::write(local.join("afile"), b"mine").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    for dst in [local.join("nodir/"), local.join("afile")] {
+        let (code, err) = cp(&[&url(port, "/a"), &url(port, "/b"), dst.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("is not a directory") && !err.contains("FAILED"), "{err}");
+    }
+    assert_eq!(std::fs::read(local.join("afile")).unwrap(), b"mine");
+    assert!(!local.join("nodir").exists());
+    drop(d);
+}
