@@ -306,6 +306,9 @@ fn a_download_failing_verify_is_removed() {
     let (code, err, _) = timed_cp(&["--verify", "md5", &format!("ftp://127.0.0.1:{port}/d/f"), dst.to_str().unwrap()]);
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("checksum mismatch") && err.contains("removed"), "{err}");
+    // Which digest is which: the server's file is the source here.
+    let md5 = "b1946ac92492d2347c6235b4d2611184"; // of "hello\n", the copy's
+    assert!(err.contains(&format!("source's is 0123456789abcdef0123456789abcdef, the copy's {md5}")), "{err}");
     assert!(!dst.join("f").exists(), "the bad copy stays: {err}");
     // With the right digest the copy stays.
     let port = fake_server(Arc::new(Script::with_files(&[("/d/f", b"hello\n")])));

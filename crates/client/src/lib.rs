@@ -98,26 +98,27 @@ pub enum ClientError {
     /// denied) and left it out; the rest of the tree was copied.
     #[error("not copied: {0}")]
     LeftOut(String),
-    /// Data moved but the checksums differ.
-    #[error("{alg} checksum mismatch: {local} != {remote}")]
+    /// Data moved but the checksums differ (said as the source's and the
+    /// copy's: "a != b" left the user to guess which was which).
+    #[error("{alg} checksum mismatch: the source's is {local}, the copy's {remote}")]
     Checksum {
         /// Algorithm.
         alg: String,
-        /// One side.
+        /// The source's.
         local: String,
-        /// Other side.
+        /// The copy's.
         remote: String,
     },
     /// A copy failed `--verify` (a [`ClientError::Checksum`] mismatch)
     /// and was dealt with so that it does not pose as a good copy:
     /// `outcome` says whether it was removed.
-    #[error("{alg} checksum mismatch: {local} != {remote}; {outcome}")]
+    #[error("{alg} checksum mismatch: the source's is {local}, the copy's {remote}; {outcome}")]
     VerifyFailed {
         /// Algorithm.
         alg: String,
-        /// One side's digest.
+        /// The source's digest.
         local: String,
-        /// The other side's digest.
+        /// The copy's digest.
         remote: String,
         /// What became of the copy: removed, or why not.
         outcome: String,

@@ -65,7 +65,7 @@ pub(super) async fn verify_batch<'a>(
         }
         let (rpath, lpath) = (&remote(r_loc).path, local(l_loc));
         let dst = if written == Side::Local { l_loc } else { r_loc };
-        *r = match verify_local(s, alg, rpath, lpath).await {
+        *r = match verify_local(s, alg, (rpath, lpath), written == Side::Local).await {
             Ok(()) => continue,
             Err(e) if opts.part.is_some() => Err(e), // a window of a file: kept
             Err(e) => Err(discard_copy(e, dst, Some(s)).await),
@@ -73,13 +73,23 @@ pub(super) async fn verify_batch<'a>(
     }
 }
 
-async fn verify_local(s: &mut Session, alg: &str, rpath: &[u8], lpath: &std::path::Path) -> Result<(), ClientError> {
+/// Compare the server's file with the local one, the source's digest
+/// first (the local file is the copy of a download).
+async fn verify_local(
+    s: &mut Session,
+    alg: &str,
+    (rpath, lpath): (&[u8], &std::path::Path),
+    download: bool,
+) -> Result<(), ClientError> {
     let theirs = s.checksum(alg, rpath).await?;
     let (a, p) = (alg.to_string(), lpath.to_path_buf());
     let ours = tokio::task::spawn_blocking(move || local_digest(&a, &p))
         .await
         .map_err(|e| ClientError::Local(e.to_string()))??;
-    compare_digests(alg, Ok(ours), Ok(theirs))
+    match download {
+        true => compare_digests(alg, Ok(theirs), Ok(ours)),
+        false => compare_digests(alg, Ok(ours), Ok(theirs)),
+    }
 }
 
 /// A checksum mismatch `e`, saying what became of the copy: `outcome`.
@@ -142,7 +152,7 @@ async fn discard_remote(e: ClientError, d: &mut Session, path: &[u8]) -> ClientE
 }
 
 /// A file's check: both digests known and equal (`src` is reported as the
-/// local one, `dst` as the remote one).
+/// source's, `dst` as the copy's).
 pub(crate) fn compare_digests(
     alg: &str,
     src: Result<String, ClientError>,

@@ -62,7 +62,7 @@ async fn a_failed_verify_keeps_the_digests_apart_from_the_outcome() {
     let ClientError::VerifyFailed { alg, local, remote, outcome } = &e else { panic!("{e:?}") };
     assert_eq!((alg.as_str(), local.as_str(), remote.as_str()), ("MD5", "ab", "cd"));
     assert_eq!(outcome, &format!("the copy {} was removed", f.display()));
-    assert_eq!(e.to_string(), format!("MD5 checksum mismatch: ab != cd; {outcome}"));
+    assert_eq!(e.to_string(), format!("MD5 checksum mismatch: the source's is ab, the copy's cd; {outcome}"));
 }
 
 /// The digests of many files come back in their order, a missing file
@@ -90,7 +90,7 @@ fn a_file_passes_only_with_both_digests_known_and_equal() {
     let ok = |d: &str| Ok::<_, ClientError>(d.to_string());
     assert!(compare_digests("MD5", ok("ab"), ok("ab")).is_ok());
     let m = compare_digests("MD5", ok("ab"), ok("cd")).expect_err("differs").to_string();
-    assert!(m.contains("MD5 checksum mismatch: ab != cd"), "{m}");
+    assert!(m.contains("MD5 checksum mismatch: the source's is ab, the copy's cd"), "{m}");
     let refused = || Err(ClientError::Local("CKSM refused".into()));
     assert!(compare_digests("MD5", ok("ab"), refused()).is_err());
     assert!(compare_digests("MD5", refused(), ok("ab")).is_err());
