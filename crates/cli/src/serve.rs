@@ -305,8 +305,14 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         let root = args.root.display().to_string();
         let server = Server::with_users(args.config(), users, l, ahead)?;
         let addr = server.local_addr()?;
-        if let Some(p) = server.ahead_port() {
-            tracing::info!("data connections opened ahead: port {p}");
+        match server.ahead_port() {
+            // Not the control port + 1 (taken): a firewall opened for that,
+            // as README says, stops them; said by default, not only at -v.
+            Some(p) if args.ahead_port == AheadPort::Auto && Some(p) != addr.port().checked_add(1) => {
+                tracing::warn!("data connections opened ahead: port {p} (the control port + 1 was taken; give --ahead-port to choose)")
+            }
+            Some(p) => tracing::info!("data connections opened ahead: port {p}"),
+            None => {}
         }
         crate::log::say(&format!("lightpath: serving {root} on {addr} ({})", args.access()));
         let reload = reload_on_hangup(server.users_reload(), args.run_as.is_some())?;

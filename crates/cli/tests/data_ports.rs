@@ -116,3 +116,30 @@ fn a_session_reuses_its_port_in_a_range_of_one() {
         assert_eq!((got.as_slice(), c.final_reply().0), (&b"data"[..], 226));
     }
 }
+
+/// The port of data connections opened ahead, when the control port + 1
+/// is taken, is another one: said by default (a firewall opened for + 1,
+/// as README says, would stop them), not only at -v.
+#[test]
+fn an_ahead_port_other_than_the_usual_one_is_said() {
+    let (_d, root, _local) = root_and_local();
+    // A port held here whose port - 1 is free, for the control port.
+    let (_taken, port) = (0..50)
+        .find_map(|_| {
+            let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = taken.local_addr().unwrap().port() - 1;
+            std::net::TcpListener::bind(("127.0.0.1", port)).ok().map(|_| (taken, port))
+        })
+        .expect("a free port below a taken one");
+    let mut child = Command::new(LP)
+        .args(["serve", "--anonymous", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_port(&mut child, port);
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the control port + 1 was taken"), "{err}");
+}
