@@ -447,3 +447,27 @@ fn several_files_into_what_is_not_a_directory_are_refused_at_once() {
     assert!(!local.join("nodir").exists());
     drop(d);
 }
+
+/// A URL without a user, to a server that takes no anonymous logins: the
+/// refusal says how to give one.
+#[test]
+fn an_anonymous_login_refused_says_how_to_give_a_user() {
+    let (d, root, local) = root_and_local();
+    std::fs::write(root.join("f"), b"f").unwrap();
+    let mut passwd = Command::new(LP)
+        .args(["passwd", "alice"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    passwd.stdin.take().unwrap().write_all(b"secret\n").unwrap();
+    let users = d.path().join("users");
+    std::fs::write(&users, passwd.wait_with_output().unwrap().stdout).unwrap();
+    let (_s, port) = lp_server(&root, &["--users", users.to_str().unwrap()]);
+    let (code, err) = cp(&["--retries", "0", &url(port, "/f"), local.join("f").to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("as anonymous: give a user as ftp://USER:PASSWORD@host/path"), "{err}");
+    let alice = format!("ftp://alice:secret@127.0.0.1:{port}/f");
+    let (code, err) = cp(&[&alice, local.join("f").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -142,7 +142,16 @@ impl Session {
             Speculation::File(f) => s.speculate_retr(f).await?,
             Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(..) => {}
         }
-        let (feat, replies) = s.ctl.login_read(extra.len()).await?;
+        let anonymous = ["anonymous", "ftp"].contains(&remote.user.as_str());
+        let (feat, replies) = s.ctl.login_read(extra.len()).await.map_err(|e| match e {
+            // A URL without a user logs in as anonymous, which this
+            // server does not take: say how to give one.
+            ClientError::Login(server, why) if anonymous => ClientError::Login(
+                server,
+                format!("{why} (as anonymous: give a user as ftp://USER:PASSWORD@host/path)"),
+            ),
+            e => e,
+        })?;
         if !rtt_known {
             s.recv_window = start_window(&s.opts, s.ctl.rtt);
             s.dc = Some(s.new_dc());
