@@ -26,11 +26,13 @@ fn sources_on_two_servers_are_refused() {
     std::fs::write(b.join("same"), b"b's copy").unwrap();
     let (_sa, pa) = lp_server(&a, &["--anonymous"]);
     let (_sb, pb) = lp_server(&b, &["--anonymous"]);
-    let out = d.path().join("out/");
+    // An existing directory: several files into anything else are refused
+    // for that first.
+    let out = open_dir(&d.path().join("out/"));
     let (code, err) = cp(&[&url(pa, "/one"), &url(pb, "/same"), out.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("more than one server"), "{err}");
-    assert!(!out.exists(), "nothing is made");
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none(), "nothing is made");
     let other_user = format!("ftp://someone@127.0.0.1:{pa}/same");
     let (code, err) = cp(&[&url(pa, "/one"), &other_user, out.to_str().unwrap()]);
     assert_eq!((code, err.contains("more than one server")), (2, true), "another user is another session: {err}");
@@ -49,20 +51,25 @@ fn local_to_local_is_a_usage_error_that_makes_nothing() {
     assert!(!dst.exists(), "no directories made first");
 }
 
-/// A port where something else answers (SSH greets first) fails at once,
-/// saying so, instead of waiting out the reply timeout.
-#[test]
-fn a_port_that_speaks_another_protocol_fails_at_once() {
+/// A port where something else answers first, as SSH does.
+fn ssh_like_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         let mut held = Vec::new();
-        for s in l.incoming().flatten() {
-            let mut s = s;
+        for mut s in l.incoming().flatten() {
             let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
             held.push(s);
         }
     });
+    port
+}
+
+/// A port where something else answers (SSH greets first) fails at once,
+/// saying so, instead of waiting out the reply timeout.
+#[test]
+fn a_port_that_speaks_another_protocol_fails_at_once() {
+    let port = ssh_like_port();
     let d = scratch();
     let t = Instant::now();
     let (code, err) =
@@ -407,15 +414,7 @@ fn ls_and_sum_take_the_timeouts_cp_takes() {
 /// warnings (a defect hunt's find).
 #[test]
 fn a_server_that_is_not_there_is_not_tried_again() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for mut s in l.incoming().flatten() {
-            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
-            held.push(s);
-        }
-    });
+    let port = ssh_like_port();
     let d = scratch();
     let dst = d.path().join("x").display().to_string();
     for src in [url(port, "/x"), "ftp://no-such-host.invalid/x".to_string()] {

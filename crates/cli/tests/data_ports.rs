@@ -137,9 +137,16 @@ fn an_ahead_port_other_than_the_usual_one_is_said() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    wait_port(&mut child, port);
+    // Until it says it serves (the port listens before that is said).
+    let mut err = String::new();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    for line in lines.map_while(Result::ok) {
+        err += &format!("{line}\n");
+        if line.starts_with("lightpath: serving") {
+            break;
+        }
+    }
     let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = child.wait();
     assert!(err.contains("the control port + 1 was taken"), "{err}");
 }
