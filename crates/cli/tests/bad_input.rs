@@ -404,10 +404,7 @@ fn a_name_with_a_line_break_cannot_forge_a_listing_entry() {
 /// file that does not load then leaves the old one in force.
 #[test]
 fn sighup_reads_the_users_file_again() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let users = d.path().join("users");
-    std::fs::write(&users, line("alice", "a1")).unwrap();
+    let (_d, root, users) = with_users(&line("alice", "a1"));
     let (srv, port) = lp_server(&root, &["--users", users.to_str().unwrap()]);
     let login = |user: &str, pass: &str| login(port, user, pass);
     let hup = || hup(&srv);
@@ -426,16 +423,23 @@ fn sighup_reads_the_users_file_again() {
 #[test]
 fn a_users_file_only_root_may_read_serves_a_server_run_as_another_user() {
     use std::os::unix::fs::PermissionsExt;
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let users = d.path().join("users");
-    std::fs::write(&users, line("alice", "a1")).unwrap();
+    let (_d, root, users) = with_users(&line("alice", "a1"));
     std::fs::set_permissions(&users, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (srv, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--run-as", "gftp"]);
     assert_eq!(login(port, "alice", "a1"), 230);
     std::fs::write(&users, line("bob", "b2")).unwrap();
     hup(&srv);
     assert_eq!((login(port, "alice", "a1"), login(port, "bob", "b2")), (230, 530), "the old file stays in force");
+}
+
+/// A scratch directory with a served root and a users file holding
+/// `lines`: the directory, the root and the file.
+fn with_users(lines: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    let users = d.path().join("users");
+    std::fs::write(&users, lines).unwrap();
+    (d, root, users)
 }
 
 /// A users-file line for `user` (`lightpath passwd`).
@@ -472,10 +476,7 @@ fn hup(srv: &Proc) {
 #[test]
 fn a_server_whose_stderr_is_gone_goes_on() {
     use std::io::BufRead;
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let users = d.path().join("users");
-    std::fs::write(&users, line("alice", "a1")).unwrap();
+    let (_d, root, users) = with_users(&line("alice", "a1"));
     let port = free_port();
     let mut child = std::process::Command::new(LP)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--users", users.to_str().unwrap(), "--root"])
@@ -536,10 +537,7 @@ fn ctrl_c_stops_the_server_at_once_publishing_nothing() {
 /// with 421, and failures before the first login counted against it.
 #[test]
 fn a_change_of_user_is_a_login_of_its_own() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let users = d.path().join("users");
-    std::fs::write(&users, line("alice", "a1") + &line("bob", "b2")).unwrap();
+    let (_d, root, users) = with_users(&(line("alice", "a1") + &line("bob", "b2")));
     let (_srv, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--login-timeout", "2"]);
     let mut c = Raw::connect(port);
     let mut as_user = |user: &str, pass: &str| {
@@ -578,10 +576,7 @@ fn the_idle_timeout_is_the_servers_to_set() {
 /// anonymous with any password, read-only: refused at start.
 #[test]
 fn a_user_named_ftp_is_refused_beside_anonymous_logins() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let users = d.path().join("users");
-    std::fs::write(&users, line("FTP", "f1")).unwrap();
+    let (_d, root, users) = with_users(&line("FTP", "f1"));
     let mut srv = Proc(
         std::process::Command::new(LP)
             .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port()), "--anonymous", "--users"])
@@ -610,10 +605,7 @@ fn a_user_named_ftp_is_refused_beside_anonymous_logins() {
 /// (one per CPU) stays.
 #[test]
 fn failed_logins_do_not_grow_the_servers_memory() {
-    let d = scratch();
-    let root = open_dir(&d.path().join("root"));
-    let users = d.path().join("users");
-    std::fs::write(&users, line("alice", "a1")).unwrap();
+    let (_d, root, users) = with_users(&line("alice", "a1"));
     let (srv, port) = lp_server(&root, &["--users", users.to_str().unwrap()]);
     let guessers: Vec<_> = (0..8)
         .map(|_| {

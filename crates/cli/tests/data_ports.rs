@@ -6,6 +6,7 @@
 
 mod common;
 use common::*;
+use lightpath_proto::hostport;
 use std::process::Command;
 
 /// Ten ports from a free one (those taken meanwhile are skipped).
@@ -14,10 +15,10 @@ fn range() -> (u16, u16) {
     (low, low + 9)
 }
 
-fn pasv_port(text: &str) -> u16 {
-    let inner = text.split(['(', ')']).nth(1).unwrap_or_else(|| panic!("no (h,p): {text}"));
-    let n: Vec<u16> = inner.split(',').map(|x| x.trim().parse().unwrap()).collect();
-    n[4] * 256 + n[5]
+/// The port of a `227` reply as [`Raw`] reads it (the code first).
+fn pasv_port(reply: &str) -> u16 {
+    let text = reply.get(4..).unwrap_or_default();
+    hostport::parse_pasv_reply(text).unwrap_or_else(|e| panic!("{reply}: {e}")).port()
 }
 
 #[test]
@@ -32,8 +33,8 @@ fn passive_listeners_take_the_ports_given() {
         assert!((low..=high).contains(&pasv_port(&text)), "{text} outside {low}-{high}");
     }
     let (code, text) = c.cmd("EPSV");
-    let p: u16 = text.split('|').nth(3).unwrap().parse().unwrap();
-    assert!(code == 229 && (low..=high).contains(&p), "{text}");
+    let p = hostport::parse_epsv_reply(&text, [127, 0, 0, 1].into()).map(|a| a.port());
+    assert!(code == 229 && p.is_ok_and(|p| (low..=high).contains(&p)), "{text}");
     // GCT's variable, where the option is not given.
     let (low, high) = range();
     let port = free_port();
@@ -67,7 +68,8 @@ fn a_downloads_listener_takes_the_ports_given() {
     assert_same_file(&root.join("f"), &local.join("f"));
     let line = log.lines().find(|l| l.contains("> PORT ")).unwrap_or_else(|| panic!("no PORT sent: {log}"));
     let hp = line.split("> PORT ").nth(1).unwrap().split_whitespace().next().unwrap();
-    assert!((low..=high).contains(&pasv_port(&format!("({hp})"))), "{line} outside {low}-{high}");
+    let p = hostport::parse_port(hp).map(|a| a.port());
+    assert!(p.is_ok_and(|p| (low..=high).contains(&p)), "{line} outside {low}-{high}");
     let out = Command::new(LP)
         .args(["cp", &format!("ftp://127.0.0.1:{port}/f")])
         .arg(local.join("g"))
