@@ -5,11 +5,13 @@
 # user the Globus server runs its sessions as; mount(8) and losetup(8)
 # (package mount) for the full-disk tests (small tmpfs mounts) and the
 # bench's fresh scratch file systems, which mkfs.ext4 (e2fsprogs) makes;
-# setfacl (acl) for a test of a file an ACL keeps from its sender.
+# setfacl (acl) for a test of a file an ACL keeps from its sender; g++
+# for libfuzzer-sys, whose build script compiles libFuzzer when the fuzz
+# targets are checked (scripts/test.sh).
 # Idempotent.
 set -euo pipefail
 
-PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl)
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl g++)
 EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
 
 missing=()
