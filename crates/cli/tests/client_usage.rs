@@ -389,6 +389,43 @@ fn many_streams_under_a_low_soft_limit_of_open_files_copy() {
     assert_same_tree(&root, &local);
 }
 
+/// Under a hard limit of open files too small for the streams asked, a
+/// copy holds its streams (and sessions) to what the limit allows, and
+/// says so. It opened them all, ran out of descriptors at once ("Too many
+/// open files") and failed the tree and each file.
+#[test]
+fn streams_beyond_a_hard_limit_of_open_files_are_held_to_it() {
+    let d = scratch();
+    let root = open_dir(&d.path().join("root"));
+    for i in 0..6 {
+        write_random(&root.join(format!("m{i}")), 4 << 20, i);
+    }
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let tree = d.path().join("tree");
+    let files = open_dir(&d.path().join("files"));
+    let urls: Vec<String> = (0..6).map(|i| url(port, &format!("/m{i}"))).collect();
+    let runs: [Vec<String>; 2] = [
+        vec!["-p".into(), "128".into(), "-r".into(), url(port, "/"), tree.display().to_string()],
+        [vec!["-p".into(), "64".into(), "--cc".into(), "4".into()], urls, vec![format!("{}/", files.display())]]
+            .concat(),
+    ];
+    for args in runs {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -n 128 && exec \"$0\" \"$@\"")
+            .arg(LP)
+            .args(["cp", "--retries", "0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("the limit of 128 open files allows no more"), "{err}");
+    }
+    assert_same_tree(&root, &tree);
+    assert_same_tree(&root, &files);
+}
+
 /// `ls` and `sum` take `--connect-timeout` and `--reply-timeout` as `cp`
 /// does (they read only the environment's): a server that never greets
 /// fails them in the time given.

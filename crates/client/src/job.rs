@@ -345,7 +345,7 @@ async fn run_workers(
     root: Option<std::path::PathBuf>,
 ) -> Result<Vec<FileResult>, ClientError> {
     let stores = plan.files.first().is_some_and(|f| matches!(f.dst, Location::Remote(_)));
-    let n = lightpath_plan::sessions_for(opts.cc, plan.files.len(), stores);
+    let n = crate::plan::sessions_within_files(lightpath_plan::sessions_for(opts.cc, plan.files.len(), stores));
     // The sessions share the job's rate and streams (those open already too).
     sopts.sessions = n as u32;
     first.0.iter_mut().chain(first.1.iter_mut()).for_each(|s| s.opts.sessions = n as u32);

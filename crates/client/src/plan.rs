@@ -603,10 +603,41 @@ fn listed_name_ok(dir: &Remote, name: &[u8]) -> Result<(), ClientError> {
     }
 }
 
+/// `n` sessions, or as many as the open files limit lets hold a data
+/// connection each (said).
+pub(crate) fn sessions_within_files(n: usize) -> usize {
+    let limit = lightpath_sys::privs::open_files_limit();
+    let fit = lightpath_plan::sessions_within_files(n, limit);
+    if fit < n {
+        let l = limit.unwrap_or_default();
+        tracing::warn!("{fit} sessions at once, not {n}: the limit of {l} open files allows no more (ulimit -n)");
+    }
+    fit
+}
+
+/// Streams for transfers at `rtt_us` whose data connections this process
+/// holds: [`wanted_streams`], held to the session's share of the open
+/// files it may hold ([`lightpath_plan::streams_within_files`]; said once).
+pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let n = wanted_streams(opts, rtt_us);
+    let limit = lightpath_sys::privs::open_files_limit();
+    let fit = lightpath_plan::streams_within_files(n, opts.sessions, limit);
+    if fit < n {
+        SAID.call_once(|| {
+            tracing::warn!(
+                "{fit} streams a session, not {n}: the limit of {} open files allows no more (ulimit -n)",
+                limit.unwrap_or_default()
+            );
+        });
+    }
+    fit
+}
+
 /// Streams for transfers at `rtt_us`: as asked, or enough for the
 /// session's share of the target rate with the kernel's largest window,
 /// held to its share of the job's streams ([`lightpath_plan::session_share`]).
-pub(crate) fn stream_count(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
+pub(crate) fn wanted_streams(opts: &crate::SessionOpts, rtt_us: u64) -> u32 {
     if opts.streams > 0 {
         return opts.streams;
     }

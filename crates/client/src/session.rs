@@ -257,10 +257,23 @@ impl Session {
     pub fn streams(&self) -> u32 {
         let rtt_us = self.ctl.rtt.as_micros() as u64;
         let n = crate::plan::stream_count(&self.opts, rtt_us);
+        self.say_streams(n, rtt_us);
+        n
+    }
+
+    /// Streams between two servers (third party): the client holds none
+    /// of their data connections, so its open files limit does not count.
+    pub fn streams_between_servers(&self) -> u32 {
+        let rtt_us = self.ctl.rtt.as_micros() as u64;
+        let n = crate::plan::wanted_streams(&self.opts, rtt_us);
+        self.say_streams(n, rtt_us);
+        n
+    }
+
+    fn say_streams(&self, n: u32, rtt_us: u64) {
         if self.opts.streams == 0 {
             tracing::info!(server = %self.ctl.name, n, rtt_us, "automatic stream count (from the measured RTT)");
         }
-        n
     }
 
     /// Whether MODE E is available (taken from FEAT, never assumed).

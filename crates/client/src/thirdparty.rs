@@ -40,7 +40,7 @@ pub async fn transfer(
     s.set_mode(mode_e).await?;
     d.set_mode(mode_e).await?;
     if mode_e {
-        let n = if opts.streams > 0 { opts.streams } else { s.streams() };
+        let n = if opts.streams > 0 { opts.streams } else { s.streams_between_servers() };
         s.set_parallelism(n, d.is_lightpath()).await?;
     }
     if !mode_e || !*linked {

@@ -201,6 +201,45 @@ pub fn session_share(n: u32, sessions: u32) -> u32 {
     n.min(MAX_JOB_STREAMS.div_ceil(sessions.max(1))).max(1)
 }
 
+/// Descriptors a copy keeps for what is not a session's: the files a
+/// tree writes at once, the directories it keeps open, the runtime's own.
+pub const FILES_RESERVE: u64 = 128;
+/// Descriptors a session holds besides its data connections: its control
+/// connection, its data listener and one spare.
+const SESSION_FILES: u64 = 3;
+/// Descriptors a data connection holds while it carries a transfer: its
+/// own and the network thread's duplicate (`iothreads::dup_nonblocking`).
+const STREAM_FILES: u64 = 2;
+
+/// The descriptors a copy's sessions may hold under a soft limit of
+/// `limit` open files (`None`: unlimited): all but [`FILES_RESERVE`], and
+/// at least half.
+fn session_files(limit: Option<u64>) -> Option<u64> {
+    limit.map(|l| l.saturating_sub(FILES_RESERVE).max(l / 2))
+}
+
+/// Sessions at once under a limit of `limit` open files: `n`, or as many
+/// as can each hold a data connection. Past it, connections failed with
+/// "Too many open files" and the copy with them.
+pub fn sessions_within_files(n: usize, limit: Option<u64>) -> usize {
+    match session_files(limit) {
+        Some(b) => n.min((b / (SESSION_FILES + STREAM_FILES)).max(1) as usize),
+        None => n,
+    }
+}
+
+/// One session's streams when `sessions` run at once under a limit of
+/// `limit` open files: `n`, or their share of the descriptors, at least 1.
+pub fn streams_within_files(n: u32, sessions: u32, limit: Option<u64>) -> u32 {
+    match session_files(limit) {
+        Some(b) => {
+            let share = (b / u64::from(sessions.max(1))).saturating_sub(SESSION_FILES) / STREAM_FILES;
+            n.min(u32::try_from(share).unwrap_or(u32::MAX)).max(1)
+        }
+        None => n,
+    }
+}
+
 /// The rate a receiver plans for when it is not told one (the client's
 /// `--rate-hint` default): 10 Gbit/s.
 pub const DEFAULT_TARGET_BPS: u64 = 10_000_000_000;
@@ -469,6 +508,30 @@ mod tests {
         }
         assert_eq!(sessions_for(0, MANY_FILES + 1, false), MANY_FILES_CC);
         assert_eq!(sessions_for(0, MANY_FILES + 1, true), MANY_STORES_CC);
+    }
+
+    #[test]
+    fn sessions_and_streams_fit_the_open_files_limit() {
+        assert_eq!(streams_within_files(64, 4, None), 64);
+        assert_eq!(streams_within_files(64, 4, Some(1 << 20)), 64);
+        // 128 of 256 for the sessions: 32 each, 3 of them not streams,
+        // two for each stream.
+        assert_eq!(streams_within_files(64, 4, Some(256)), 14);
+        assert_eq!(streams_within_files(64, 1, Some(128)), 30, "half of a small limit");
+        assert_eq!(streams_within_files(8, 64, Some(128)), 1);
+        assert_eq!(streams_within_files(8, 0, Some(0)), 1);
+        assert_eq!(sessions_within_files(64, Some(128)), 12);
+        assert_eq!(sessions_within_files(4, Some(128)), 4);
+        assert_eq!(sessions_within_files(64, None), 64);
+        assert_eq!(sessions_within_files(64, Some(0)), 1);
+        for limit in [32, 100, 256, 1000, 4096] {
+            for cc in [1, 4, 16, 64, 128] {
+                let n = sessions_within_files(cc, Some(limit));
+                let p = streams_within_files(128, n as u32, Some(limit));
+                let held = n as u64 * (u64::from(p) * STREAM_FILES + SESSION_FILES);
+                assert!(held <= session_files(Some(limit)).unwrap().max(5), "{limit} {cc}: {n} x {p}");
+            }
+        }
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// The soft limit on open files (`None`: unlimited), what this process
+/// may hold at once.
+pub fn open_files_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
 /// Raise the soft limit on open files to the hard limit (a server holds a
 /// descriptor per control connection, data connection and parked
 /// connection opened ahead; the usual soft limit is 1024). Returns the
