@@ -21,10 +21,10 @@ fn served(files: &[(&str, &[u8])], extra: &[&str]) -> (tempfile::TempDir, std::p
 }
 
 #[test]
-fn site_chmod_sets_permission_bits_only_and_never_on_the_root() {
+fn site_chmod_sets_permission_bits_and_the_sticky_bit_only_and_never_on_the_root() {
     let (_d, root, _s, port) = served(&[("evil.sh", b"#!/bin/sh\n")], &[]);
     let mut c = Raw::login(port);
-    for bits in ["6755", "4755", "2755", "1777"] {
+    for bits in ["6755", "4755", "2755", "3777"] {
         let (code, text) = c.cmd(&format!("SITE CHMOD {bits} evil.sh"));
         assert_eq!(code, 550, "{bits}: {text}");
         assert!(text.contains("only permission bits"), "{text}");
@@ -32,6 +32,10 @@ fn site_chmod_sets_permission_bits_only_and_never_on_the_root() {
     assert_eq!(c.cmd("SITE CHMOD 750 evil.sh").0, 250);
     let mode = std::fs::metadata(root.join("evil.sh")).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o750);
+    // A shared directory of a tree copied file by file keeps its sticky bit.
+    std::fs::create_dir(root.join("shared")).unwrap();
+    assert_eq!(c.cmd("SITE CHMOD 1777 shared").0, 250);
+    assert_eq!(std::fs::metadata(root.join("shared")).unwrap().permissions().mode() & 0o7777, 0o1777);
     std::os::unix::fs::symlink(".", root.join("here")).unwrap();
     for root_path in ["/", ".", "/..", "here"] {
         let (code, text) = c.cmd(&format!("SITE CHMOD 000 {root_path}"));

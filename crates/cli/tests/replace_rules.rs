@@ -277,3 +277,50 @@ fn files_made_on_a_lightpath_server_keep_their_sources_mode_and_mtime() {
     }
     assert_eq!(state(&root.join("kept")), (b"secret".to_vec(), 0, 0o640), "a file replaced keeps its mode");
 }
+
+/// `lightpath cp` to GCT's server stores each file under a temporary name
+/// and renames it over the old one, which needs only the directory's
+/// write permission: it replaced files GCT itself refuses to overwrite
+/// (another user's, a read-only one) and made a private (0600) file it
+/// replaced 0644 (a defect hunt's find). Now the name's MLST decides: a
+/// file this login could not write in place (`Perm` without `w`) is not
+/// replaced, unless a tree's file replaces one of the login's own; a
+/// single file keeps the mode of the file it replaces; a tree's shared
+/// directory keeps its sticky bit.
+#[test]
+fn uploads_to_gct_replace_only_what_its_login_could_write() {
+    let gftp = gftp_ids();
+    let (_d, root, local) = root_and_local();
+    let up = open_dir(&root.join("up"));
+    put_file(&up.join("rootfile"), b"root's", 0o644, (0, 0));
+    put_file(&up.join("rofile"), b"read-only", 0o444, gftp);
+    put_file(&up.join("private"), b"gftp's", 0o600, gftp);
+    write_random(&local.join("new"), 100_000, 8);
+    let (_g, port) = gct_server(&root);
+    let at = |name: &str| url(port, &format!("{}/{name}", up.display()));
+    let src = local.join("new").display().to_string();
+    let before: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&up.join(n))).collect();
+    for name in ["rootfile", "rofile"] {
+        let (code, err) = cp(&[&src, &at(name)]);
+        assert!(code == 1 && err.contains("not replaced: this login may not write the file there"), "{name}: {err}");
+    }
+    let after: Vec<_> = ["rootfile", "rofile"].iter().map(|n| state(&up.join(n))).collect();
+    assert_eq!(after, before, "refused uploads leave the files as they were");
+    assert_eq!(cp(&[&src, &at("private")]).0, 0);
+    assert_same_file(&local.join("new"), &up.join("private"));
+    assert_eq!(state(&up.join("private")).2, 0o600, "a replaced file keeps its mode");
+    // A tree: its read-only file replaces the login's own, not root's.
+    let tree = open_dir(&local.join("tree"));
+    for (name, mode) in [("rootfile", 0o644), ("rofile", 0o444)] {
+        put_file(&tree.join(name), name.as_bytes(), mode, (0, 0));
+    }
+    std::fs::create_dir(tree.join("shared")).unwrap();
+    std::fs::set_permissions(tree.join("shared"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (code, err) = cp(&["-r", &format!("{}/", tree.display()), &format!("{}/", at(""))]);
+    assert!(code == 1 && err.contains("rootfile") && err.contains("1 failed"), "{err}");
+    assert_eq!(state(&up.join("rootfile")), before[0]);
+    assert_eq!(state(&up.join("rofile")), (b"rofile".to_vec(), gftp.0, 0o444));
+    assert_eq!(std::fs::metadata(up.join("shared")).unwrap().mode() & 0o7777, 0o1777, "sticky bit kept");
+    let names: Vec<_> = std::fs::read_dir(&up).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 4, "no temporary files left: {names:?}");
+}

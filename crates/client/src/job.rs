@@ -556,13 +556,13 @@ async fn run_batch(
         (None, Some(d)) if publish::wanted(d, opts.part) => {
             let temps = publish::temp_tasks(batch);
             let mut r = put_batch(d, &temps, opts).await;
-            publish::publish(d, &temps, batch, &mut r).await;
+            publish::publish(d, (&temps, batch), &mut r, opts.recursive).await;
             r
         }
         (Some(s), Some(d)) if publish::wanted(d, opts.part) => {
             let temps = publish::temp_tasks(batch);
             let mut r = tpt_batch(s, d, &temps, opts, linked).await;
-            publish::publish(d, &temps, batch, &mut r).await;
+            publish::publish(d, (&temps, batch), &mut r, opts.recursive).await;
             r
         }
         (None, Some(d)) => put_batch(d, batch, opts).await,

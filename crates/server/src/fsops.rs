@@ -99,12 +99,16 @@ pub fn in_progress(p: &VPath) -> Reply {
     )
 }
 
-/// SITE CHMOD: permission bits only (a client must not make setuid or
-/// setgid files, which the server's user would own); [`Root::chmod`]
+/// SITE CHMOD: permission bits and the sticky bit only (a client must
+/// not make setuid or setgid files, which the server's user would own; a
+/// tree's shared 1777 directory keeps its sticky bit); [`Root::chmod`]
 /// refuses the served root itself.
 fn chmod(root: &Root, mode: u32, p: &VPath) -> Result<Reply, Reply> {
-    if mode & !0o777 != 0 {
-        return Err(Reply::new(550, format!("SITE CHMOD {mode:o}: only permission bits (0777) may be set")));
+    if mode & !0o1777 != 0 {
+        return Err(Reply::new(
+            550,
+            format!("SITE CHMOD {mode:o}: only permission bits and the sticky bit (1777) may be set"),
+        ));
     }
     root.chmod(p.relative(), mode).map(|_| Reply::new(250, "OK.")).map_err(|e| io_reply(p, &e))
 }

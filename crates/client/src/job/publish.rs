@@ -14,8 +14,10 @@
 
 use crate::plan::Item;
 use crate::retry::Task;
+use crate::session::fs::{chmod_cmd, path_cmd, Facts};
 use crate::session::Session;
 use crate::{ClientError, Location, Remote};
+use lightpath_proto::Reply;
 
 /// Linux's longest name (`NAME_MAX`).
 const NAME_MAX: usize = 255;
@@ -62,8 +64,15 @@ pub(super) fn temp_path(path: &[u8]) -> Vec<u8> {
 /// Give each file of `batch` stored whole under its temporary name (in
 /// `temps`) its own name; remove what the others left (and forget what a
 /// retry would resume from: it was there). A refused rename fails its
-/// file, naming the temporary file, which is then removed too.
-pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], results: &mut [Result<u64, ClientError>]) {
+/// file, naming the temporary file, which is then removed too. So does a
+/// file there that this login could not have written in place
+/// ([`decide`]); `tree`: the batch is a tree's.
+pub(super) async fn publish(
+    d: &mut Session,
+    (temps, batch): (&[Task], &[Task]),
+    results: &mut [Result<u64, ClientError>],
+    tree: bool,
+) {
     // A transfer the batch gave up (its source failed a file) left the
     // session out of step, and GCT closes one after an ABOR: the renames
     // went on a dead connection, failed, and the files were removed (a
@@ -78,15 +87,26 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
     }
     let _ = d.reopen_if_out_of_step().await;
     let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
-    let moves: Vec<(Vec<u8>, Vec<u8>)> = done.iter().map(|&i| (path(&temps[i]), path(&batch[i]))).collect();
-    keep_meta(d, done.iter().map(|&i| (&temps[i], &batch[i]))).await;
-    let renamed = d.rename_many(&moves).await;
-    for ((&i, (temp, _)), r) in done.iter().zip(&moves).zip(renamed) {
-        if let Err(e) = r {
-            results[i] =
-                Err(ClientError::Local(format!("stored as {}, not renamed: {e}", String::from_utf8_lossy(temp))));
+    let pairs: Vec<(&Task, &Task)> = done.iter().map(|&i| (&temps[i], &batch[i])).collect();
+    let modes = look_and_stamp(d, &pairs, tree).await;
+    let mut moves = Vec::new();
+    for (&i, m) in done.iter().zip(modes) {
+        match m {
+            Ok(mode) => moves.push((i, path(&temps[i]), path(&batch[i]), mode)),
+            Err(e) => results[i] = Err(e),
         }
     }
+    for (i, r) in moves.iter().map(|m| m.0).zip(chmod_and_rename(d, &moves).await) {
+        if let Err(e) = r {
+            let temp = String::from_utf8_lossy(&path(&temps[i])).into_owned();
+            results[i] = Err(ClientError::Local(format!("stored as {temp}, not renamed: {e}")));
+        }
+    }
+    remove_left(d, (temps, batch), results).await;
+}
+
+/// Remove what the failed files of a batch left under temporary names.
+async fn remove_left(d: &mut Session, (temps, batch): (&[Task], &[Task]), results: &[Result<u64, ClientError>]) {
     // A copy that failed `--verify` was removed already (or its DELE's
     // refusal reported): `job::discard_copy`.
     let left_behind =
@@ -112,29 +132,99 @@ pub(super) async fn publish(d: &mut Session, temps: &[Task], batch: &[Task], res
     }
 }
 
-/// Stored files (`(temporary, source)` pairs) get their source's mode
-/// and mtime before their names: such a server makes each file 0644 and
-/// of the time it was stored, so a private (0600) file became readable
-/// to all there (names audit). A remote source's are what its listing
-/// said (a third-party copy; none said, none set). A server that refuses
-/// is warned of once.
-async fn keep_meta<'a>(d: &mut Session, files: impl Iterator<Item = (&'a Task, &'a Task)>) {
+/// A stored file's source's mode and mtime: a local source's, or what a
+/// remote source's listing said (a third-party copy; none said, none set).
+fn source_meta(t: &Task) -> (Option<u32>, Option<i64>) {
     use std::os::unix::fs::MetadataExt;
-    let metas: Vec<(Vec<u8>, u32, Option<i64>)> = files
-        .filter_map(|(temp, t)| match &t.item.src {
-            Location::Local(p) => std::fs::metadata(p).ok().map(|m| (path(temp), m.mode(), Some(m.mtime()))),
-            Location::Remote(_) => Some((path(temp), t.item.mode?, Some(t.item.mtime?))),
-        })
-        .collect();
-    let cancel = d.opts.cancel.clone();
-    let stopped = || cancel.load(std::sync::atomic::Ordering::Relaxed);
-    if metas.is_empty() || stopped() {
-        return;
+    match &t.item.src {
+        Location::Local(p) => std::fs::metadata(p).ok().map_or((None, None), |m| (Some(m.mode()), Some(m.mtime()))),
+        Location::Remote(_) => (t.item.mode, t.item.mode.and(t.item.mtime)),
     }
+}
+
+/// The first of two pipelined flights that publish `(temporary, file)`
+/// pairs: `MLST` of each destination (what its name holds now) and of
+/// the first temporary file (whose this login's files are), and `MFMT`
+/// of each temporary file to its source's mtime. Returns the mode each
+/// is to get, or why it is not to replace what is there ([`decide`]).
+async fn look_and_stamp(
+    d: &mut Session,
+    pairs: &[(&Task, &Task)],
+    tree: bool,
+) -> Vec<Result<Option<u32>, ClientError>> {
+    let Some(first) = pairs.first() else { return Vec::new() };
+    let metas: Vec<_> = pairs.iter().map(|(_, t)| source_meta(t)).collect();
+    let mut cmds: Vec<Vec<u8>> = pairs.iter().map(|(_, t)| path_cmd("MLST ", &path(t))).collect();
+    cmds.push(path_cmd("MLST ", &path(first.0)));
+    if !d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+        let stamps = pairs.iter().zip(&metas).filter_map(|((temp, _), m)| d.mfmt_cmd(&path(temp), m.1?));
+        let stamps: Vec<Vec<u8>> = stamps.collect();
+        cmds.extend(stamps);
+    }
+    let replies = d.flight(cmds).await;
+    let facts = |r: &Result<Reply, ClientError>| {
+        r.as_ref().ok().filter(|r| r.is_ok()).and_then(|r| r.lines.iter().find_map(|l| Facts::of_line(l)))
+    };
+    let ours = replies.get(pairs.len()).and_then(facts).and_then(|f| f.owner);
+    let refused = replies.iter().skip(pairs.len() + 1).filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count();
+    warn_refused(d, refused);
+    let there = replies.iter().take(pairs.len()).map(facts);
+    there.zip(metas).map(|(f, m)| decide(f.as_ref(), m.0, tree, ours.as_deref())).collect()
+}
+
+/// The mode for a stored file whose name holds `there` (as MLST gave
+/// it): its source's (`source`), or a replaced file's own for a single
+/// file. A file this login could not have written in place (no `w` in
+/// its `Perm`) is not replaced, unless a tree's file replaces one of this
+/// login's own (a tree's 0444 files, which its last copy made so), as a
+/// lightpath server decides too. GCT renamed over a read-only file, or
+/// another user's, in a directory the login could write, and made a
+/// private (0600) file it replaced 0644 (a defect hunt's find).
+fn decide(
+    there: Option<&Facts>,
+    source: Option<u32>,
+    tree: bool,
+    ours: Option<&str>,
+) -> Result<Option<u32>, ClientError> {
+    let Some(f) = there.filter(|f| !f.is_dir) else { return Ok(source) };
+    let writable = f.perm.as_deref().is_none_or(|p| p.contains('w'));
+    let own = ours.is_some() && f.owner.as_deref() == ours;
+    if !writable && !(tree && own) {
+        let whose = f.owner.as_deref().map(|o| format!(", owner {o}")).unwrap_or_default();
+        let perm = f.perm.as_deref().unwrap_or_default();
+        return Err(ClientError::Local(format!(
+            "not replaced: this login may not write the file there (Perm={perm}{whose}); nothing changed"
+        )));
+    }
+    Ok(if tree { source } else { f.meta.map(|m| m.mode).or(source) })
+}
+
+/// The second flight: `SITE CHMOD` of each temporary file (where a mode
+/// is known), then `RNFR` and `RNTO` to its own name. One result a file.
+async fn chmod_and_rename(
+    d: &mut Session,
+    moves: &[(usize, Vec<u8>, Vec<u8>, Option<u32>)],
+) -> Vec<Result<(), ClientError>> {
+    let modes: Vec<Vec<u8>> = moves.iter().filter_map(|(_, temp, _, m)| Some(chmod_cmd(temp, (*m)?))).collect();
+    let n = modes.len();
+    let stopped = d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = if n == 0 || stopped {
+        0
+    } else {
+        d.flight(modes).await.iter().filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count()
+    };
+    warn_refused(d, refused);
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = moves.iter().map(|(_, temp, dst, _)| (temp.clone(), dst.clone())).collect();
+    d.rename_many(&pairs).await
+}
+
+/// Such a server makes each file 0644 and of the time it was stored, so
+/// a file that keeps neither is warned of, once. After Ctrl-C the
+/// commands were cut off, not refused.
+fn warn_refused(d: &Session, refused: usize) {
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let refused = d.set_meta_many(&metas).await;
-    // After Ctrl-C the commands were cut off, not refused.
-    if refused > 0 && !stopped() && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    let stopped = d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed);
+    if refused > 0 && !stopped && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!(
             "{}: {refused} SITE CHMOD / MFMT commands refused: those files have the mode and mtime the server gave them, not their sources'",
             d.ctl.name

@@ -185,17 +185,25 @@ impl Session {
     /// mode, and mtime in seconds where known), pipelined. Returns how
     /// many the server refused.
     pub async fn set_meta_many(&mut self, metas: &[(Vec<u8>, u32, Option<i64>)]) -> usize {
-        let mfmt = self.feat.mfmt;
         let mut cmds = Vec::with_capacity(metas.len() * 2);
         for (p, mode, mtime) in metas {
-            cmds.push(path_cmd(&format!("SITE CHMOD {:o} ", mode & 0o777), p));
-            if let Some(t) = mtime.filter(|_| mfmt) {
-                cmds.push(path_cmd(&format!("MFMT {} ", lightpath_proto::ftptime::format(t)), p));
-            }
+            cmds.push(chmod_cmd(p, *mode));
+            cmds.extend(mtime.and_then(|t| self.mfmt_cmd(p, t)));
         }
-        let cmds = self.checked(cmds);
-        let replies = self.final_replies(&cmds).await;
+        let replies = self.flight(cmds).await;
         replies.iter().filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count()
+    }
+
+    /// `MFMT` of `p` to `t` (whole seconds), where FEAT offers it.
+    pub(crate) fn mfmt_cmd(&self, p: &[u8], t: i64) -> Option<Vec<u8>> {
+        self.feat.mfmt.then(|| path_cmd(&format!("MFMT {} ", lightpath_proto::ftptime::format(t)), p))
+    }
+
+    /// Each of `cmds`, pipelined ([`Session::final_replies`]): its final
+    /// reply, or why it could not be sent.
+    pub(crate) async fn flight(&mut self, cmds: Vec<Vec<u8>>) -> Vec<Result<Reply, ClientError>> {
+        let cmds = self.checked(cmds);
+        self.final_replies(&cmds).await
     }
 
     /// `DELE` of each path, pipelined: one result a path.
@@ -436,13 +444,18 @@ pub struct Facts {
     pub unique: Option<String>,
     /// Mode and mtime (`UNIX.mode`, `Modify`); `None` without a mode.
     pub meta: Option<TreeRoot>,
+    /// `Perm` (lower case): what this login may do with it (RFC 3659's
+    /// `w`: write it in place).
+    pub perm: Option<String>,
+    /// `UNIX.owner` (GCT's).
+    pub owner: Option<String>,
 }
 
 impl Facts {
     /// The facts of a line of MLST facts (` facts; path`); `None` for
     /// anything but a file or directory. Only the facts are read, never
     /// the path after them (a file may be named `type=dir`).
-    fn of_line(line: &str) -> Option<Facts> {
+    pub(crate) fn of_line(line: &str) -> Option<Facts> {
         let facts = facts_of(line)?;
         let is_dir = match fact(&facts, "type")? {
             "dir" => true,
@@ -451,7 +464,8 @@ impl Facts {
         };
         let size = fact(&facts, "size").and_then(|s| s.parse().ok()).unwrap_or(0);
         let unique = fact(&facts, "unique").map(String::from);
-        Some(Facts { is_dir, size, unique, meta: meta_of_facts(&facts) })
+        let (perm, owner) = (fact(&facts, "perm").map(String::from), fact(&facts, "unix.owner").map(String::from));
+        Some(Facts { is_dir, size, unique, meta: meta_of_facts(&facts), perm, owner })
     }
 }
 
@@ -460,6 +474,12 @@ impl Facts {
 fn facts_of(line: &str) -> Option<String> {
     let facts = line.trim_start().split_once(' ')?.0.to_ascii_lowercase();
     fact(&facts, "type").is_some().then_some(facts)
+}
+
+/// `SITE CHMOD` of `p` to `mode`'s permission bits and sticky bit (no
+/// setuid or setgid: `cp -a` drops them too where the owner changes).
+pub(crate) fn chmod_cmd(p: &[u8], mode: u32) -> Vec<u8> {
+    path_cmd(&format!("SITE CHMOD {:o} ", mode & 0o1777), p)
 }
 
 /// `MLST path` and `SIZE path`, the path as its bytes.
