@@ -324,3 +324,43 @@ fn uploads_to_gct_replace_only_what_its_login_could_write() {
     let names: Vec<_> = std::fs::read_dir(&up).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 4, "no temporary files left: {names:?}");
 }
+
+/// A tree downloaded (one virtual file) as the `gftp` user into a
+/// directory holding root's file of the same name as one of the tree's:
+/// that file is left as it was and named, the rest of the tree is
+/// written, and the copy fails (exit 1). The whole tree failed with
+/// "creating rootfile: Permission denied" and nothing copied (a defect
+/// hunt's find). A symlink where the tree has a directory is left out the
+/// same way, and nothing is written through it.
+#[test]
+fn a_tree_leaves_out_what_its_user_may_not_replace_and_copies_the_rest() {
+    let gftp = gftp_ids();
+    let (_d, root, local) = root_and_local();
+    let tree = open_dir(&root.join("t"));
+    for name in ["rootfile", "mine", "sub/f", "link/f"] {
+        std::fs::create_dir_all(tree.join(name).parent().unwrap()).unwrap();
+        write_random(&tree.join(name), 50_000, name.len() as u64);
+    }
+    let dst = open_dir(&local.join("t"));
+    std::os::unix::fs::chown(&dst, Some(gftp.0), Some(gftp.1)).unwrap();
+    put_file(&dst.join("rootfile"), b"root's", 0o644, (0, 0));
+    let elsewhere = open_dir(&local.join("elsewhere"));
+    std::os::unix::fs::symlink(&elsewhere, dst.join("link")).unwrap();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "gftp", "--regid", "gftp", "--clear-groups", LP, "cp", "-r", "--retries", "0"])
+        .arg(url(port, "/t/"))
+        .arg(format!("{}/", dst.display()))
+        .env("LIGHTPATH_PEERS", "")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rootfile") && err.contains("may not write"), "{err}");
+    assert!(err.contains("link") && err.contains("a symlink is in its place"), "{err}");
+    assert_eq!(state(&dst.join("rootfile")), (b"root's".to_vec(), 0, 0o644));
+    for name in ["mine", "sub/f"] {
+        assert_same_file(&tree.join(name), &dst.join(name));
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing through the symlink");
+}

@@ -127,14 +127,26 @@ fn symlink_redirects_refused() {
     let es = [symlink(b"a", b"../outside"), file(b"a/sentinel", 4, 0)];
     let e = unpack_hostile(&s, &es, 4, &[(0, b"evil")]);
     assert!(matches!(e, VfileError::Manifest(ManifestError::ParentNotDir(_))), "{e}");
-    // Planted in the destination beforehand: out of the root, and within it.
+    // Planted in the destination beforehand, out of the root and within
+    // it: the directory and what is beneath it are left out, named, and
+    // the rest of the tree is written (as `cp -a` does; the whole tree
+    // failed).
     std::os::unix::fs::symlink(s.p("outside"), s.p("dst/p")).unwrap();
     fs::create_dir(s.p("dst/real")).unwrap();
     std::os::unix::fs::symlink("real", s.p("dst/q")).unwrap();
     for d in [b"p", b"q"] {
-        let es = [dir(d), file(&[&d[..], b"/sentinel"].concat(), 4, 0)];
-        let e = unpack_hostile(&s, &es, 4, &[(0, b"evil")]);
-        assert!(matches!(e, VfileError::Io { op: "creating directory", .. }), "{e}");
+        let u = Unpacker::new(s.root("dst"), UnpackOptions::default()).unwrap();
+        let es = [dir(d), file(&[&d[..], b"/sentinel"].concat(), 4, 0), file(b"other", 2, 4)];
+        u.manifest_bytes(&raw(&es, 6)).unwrap();
+        u.write_block(0, b"evilok").unwrap();
+        let refused = u.finish().unwrap().refused;
+        let named: Vec<_> = refused.named.iter().map(|r| (r.path.clone(), r.why.clone())).collect();
+        assert_eq!(refused.count, 2, "{named:?}");
+        assert!(named[0].1.contains("a symlink is in its place"), "{named:?}");
+        assert!(named[1].1.contains("on its path"), "{named:?}");
+        assert_eq!(fs::read(s.p("dst/other")).unwrap(), b"ok");
+        fs::remove_file(s.p("dst/other")).unwrap();
+        assert!(fs::symlink_metadata(s.p(&format!("dst/{}", String::from_utf8_lossy(d)))).unwrap().is_symlink());
     }
     assert_eq!(fs::read_dir(s.p("dst/real")).unwrap().count(), 0);
     // A planted symlink at a file's final name is replaced, not followed.

@@ -667,7 +667,13 @@ impl StrictDir {
     pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
         let mode = mode & 0o7777;
         let name = component(name)?;
-        beneath::replaceable_mode_in(&self.fd, name, true)?;
+        beneath::replaceable_mode_in(&self.fd, name, true).map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                EntryRefused("a file this user may not write is in its place (Permission denied)"),
+            ),
+            _ => e,
+        })?;
         let t = TempFile::create(self.fd.clone(), name, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {
@@ -680,6 +686,7 @@ impl StrictDir {
 mod beneath;
 mod fence;
 mod temp;
+pub use beneath::{is_entry_refused, EntryRefused};
 pub use fence::OnHidden;
 use temp::temp_name;
 pub use temp::{is_temp_name, TempFile};

@@ -336,13 +336,16 @@ impl Unpacker {
                 let ctx = &self.pool.ctx;
                 let made = match ctx.dir(parent).and_then(|d| d.mkdir(name, 0o700)) {
                     Ok(made) => made,
-                    // A file there (or above): left out, and so is what is
-                    // beneath it ([`writer::conflict`]).
-                    Err(x) if writer::conflict(&x) || self.file_in_place(&e.path, &x) => {
-                        ctx.refuse(&e.path, &x);
-                        return Ok(());
-                    }
-                    Err(x) => return Err(VfileError::io("creating directory", &e.path, x)),
+                    // A file or a symlink there (or above): left out, and
+                    // so is what is beneath it ([`writer::conflict`]); a
+                    // symlink is never followed.
+                    Err(x) => match self.taken_in_place(&e.path, x) {
+                        x if writer::conflict(&x) => {
+                            ctx.refuse(&e.path, &x);
+                            return Ok(());
+                        }
+                        x => return Err(VfileError::io("creating directory", &e.path, x)),
+                    },
                 };
                 st.stats.dirs += 1;
                 st.dirs.push(DirMade { path: e.path, mode: e.mode, mtime_ns: e.mtime_ns, made });
@@ -369,13 +372,22 @@ impl Unpacker {
         Ok(())
     }
 
-    /// Whether `x`, from making the directory `path`, says a regular file
-    /// is there. A symlink there (planted, perhaps, to lead the tree's
-    /// writes elsewhere) fails the whole tree instead.
-    fn file_in_place(&self, path: &[u8], x: &io::Error) -> bool {
-        use lightpath_sys::root::FileType;
-        x.kind() == io::ErrorKind::AlreadyExists
-            && self.root().lstat(path).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+    /// `x`, from making the directory `path`, or, where it says a regular
+    /// file or a symlink is there, an error of that entry alone
+    /// ([`writer::conflict`]). A symlink there (planted, perhaps, to lead
+    /// the tree's writes elsewhere) failed the whole tree, where `cp -a`
+    /// leaves that entry out; nothing is written through it either way.
+    fn taken_in_place(&self, path: &[u8], x: io::Error) -> io::Error {
+        use lightpath_sys::root::{EntryRefused, FileType};
+        if x.kind() != io::ErrorKind::AlreadyExists {
+            return x;
+        }
+        let what = match self.root().lstat(path).map(|st| FileType::from_raw_mode(st.st_mode)) {
+            Ok(FileType::RegularFile) => "a file is in its place",
+            Ok(FileType::Symlink) => "a symlink is in its place (not followed)",
+            _ => return x,
+        };
+        io::Error::new(io::ErrorKind::AlreadyExists, EntryRefused(what))
     }
 
     fn take_block(&self, st: &mut State, offset: u64, data: &[u8]) -> Result<Placed, VfileError> {

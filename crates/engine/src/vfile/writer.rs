@@ -7,7 +7,7 @@
 
 use super::{split, system_time, VfileError};
 use lightpath_proto::unreadable::Unreadables;
-use lightpath_sys::root::{Root, StrictDir, TempFile};
+use lightpath_sys::root::{is_entry_refused, Root, StrictDir, TempFile};
 use std::collections::VecDeque;
 use std::fs::FileTimes;
 use std::io;
@@ -216,7 +216,7 @@ pub(crate) fn write_at(ctx: &WorkCtx, slot: &FileSlot, at: u64, bytes: &[u8]) ->
 /// `cp -r` fails such an entry and goes on.
 pub(crate) fn conflict(e: &io::Error) -> bool {
     use io::ErrorKind as K;
-    matches!(e.kind(), K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty)
+    matches!(e.kind(), K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty) || is_entry_refused(e)
 }
 
 /// How a refusal's reason ends: the client tells it from a sender's
@@ -228,8 +228,9 @@ pub const AT_DESTINATION: &str = "at the destination";
 fn conflict_why(e: &io::Error) -> String {
     use io::ErrorKind as K;
     let what = match e.kind() {
+        _ if is_entry_refused(e) => return format!("{e} {AT_DESTINATION}"),
         K::IsADirectory | K::DirectoryNotEmpty => "a directory is in its place",
-        K::NotADirectory => "a file is in the place of a directory on its path",
+        K::NotADirectory => "a file or a symlink is in the place of a directory on its path",
         K::AlreadyExists => "a file is in its place",
         _ => "it cannot be put in place",
     };
@@ -278,7 +279,11 @@ impl WorkCtx {
     /// Leave out the entry `path` for `e`, a [`conflict`].
     pub fn refuse(&self, path: &[u8], e: &io::Error) {
         let why = conflict_why(e);
-        tracing::warn!(path = %lightpath_proto::manifest::show(path), "{why} ({e}); left out of the tree");
+        let shown = lightpath_proto::manifest::show(path);
+        match is_entry_refused(e) {
+            true => tracing::warn!(path = %shown, "{why}; left out of the tree"),
+            false => tracing::warn!(path = %shown, "{why} ({e}); left out of the tree"),
+        }
         lock(&self.refused).add(path, &why);
     }
 

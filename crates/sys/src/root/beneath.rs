@@ -8,9 +8,28 @@ use super::*;
 /// from `RESOLVE_NO_SYMLINKS` or `O_NOFOLLOW`); others are kept.
 fn symlink_refused(e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-        return io::Error::new(io::ErrorKind::InvalidInput, "a symlink is in the way (not followed)");
+        return io::Error::new(io::ErrorKind::InvalidInput, EntryRefused("a symlink is in the way (not followed)"));
     }
     e
+}
+
+/// An error that concerns one entry of a tree alone, in its own words: a
+/// symlink in its way, or a file there that this process may not
+/// replace. `cp -r` leaves such an entry out and goes on.
+#[derive(Debug)]
+pub struct EntryRefused(pub &'static str);
+
+impl std::fmt::Display for EntryRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for EntryRefused {}
+
+/// Whether `e` is an [`EntryRefused`].
+pub fn is_entry_refused(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<EntryRefused>())
 }
 
 /// The permission bits of the regular file `name` in `dir`, once this
