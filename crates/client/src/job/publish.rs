@@ -189,7 +189,8 @@ fn decide(
     let Some(f) = there.filter(|f| !f.is_dir) else { return Ok(source) };
     let writable = f.perm.as_deref().is_none_or(|p| p.contains('w'));
     let own = ours.is_some() && f.owner.as_deref() == ours;
-    if !writable && !(tree && own) {
+    let replaceable = writable || (tree && own);
+    if !replaceable {
         let whose = f.owner.as_deref().map(|o| format!(", owner {o}")).unwrap_or_default();
         let perm = f.perm.as_deref().unwrap_or_default();
         return Err(ClientError::Local(format!(
@@ -199,11 +200,15 @@ fn decide(
     Ok(if tree { source } else { f.meta.map(|m| m.mode).or(source) })
 }
 
+/// A stored file to publish: its index in the batch, its temporary name,
+/// its own name, and the mode it is to get.
+type Move = (usize, Vec<u8>, Vec<u8>, Option<u32>);
+
 /// The second flight: `SITE CHMOD` of each temporary file (where a mode
 /// is known), then `RNFR` and `RNTO` to its own name. One result a file.
 async fn chmod_and_rename(
     d: &mut Session,
-    moves: &[(usize, Vec<u8>, Vec<u8>, Option<u32>)],
+    moves: &[Move],
 ) -> Vec<Result<(), ClientError>> {
     let modes: Vec<Vec<u8>> = moves.iter().filter_map(|(_, temp, _, m)| Some(chmod_cmd(temp, (*m)?))).collect();
     let n = modes.len();
