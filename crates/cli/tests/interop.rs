@@ -412,9 +412,9 @@ fn a_tree_copied_file_by_file_gets_its_missing_parents() {
 /// one copied as a virtual file does: each was made 0755 and of the time
 /// of the copy, so a private (0700) directory became listable by all (a
 /// defect hunt's find). SITE CHMOD and MFMT, deepest first, once the
-/// files are in (our server takes MFMT now too).
+/// files are in (our server takes MFMT now too). Its files keep theirs.
 #[test]
-fn a_tree_copied_file_by_file_keeps_its_directories_modes_and_mtimes() {
+fn a_tree_copied_file_by_file_keeps_its_modes_and_mtimes() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let d = scratch();
     let (home, local, root) =
@@ -430,10 +430,22 @@ fn a_tree_copied_file_by_file_keeps_its_directories_modes_and_mtimes() {
         std::fs::set_permissions(tree.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
         std::fs::File::open(tree.join(dir)).unwrap().set_modified(old(t)).unwrap();
     }
+    // Its file too, the umask (022 here) left out; files downloaded file
+    // by file got the umask and the time of the copy (a defect hunt).
+    std::fs::set_permissions(tree.join("private/deeper/f"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(tree.join("private/deeper/f"))
+        .unwrap()
+        .set_modified(old(970_000_000))
+        .unwrap();
     let check = |at: &std::path::Path, how: &str| {
-        for (dir, mode, t) in
-            [("private/deeper", 0o750, 981_173_106), ("private", 0o700, 981_000_000), ("", 0o755, 980_000_000)]
-        {
+        for (dir, mode, t) in [
+            ("private/deeper/f", 0o666, 970_000_000),
+            ("private/deeper", 0o750, 981_173_106),
+            ("private", 0o700, 981_000_000),
+            ("", 0o755, 980_000_000),
+        ] {
             let m = std::fs::metadata(at.join(dir)).unwrap();
             assert_eq!((m.mode() & 0o7777, m.mtime()), (mode, t), "{how}: {dir}");
         }

@@ -5,7 +5,7 @@
 use crate::resume::Resume;
 use crate::ClientError;
 use lightpath_engine::dio::file_sink;
-use lightpath_engine::{DataPath, EngineError, FileSource, NullSink, Sink, Source, ZeroSource};
+use lightpath_engine::{DataPath, NullSink, Sink};
 use lightpath_proto::ranges::RangeSet;
 use lightpath_sys::root::{Root, TempFile};
 
@@ -14,6 +14,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+mod source;
+pub use source::LocalSource;
 
 /// Where a download goes.
 #[derive(Debug, Clone)]
@@ -45,6 +48,8 @@ pub enum LocalTarget {
         /// Permission bits a new file is created with, less the umask
         /// (see [`LocalTarget::created_with`]).
         mode: u32,
+        /// What the file gets when complete ([`LocalTarget::like_source`]).
+        finish: FinishMeta,
     },
 }
 
@@ -56,7 +61,8 @@ impl LocalTarget {
         } else {
             let path = path.to_path_buf();
             let (root, window, resume) = (None, None, None);
-            LocalTarget::File { path, in_place, fsync, size, direct: false, root, window, resume, mode: 0o666 }
+            let (mode, finish) = (0o666, FinishMeta::default());
+            LocalTarget::File { path, in_place, fsync, size, direct: false, root, window, resume, mode, finish }
         }
     }
 
@@ -114,8 +120,8 @@ impl LocalTarget {
         match (self.resume_slot().and_then(|r| r.take()), &self) {
             // The I/O chosen for this try (a file taken up from an earlier
             // process has the defaults until now).
-            (Some(mut k), LocalTarget::File { fsync, direct, .. }) => {
-                (k.target.fsync, k.target.direct) = (*fsync, *direct);
+            (Some(mut k), LocalTarget::File { fsync, direct, finish, .. }) => {
+                (k.target.fsync, k.target.direct, k.target.meta) = (*fsync, *direct, *finish);
                 Ok((k.target, k.have))
             }
             (Some(k), LocalTarget::Null) => Ok((k.target, k.have)),
@@ -155,14 +161,26 @@ impl LocalTarget {
         self
     }
 
+    /// When complete, the file gets its source's mtime (`mtime`, where its
+    /// listing gave it), as an upload's file does; a tree's (`tree`) its
+    /// source's mode exactly too, the umask left out and a replaced file's
+    /// mode too, as a tree copied as one virtual file gets them. A tree
+    /// copied file by file got the time of the copy and the umask.
+    pub fn like_source(mut self, tree: bool, mtime: Option<i64>) -> LocalTarget {
+        if let LocalTarget::File { finish, mode, .. } = &mut self {
+            *finish = FinishMeta { mode: tree.then_some(*mode), mtime };
+        }
+        self
+    }
+
     /// Open it for writing, afresh (a partial file its slot kept is dropped).
     pub fn open(self) -> Result<OpenTarget, ClientError> {
         if let Some(r) = self.resume_slot() {
             r.clear();
         }
-        let LocalTarget::File { path, in_place, fsync, size, direct, root, window, mode, .. } = self else {
-            let out = Output::Null;
-            return Ok(OpenTarget { out, path: PathBuf::new(), fsync: false, direct: false, window: None });
+        let LocalTarget::File { path, in_place, fsync, size, direct, root, window, mode, finish, .. } = self else {
+            let (out, meta) = (Output::Null, FinishMeta::default());
+            return Ok(OpenTarget { out, path: PathBuf::new(), fsync: false, direct: false, window: None, meta });
         };
         // A part (`--off`/`--len`) goes into the file at its offsets; with
         // no file there yet, into a new one linked under the name only if
@@ -174,7 +192,7 @@ impl LocalTarget {
             None => open_path(&path, (in_place, mode))?,
         };
         let window = window.map(|(off, len)| Window::new(off, len));
-        let t = OpenTarget { out, path, fsync, direct, window };
+        let t = OpenTarget { out, path, fsync, direct, window, meta: finish };
         // On failure `t` is dropped, which removes a temporary file.
         if let (Output::Temp(_), Some(file), None) = (&t.out, t.out.file(), &t.window) {
             // Full size at once: `finish` sets the length it received.
@@ -320,6 +338,33 @@ pub struct OpenTarget {
     fsync: bool,
     direct: bool,
     window: Option<Window>,
+    meta: FinishMeta,
+}
+
+/// What a downloaded file gets when complete, before its name.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FinishMeta {
+    /// Permission bits, exactly (the umask left out).
+    mode: Option<u32>,
+    /// The mtime, in whole seconds.
+    mtime: Option<i64>,
+}
+
+impl FinishMeta {
+    fn apply(&self, f: &File) -> std::io::Result<()> {
+        if let Some(m) = self.mode {
+            f.set_permissions(std::fs::Permissions::from_mode(m & 0o1777))?;
+        }
+        if let Some(t) = self.mtime {
+            let secs = std::time::Duration::from_secs(t.unsigned_abs());
+            let at =
+                if t < 0 { std::time::UNIX_EPOCH.checked_sub(secs) } else { std::time::UNIX_EPOCH.checked_add(secs) };
+            if let Some(at) = at {
+                f.set_times(std::fs::FileTimes::new().set_modified(at))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl OpenTarget {
@@ -374,6 +419,7 @@ impl OpenTarget {
                 fsync: false,
                 direct: false,
                 window: None,
+                meta: FinishMeta::default(),
             };
             (t, note)
         }))
@@ -390,6 +436,9 @@ impl OpenTarget {
         if let Some(f) = self.out.file() {
             if let Some(l) = len {
                 f.set_len(l).map_err(&err)?;
+            }
+            if matches!(self.out, Output::Temp(_)) {
+                self.meta.apply(f).map_err(&err)?;
             }
             if self.fsync {
                 f.sync_data().map_err(&err)?;
@@ -498,98 +547,6 @@ impl Sink for WindowSink<'_> {
 
     fn data_path(&self) -> DataPath {
         self.inner.data_path()
-    }
-}
-
-/// Where an upload comes from.
-#[derive(Debug, Clone)]
-pub enum LocalSource {
-    /// Zeros (`/dev/zero` with `--len`).
-    Zero(u64),
-    /// A file.
-    File(PathBuf),
-}
-
-impl LocalSource {
-    /// Its length.
-    pub fn len(&self) -> Result<u64, ClientError> {
-        match self {
-            LocalSource::Zero(n) => Ok(*n),
-            LocalSource::File(p) => {
-                std::fs::metadata(p).map(|m| m.len()).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))
-            }
-        }
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> Result<bool, ClientError> {
-        self.len().map(|l| l == 0)
-    }
-
-    /// A file's size and what tells it from another file of that size, to
-    /// tell whether it changed between tries of its upload (`None`: zeros,
-    /// or a file that cannot be read): its mtime, device, inode and ctime
-    /// (nanoseconds), in fixed-width digits. Size and mtime alone let a
-    /// file renamed over it with its mtime kept (`cp -p`, `rsync -t`), or
-    /// rewritten within the mtime's grain, be resumed: two versions joined
-    /// under the final name, exit 0 (a defect hunt). A rename gives another
-    /// inode; any write, and setting the mtime, a new ctime.
-    pub(crate) fn stamp(&self) -> Option<crate::resume::Stamp> {
-        use std::os::unix::fs::MetadataExt;
-        let LocalSource::File(p) = self else { return None };
-        let m = std::fs::metadata(p).ok()?;
-        let ns = |s: i64, n: i64| (i128::from(s) * 1_000_000_000 + i128::from(n)).max(0) as u128;
-        let (mtime, ctime) = (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()));
-        Some((m.len(), Some(format!("{mtime:020}{:020}{:020}{ctime:020}", m.dev(), m.ino()))))
-    }
-
-    /// The file's permission bits and mtime (nanoseconds), for a lightpath
-    /// server's `OPTS STOR`; `None` for `/dev/zero` or a file gone.
-    pub(crate) fn meta(&self) -> Option<lightpath_proto::held::TreeRoot> {
-        use std::os::unix::fs::MetadataExt;
-        let LocalSource::File(p) = self else { return None };
-        let m = std::fs::metadata(p).ok()?;
-        let ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-        Some(lightpath_proto::held::TreeRoot { mode: m.mode() & 0o7777, mtime_ns: i64::try_from(ns).ok() })
-    }
-
-    /// A source opened at `len` bytes whose send was planned (and
-    /// announced with ALLO) at `planned`: it changed in between, and
-    /// sending the planned bytes would publish a short or mixed copy.
-    pub fn as_planned(&self, len: u64, planned: u64) -> Result<(), ClientError> {
-        if len == planned {
-            return Ok(());
-        }
-        let name = match self {
-            LocalSource::File(p) => p.display().to_string(),
-            LocalSource::Zero(_) => "/dev/zero".into(),
-        };
-        let how = if len < planned { "shrank" } else { "grew" };
-        Err(ClientError::Local(format!("{name}: reading source: file {how} ({planned} bytes planned, {len} now)")))
-    }
-
-    /// The error of a send from this source. The engine does not know
-    /// file names: a read that failed gets the file's ("F: reading
-    /// source: file shrank while being read"); others stay as they are.
-    pub fn send_error(&self, e: EngineError) -> ClientError {
-        match (self, &e) {
-            (LocalSource::File(p), EngineError::Io { context, .. }) if context.starts_with("reading") => {
-                ClientError::Local(format!("{}: {e}", p.display()))
-            }
-            _ => e.into(),
-        }
-    }
-
-    /// Open for reading.
-    pub fn open(self) -> Result<Box<dyn Source>, ClientError> {
-        match self {
-            LocalSource::Zero(n) => Ok(Box::new(ZeroSource::new(n))),
-            LocalSource::File(p) => {
-                let err = |e: std::io::Error| ClientError::Local(format!("{}: {e}", p.display()));
-                let f = File::open(&p).map_err(err)?;
-                Ok(Box::new(FileSource::new(f, true).map_err(err)?))
-            }
-        }
     }
 }
 
