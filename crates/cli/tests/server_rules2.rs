@@ -298,3 +298,21 @@ fn an_upload_in_progress_is_hidden_and_out_of_reach() {
     assert!(err.contains("skipping a temporary file of lightpath's") && err.contains(temp), "{err}");
     assert_eq!(names(&root.join("up/d")), ["f"]);
 }
+
+/// MFMT's reply says the time the file got, which ext4 holds to 2446:
+/// it said the year 2500 asked for. (Times past the year 9999, which
+/// tmpfs keeps, are held to 14 digits by `ftptime::format`.)
+#[test]
+fn mfmt_says_the_time_the_file_got() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, root) = with_root();
+    std::fs::write(root.join("f"), b"x").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let mut c = Raw::login(port);
+    let (code, text) = c.cmd("MFMT 25000101000000 f");
+    let got = std::fs::metadata(root.join("f")).unwrap().mtime();
+    assert_eq!(code, 213, "{text}");
+    assert!(got < 16_725_225_600, "the file system kept the year 2500: this test shows nothing here");
+    let said = text.split("Modify=").nth(1).and_then(|t| t.split(';').next()).unwrap();
+    assert_eq!(lightpath_proto::ftptime::parse(said), Some(got), "{text}");
+}

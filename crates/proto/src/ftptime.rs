@@ -3,8 +3,15 @@
 //! Written here rather than taken from a date crate: one format, both
 //! ways, with the proleptic Gregorian calendar of H. Hinnant's algorithms.
 
-/// `YYYYMMDDHHMMSS` in UTC for seconds since the epoch.
+/// The first and last second the format holds: years 0000 to 9999.
+const FIRST: i64 = -62_167_219_200;
+const LAST: i64 = 253_402_300_799;
+
+/// `YYYYMMDDHHMMSS` in UTC for seconds since the epoch, held to the
+/// years four digits give (a file of the year 11476 was listed as
+/// `1147-60-81 50:52`, and its `Modify` had 15 digits).
 pub fn format(secs: i64) -> String {
+    let secs = secs.clamp(FIRST, LAST);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
     format!("{y:04}{m:02}{d:02}{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
@@ -16,7 +23,7 @@ pub fn format(secs: i64) -> String {
 /// nanosecond, as every entry of the tree does.
 pub fn format_ns(secs: i64, nanos: u32) -> String {
     let whole = format(secs);
-    if nanos == 0 || nanos >= 1_000_000_000 {
+    if nanos == 0 || nanos >= 1_000_000_000 || !(FIRST..=LAST).contains(&secs) {
         return whole;
     }
     let frac = format!("{nanos:09}");
@@ -97,6 +104,16 @@ mod tests {
             assert_eq!(parse(&format(secs)), Some(secs), "{secs}");
         }
         assert_eq!(parse("20261121191802.123"), Some(1_795_288_682));
+    }
+
+    #[test]
+    fn times_past_four_digit_years_are_held_to_them() {
+        assert_eq!(format(300_000_000_000), "99991231235959");
+        assert_eq!(format(i64::MAX), "99991231235959");
+        assert_eq!(format(i64::MIN), "00000101000000");
+        assert_eq!(format_ns(300_000_000_000, 5), "99991231235959");
+        assert_eq!(parse(&format(LAST)), Some(LAST));
+        assert_eq!(parse(&format(FIRST)), Some(FIRST));
     }
 
     #[test]

@@ -116,9 +116,12 @@ fn chmod(root: &Root, mode: u32, p: &VPath) -> Result<Reply, Reply> {
 /// MFMT: the modification time of a file or directory (no symlink
 /// followed on the way or at the end), as a client that keeps a tree's
 /// directories' mtimes sets them once their files are in.
+/// The reply says the time the file got, which the file system may have
+/// held to its range (ext4: 2446), not the one asked for.
 fn mfmt(root: &Root, (sec, nsec): (i64, u32), p: &VPath) -> Result<Reply, Reply> {
     root.set_mtime_strict(p.relative(), sec, nsec).map_err(|e| io_reply(p, &e))?;
-    let t = lightpath_proto::ftptime::format_ns(sec, nsec);
+    let st = root.lstat(p.relative()).map_err(|e| io_reply(p, &e))?;
+    let t = lightpath_proto::ftptime::format_ns(st.st_mtime, st.st_mtime_nsec as u32);
     Ok(Reply::new(213, format!("Modify={t}; {}", p.display())))
 }
 
