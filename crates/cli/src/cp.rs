@@ -515,15 +515,32 @@ fn other_kind(t: &str) -> char {
     }
 }
 
+/// How many hex digits a digest of `alg` has: a 32-bit checksum's may
+/// come without its leading zeros; unknown algorithms up to SHA-512's.
+fn digest_digits(alg: &str) -> std::ops::RangeInclusive<usize> {
+    match alg.to_ascii_uppercase().as_str() {
+        "MD5" => 32..=32,
+        "SHA1" => 40..=40,
+        "SHA224" => 56..=56,
+        "SHA256" => 64..=64,
+        "SHA384" => 96..=96,
+        "SHA512" => 128..=128,
+        "ADLER32" | "CRC32" | "CRC32C" => 1..=8,
+        _ => 1..=128,
+    }
+}
+
 /// Print a server-side checksum.
 pub fn sum(a: SumArgs) -> anyhow::Result<()> {
     a.timeouts.apply()?;
     let (rt, mut s, path) = open(&a.url)?;
     s.computes("--alg", &a.alg)?;
     let sum = rt.block_on(s.checksum(&a.alg.to_ascii_uppercase(), &path))?;
-    // A digest is hex digits; anything else is not one, whatever the reply code.
-    let hex = !sum.is_empty() && sum.len() <= 128 && sum.bytes().all(|b| b.is_ascii_hexdigit());
-    anyhow::ensure!(hex, "the server's CKSM reply is not a digest: {:.80}", crate::term::name(&sum));
+    // A digest is hex digits, as many as its algorithm gives; anything
+    // else is not one, whatever the reply code (`213 a` printed as an MD5).
+    let hex = !sum.is_empty() && sum.bytes().all(|b| b.is_ascii_hexdigit());
+    let fits = digest_digits(&a.alg).contains(&sum.len());
+    anyhow::ensure!(hex && fits, "the server's CKSM reply is not a {} digest: {:.80}", a.alg, crate::term::name(&sum));
     println!("{sum}  {}", lightpath_client::location::without_password(&a.url));
     rt.block_on(s.quit());
     Ok(())

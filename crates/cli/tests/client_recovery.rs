@@ -347,3 +347,24 @@ fn an_upload_failing_verify_is_deleted_on_the_server() {
         }
     }
 }
+
+/// `lightpath sum` prints a digest only when it has its algorithm's
+/// length: a server's `213 a` was printed as the file's MD5, exit 0 (a
+/// defect hunt's find).
+#[test]
+fn sum_refuses_a_digest_of_the_wrong_length() {
+    for (cksm, ok) in [("a", false), (&HELLO_MD5[..31], false), (HELLO_MD5, true)] {
+        let script = Arc::new(Script { cksm: Some(cksm), ..Script::with_files(&[("/d/f", b"hello")]) });
+        let port = fake_server(script);
+        let out = std::process::Command::new(LP)
+            .args(["sum", "--alg", "MD5", &format!("ftp://127.0.0.1:{port}/d/f")])
+            .output()
+            .unwrap();
+        let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.success(), ok, "{cksm}: {stdout} {err}");
+        assert_eq!(stdout.starts_with(cksm), ok, "{cksm}: {stdout}");
+        if !ok {
+            assert!(err.contains("not a MD5 digest"), "{err}");
+        }
+    }
+}
