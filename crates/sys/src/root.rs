@@ -491,7 +491,11 @@ impl Root {
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT)?;
         let link = fd_link(&fd);
-        rustix::fs::chmodat(rustix::fs::CWD, link.as_str(), Mode::from_raw_mode(mode), AtFlags::empty())?;
+        // Its own setgid bit stays, as GNU chmod keeps a directory's: a
+        // shared group directory (2775) the tree went into lost it, and
+        // files made in it afterwards the group.
+        let setgid = rustix::fs::fstat(&fd)?.st_mode & 0o2000;
+        rustix::fs::chmodat(rustix::fs::CWD, link.as_str(), Mode::from_raw_mode(mode | setgid), AtFlags::empty())?;
         let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
         let mtime = rustix::fs::Timespec { tv_sec: sec, tv_nsec: nsec.into() };
         let times = rustix::fs::Timestamps { last_access: omit, last_modification: mtime };
@@ -749,6 +753,21 @@ mod strict_dir_tests {
         assert!(d.mkdir(b"ln", 0o700).is_err(), "an existing symlink is not a directory");
         let names: Vec<_> = r.read_dir(b"real").unwrap().into_iter().map(|e| e.0).collect();
         assert_eq!(names, [&b"a"[..], b"b", b"c", b"d", b"ln", b"sub"], "no temporary names left");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn a_directorys_own_setgid_bit_outlives_its_new_mode() {
+        let p = std::env::temp_dir().join(format!("lp-root-sgid-{}", std::process::id()));
+        std::fs::create_dir_all(p.join("root/shared")).unwrap();
+        std::fs::create_dir_all(p.join("root/plain")).unwrap();
+        std::fs::set_permissions(p.join("root/shared"), std::fs::Permissions::from_mode(0o2775)).unwrap();
+        let r = Root::open(&p.join("root")).unwrap();
+        for (dir, want) in [(&b"shared"[..], 0o2750), (b"plain", 0o750)] {
+            r.set_dir_meta_strict(dir, 0o750, (1_000_000_000, 0)).unwrap();
+            let m = std::fs::metadata(p.join("root").join(OsStr::from_bytes(dir))).unwrap();
+            assert_eq!(m.permissions().mode() & 0o7777, want, "{dir:?}");
+        }
         std::fs::remove_dir_all(&p).unwrap();
     }
 }
