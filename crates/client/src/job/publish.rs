@@ -206,10 +206,7 @@ type Move = (usize, Vec<u8>, Vec<u8>, Option<u32>);
 
 /// The second flight: `SITE CHMOD` of each temporary file (where a mode
 /// is known), then `RNFR` and `RNTO` to its own name. One result a file.
-async fn chmod_and_rename(
-    d: &mut Session,
-    moves: &[Move],
-) -> Vec<Result<(), ClientError>> {
+async fn chmod_and_rename(d: &mut Session, moves: &[Move]) -> Vec<Result<(), ClientError>> {
     let modes: Vec<Vec<u8>> = moves.iter().filter_map(|(_, temp, _, m)| Some(chmod_cmd(temp, (*m)?))).collect();
     let n = modes.len();
     let stopped = d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed);
