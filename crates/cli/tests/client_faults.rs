@@ -101,6 +101,29 @@ fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
     }
 }
 
+/// A third-party copy moving data is not taken for stalled when
+/// `--reply-timeout` is shorter than the destination's marker interval:
+/// the wait is at least twice the longest gap between its markers (at
+/// `--reply-timeout 5` and markers every 5 s, a copy was failed as
+/// stalled at the first marker a little late: a defect hunt's find).
+#[test]
+fn a_third_party_copy_is_not_stalled_between_slow_markers() {
+    let (a, b) = (scratch(), scratch());
+    std::fs::File::create(a.path().join("big")).unwrap().set_len(8 << 30).unwrap();
+    let slow = ["--anonymous-write", "--marker-interval", "2"];
+    let (_sa, pa) = lp_server(a.path(), &slow);
+    let (_sb, pb) = lp_server(b.path(), &slow);
+    let (src, dst) = (format!("ftp://127.0.0.1:{pa}/big"), format!("ftp://127.0.0.1:{pb}/big"));
+    let t = std::time::Instant::now();
+    let out =
+        Command::new(LP).args(["cp", "-q", "--retries", "0", "--reply-timeout", "1", "-p", "1", &src, &dst]).output();
+    let (out, took) = (out.unwrap(), t.elapsed());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{took:?}: {err}");
+    assert!(took > std::time::Duration::from_secs(2), "{took:?}: no marker gap was waited through");
+    assert_eq!(std::fs::metadata(b.path().join("big")).unwrap().len(), 8 << 30);
+}
+
 /// A stopped server (SIGSTOP: connections are taken, no greeting comes)
 /// fails a copy of many files in one cycle of connect timeouts and
 /// retries, not one cycle per batch of each worker: 256 files took 20 s

@@ -175,6 +175,9 @@ pub struct ControlConn {
     /// while it is unfinished: the whole reply must come by
     /// [`reply_timeout`] after it.
     reply_started: Option<tokio::time::Instant>,
+    /// The least a reply is waited for, past `--reply-timeout`
+    /// ([`ControlConn::wait_at_least`]).
+    min_wait: Duration,
     /// The last command sent (redacted), and the last reply read, for
     /// saying what a timeout waited for.
     last_sent: String,
@@ -261,6 +264,7 @@ impl ControlConn {
             server_path: None,
             confirmed: RangeSet::new(),
             reply_started: None,
+            min_wait: Duration::ZERO,
             last_sent: "(none yet: the greeting)".into(),
             last_reply: None,
             iac_names: None,
@@ -428,11 +432,19 @@ impl ControlConn {
     /// of lines cannot stretch it).
     fn deadline(&mut self) -> tokio::time::Instant {
         let now = tokio::time::Instant::now();
+        let wait = reply_timeout().max(self.min_wait);
         if !(self.parser.in_progress() || self.lines.pending() > 0) {
             self.reply_started = None;
-            return now + reply_timeout();
+            return now + wait;
         }
-        *self.reply_started.get_or_insert(now) + reply_timeout()
+        *self.reply_started.get_or_insert(now) + wait
+    }
+
+    /// Wait at least `d` for a reply from now on: a third-party transfer's
+    /// servers are silent between their perf markers, which come every few
+    /// seconds whatever `--reply-timeout` says.
+    pub fn wait_at_least(&mut self, d: Duration) {
+        self.min_wait = d;
     }
 
     /// The error for a reply that did not come (or not whole) in time,

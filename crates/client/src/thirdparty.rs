@@ -161,6 +161,18 @@ pub(crate) async fn watch(
     s: &mut Session,
     d: &mut Session,
     verbs: (&str, &str),
+    note: impl FnMut(&mut Reply) + Send,
+) -> Result<(u64, Reply, Reply), ClientError> {
+    let r = watch_both(s, d, verbs, note).await;
+    s.ctl.wait_at_least(std::time::Duration::ZERO);
+    d.ctl.wait_at_least(std::time::Duration::ZERO);
+    r
+}
+
+async fn watch_both(
+    s: &mut Session,
+    d: &mut Session,
+    verbs: (&str, &str),
     mut note: impl FnMut(&mut Reply) + Send,
 ) -> Result<(u64, Reply, Reply), ClientError> {
     let (mut s_fin, mut d_fin): (Option<Reply>, Option<Reply>) = (None, None);
@@ -168,6 +180,8 @@ pub(crate) async fn watch(
     let job = s.opts.control();
     let mut live = Liveness::new();
     while s_fin.is_none() || d_fin.is_none() {
+        s.ctl.wait_at_least(live.stall_after());
+        d.ctl.wait_at_least(live.stall_after());
         tokio::select! {
             biased;
             _ = cancelled(&job) => return Err(interrupted(s, d, s_fin.is_none(), d_fin.is_none()).await),
@@ -251,17 +265,23 @@ struct Liveness {
     markers: bool,
     heard: tokio::time::Instant,
     moved: tokio::time::Instant,
+    /// The longest wait seen between two markers (`None`: two not seen).
+    gap: Option<std::time::Duration>,
 }
 
 impl Liveness {
     fn new() -> Liveness {
         let now = tokio::time::Instant::now();
-        Liveness { markers: false, heard: now, moved: now }
+        Liveness { markers: false, heard: now, moved: now, gap: None }
     }
 
     /// The destination said something: `Some(more)` a perf marker.
     fn heard(&mut self, marker: Option<bool>) {
-        self.heard = tokio::time::Instant::now();
+        let now = tokio::time::Instant::now();
+        if marker.is_some() && self.markers {
+            self.gap = Some(self.gap.unwrap_or_default().max(now - self.heard));
+        }
+        self.heard = now;
         if let Some(more) = marker {
             self.markers = true;
             if more {
@@ -276,7 +296,19 @@ impl Liveness {
     }
 
     fn deadline(&self) -> tokio::time::Instant {
-        self.heard.min(self.moved) + crate::control::reply_timeout()
+        self.heard.min(self.moved) + self.stall_after()
+    }
+
+    /// How long the transfer may go without a word of progress:
+    /// `--reply-timeout`, and never less than twice the longest wait
+    /// between the destination's perf markers (5 s, GCT's and serve's
+    /// default, until two came), which are all the client hears of the
+    /// data. With `--reply-timeout 5` and markers every 5 s, a copy
+    /// moving data was failed as stalled at the first marker a little
+    /// late (a defect hunt's find).
+    fn stall_after(&self) -> std::time::Duration {
+        let gap = self.gap.unwrap_or(std::time::Duration::from_secs(5));
+        crate::control::reply_timeout().max(gap * 2)
     }
 }
 
@@ -291,8 +323,8 @@ async fn stalled(
     running: (bool, bool),
     note: &mut (dyn FnMut(&mut Reply) + Send),
 ) -> ClientError {
-    let secs = crate::control::reply_timeout().as_secs();
-    if live.heard + crate::control::reply_timeout() <= tokio::time::Instant::now() {
+    let secs = live.stall_after().as_secs();
+    if live.heard + live.stall_after() <= tokio::time::Instant::now() {
         d.lost();
         let why = format!("no reply for {secs} s after its perf markers: the transfer under way stalled ({})", verbs.1);
         return stop_other(s, verbs.0, running.0, ClientError::Control(d.ctl.name.clone(), why), &mut |_| {}).await;
