@@ -531,7 +531,15 @@ impl<'a> Walker<'a> {
     }
 
     /// Emit the entry for `n`; whether it is a directory to descend into.
+    /// One whose path is longer than a manifest holds is left out, with
+    /// what is beneath it (one such path failed the whole tree, nothing
+    /// copied: a defect hunt's find).
     fn visit(&mut self, n: &Node) -> Result<bool, VfileError> {
+        if n.name.len() > lightpath_proto::manifest::MAX_PATH {
+            let max = lightpath_proto::manifest::MAX_PATH;
+            self.left_out(n, &format!("its path is longer than {max} bytes, the most a tree's manifest holds"));
+            return Ok(false);
+        }
         if self.held_check.is_some() && !self.held(&n.name) {
             self.compare_held()?;
         }
