@@ -342,3 +342,31 @@ fn a_third_party_copy_short_of_its_size_at_gct_is_not_kept() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(home.join("f")).unwrap(), b"only 19 bytes here.");
 }
+
+/// A listing whose PASV the server refuses (GCT answers 500 while it has
+/// no port free) is asked again: such a refusal left whole directories
+/// out as "cannot list", and the tree's own failed the copy (a defect
+/// hunt's find, thousands of directories of a wide tree from GCT).
+#[test]
+fn a_listing_whose_pasv_was_refused_is_asked_again() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let refused = Arc::new(AtomicUsize::new(0));
+    let count = refused.clone();
+    let script = Script { listing: &["fine"], tree: &[], size: 5, data: b"hello" };
+    let port = scripted::serve(move |conn| {
+        let (mut data, count) = (DataEnd::default(), count.clone());
+        scripted::commands(conn, "scripted", move |out, verb, arg| match verb {
+            "PASV" | "EPSV" if count.fetch_add(1, Ordering::Relaxed) < 2 => {
+                Some("500 Command failed. : globus_ftp_control_local_pasv failed. Address already in use\r\n".into())
+            }
+            _ => answer(out, &mut data, script, verb, arg),
+        })
+    });
+    let d = scratch();
+    let dest = d.path().join("dest");
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/d/"), &format!("{}/", dest.display())]);
+    assert!(refused.load(Ordering::Relaxed) >= 1, "the server never refused a PASV: the test proves nothing");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(dest.join("fine")).unwrap(), b"hello");
+}

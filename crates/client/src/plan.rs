@@ -478,6 +478,24 @@ async fn walk_remote(
     Ok(())
 }
 
+/// The listing of `path`, asked again (up to 3 times, a second apart)
+/// when its data channel could not be set up: GCT refuses PASV with 500
+/// while it has no port free (a wide tree over loopback, thousands of
+/// listings' connections waiting out TIME_WAIT), and 2,652 directories of
+/// one were left out as "cannot list" (a defect hunt's find). The
+/// server's refusal of the listing itself is not asked again.
+async fn list_again(s: &mut Session, path: &[u8]) -> Result<Vec<crate::session::Entry>, ClientError> {
+    for _ in 0..3 {
+        match s.list(path).await {
+            Err(ClientError::Refused { cmd, .. }) if cmd.starts_with("PASV") || cmd.starts_with("EPSV") => {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            r => return r,
+        }
+    }
+    s.list(path).await
+}
+
 /// Why a directory beneath a remote tree's root is left out when its
 /// listing failed with `e` (`None`: the walk fails): the server refused
 /// to list it (permission denied), or its name cannot be sent to this
@@ -525,7 +543,7 @@ async fn list_one(s: &mut Session, sh: &Shared) {
         n
     };
     let Some((dir, t)) = next else { return };
-    let listed = s.list(&dir.path).await;
+    let listed = list_again(s, &dir.path).await;
     let left_out = s.names_left_out;
     for (name, kind) in s.others.drain(..) {
         let shown = String::from_utf8_lossy(&name);
