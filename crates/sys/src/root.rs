@@ -443,8 +443,8 @@ impl Root {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name"));
         }
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat2(&self.dir, Self::rel(dir), flags, Mode::empty(), STRICT)?;
-        Ok((fd, OsStr::from_bytes(name)))
+        let fd = rustix::fs::openat2(&self.dir, Self::rel(dir), flags, Mode::empty(), STRICT);
+        Ok((fd.map_err(|e| beneath::symlink_refused(e.into()))?, OsStr::from_bytes(name)))
     }
 
     /// Status of the path itself (a symlink is not followed).
@@ -637,7 +637,7 @@ impl Root {
             }
             // Not readable (only writable and searchable): no ACL check.
             Err(rustix::io::Errno::ACCESS) => Ok(StrictDir { fd: Arc::new(open(OFlags::PATH)?), umask: None }),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(beneath::symlink_refused(e.into())),
         }
     }
 }
@@ -671,13 +671,7 @@ impl StrictDir {
     pub fn create_temp(&self, name: &[u8], mode: u32) -> io::Result<TempFile> {
         let mode = mode & 0o7777;
         let name = component(name)?;
-        beneath::replaceable_mode_in(&self.fd, name, true).map_err(|e| match e.kind() {
-            io::ErrorKind::PermissionDenied => io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                EntryRefused("a file this user may not write is in its place (Permission denied)"),
-            ),
-            _ => e,
-        })?;
+        beneath::replaceable_mode_in(&self.fd, name, true)?;
         let t = TempFile::create(self.fd.clone(), name, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {

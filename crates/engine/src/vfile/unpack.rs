@@ -330,7 +330,10 @@ impl Unpacker {
     }
 
     fn entry(&self, st: &mut State, e: Entry, pieces: &mut Vec<Piece>) -> Result<(), VfileError> {
+        let counted = matches!(e.kind, Kind::File { .. });
+        let beneath_refused = self.pool.ctx.beneath_refused(&e.path, counted);
         match e.kind {
+            Kind::Dir if beneath_refused => {}
             Kind::Dir => {
                 let (parent, name) = split(&e.path);
                 let ctx = &self.pool.ctx;
@@ -341,7 +344,7 @@ impl Unpacker {
                     // symlink is never followed.
                     Err(x) => match self.taken_in_place(&e.path, x) {
                         x if writer::conflict(&x) => {
-                            ctx.refuse(&e.path, &x);
+                            ctx.refuse_dir(&e.path, &x);
                             return Ok(());
                         }
                         x => return Err(VfileError::io("creating directory", &e.path, x)),
@@ -352,6 +355,9 @@ impl Unpacker {
             }
             Kind::File { size, offset } => {
                 let slot = Arc::new(FileSlot::new(e.path, offset, size, e.mode, e.mtime_ns));
+                if beneath_refused {
+                    slot.leave_out();
+                }
                 if size == 0 {
                     pieces.push(Piece { slot: slot.clone(), at: 0, data: Arc::new(Chunk::empty()), range: 0..0 });
                 }
@@ -385,7 +391,8 @@ impl Unpacker {
         let what = match self.root().lstat(path).map(|st| FileType::from_raw_mode(st.st_mode)) {
             Ok(FileType::RegularFile) => "a file is in its place",
             Ok(FileType::Symlink) => "a symlink is in its place (not followed)",
-            _ => return x,
+            Ok(FileType::Directory) | Err(_) => return x,
+            Ok(_) => "a special file (FIFO, socket or device) is in its place",
         };
         io::Error::new(io::ErrorKind::AlreadyExists, EntryRefused(what))
     }
@@ -542,7 +549,7 @@ impl Unpacker {
     }
 
     fn make_links(&self, links: &[Entry]) -> Result<(), VfileError> {
-        for e in links {
+        for e in links.iter().filter(|e| !self.pool.ctx.beneath_refused(&e.path, true)) {
             let made = match &e.kind {
                 Kind::HardLink { target } => self.root().hard_link_strict(target, &e.path),
                 Kind::Symlink { target } => self.root().symlink_strict(target, &e.path).and_then(|()| {

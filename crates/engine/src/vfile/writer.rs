@@ -50,6 +50,12 @@ impl FileSlot {
         self.refused.load(Ordering::Acquire)
     }
 
+    /// Leave it out, unsaid: its directory was left out
+    /// ([`WorkCtx::refuse_dir`]). Its data is dropped.
+    pub fn leave_out(&self) {
+        self.refused.store(true, Ordering::Release);
+    }
+
     /// `r`, unless it is an error of this file alone ([`conflict`]): then
     /// the file is left out, named in the tree's refusals, and the tree
     /// goes on (one file where a directory was failed the whole tree).
@@ -223,15 +229,14 @@ pub(crate) fn conflict(e: &io::Error) -> bool {
 /// "could not read".
 pub const AT_DESTINATION: &str = "at the destination";
 
-/// Why an entry was left out for `e`, a [`conflict`] (or a file where a
-/// directory comes: `AlreadyExists`).
+/// Why an entry was left out for `e`, a [`conflict`] (an
+/// [`EntryRefused`](lightpath_sys::root::EntryRefused) in its own words).
 fn conflict_why(e: &io::Error) -> String {
     use io::ErrorKind as K;
     let what = match e.kind() {
         _ if is_entry_refused(e) => return format!("{e} {AT_DESTINATION}"),
         K::IsADirectory | K::DirectoryNotEmpty => "a directory is in its place",
         K::NotADirectory => "a file or a symlink is in the place of a directory on its path",
-        K::AlreadyExists => "a file is in its place",
         _ => "it cannot be put in place",
     };
     format!("{what} {AT_DESTINATION}")
@@ -252,6 +257,9 @@ pub(crate) struct WorkCtx {
     failed: AtomicBool,
     /// Entries left out for a [`conflict`] at the destination, and why.
     refused: Mutex<Unreadables>,
+    /// Directories left out so: what is beneath them is left out too,
+    /// unsaid ([`WorkCtx::beneath_refused`]).
+    refused_dirs: Mutex<Vec<Vec<u8>>>,
     /// Files of this tree partly written now, and at most.
     pub partly_written: Arc<PartCount>,
 }
@@ -260,7 +268,8 @@ impl WorkCtx {
     pub fn new(root: Arc<Root>) -> Self {
         let dirs = Mutex::new(VecDeque::with_capacity(DIR_CACHE + 1));
         let (error, failed, partly_written) = (Mutex::new(None), AtomicBool::new(false), Arc::default());
-        WorkCtx { root, dirs, error, failed, partly_written, refused: Mutex::default() }
+        let (refused, refused_dirs) = (Mutex::default(), Mutex::default());
+        WorkCtx { root, dirs, error, failed, partly_written, refused, refused_dirs }
     }
 
     /// The directory `rel` beneath the root (no symlink in any component),
@@ -285,6 +294,25 @@ impl WorkCtx {
             false => tracing::warn!(path = %shown, "{why} ({e}); left out of the tree"),
         }
         lock(&self.refused).add(path, &why);
+    }
+
+    /// Leave out the directory `path` for `e`, and with it what is beneath
+    /// it: each of 1M entries beneath a symlink was tried, warned of and
+    /// counted, and those two levels down failed the whole tree.
+    pub fn refuse_dir(&self, path: &[u8], e: &io::Error) {
+        self.refuse(path, e);
+        lock(&self.refused_dirs).push(path.to_vec());
+    }
+
+    /// Whether `path` lies beneath a directory left out; a file or link
+    /// that does is counted among the entries left out, unnamed.
+    pub fn beneath_refused(&self, path: &[u8], count: bool) -> bool {
+        let dirs = lock(&self.refused_dirs);
+        let beneath = dirs.iter().any(|d| path.len() > d.len() && path.starts_with(d) && path[d.len()] == b'/');
+        if beneath && count {
+            lock(&self.refused).count += 1;
+        }
+        beneath
     }
 
     /// The entries left out so far.

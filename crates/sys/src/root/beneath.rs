@@ -6,7 +6,7 @@ use super::*;
 
 /// The error for a path refused because a symlink is on the way (`ELOOP`
 /// from `RESOLVE_NO_SYMLINKS` or `O_NOFOLLOW`); others are kept.
-fn symlink_refused(e: io::Error) -> io::Error {
+pub(super) fn symlink_refused(e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
         return io::Error::new(io::ErrorKind::InvalidInput, EntryRefused("a symlink is in the way (not followed)"));
     }
@@ -56,6 +56,11 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> i
         Err(rustix::io::Errno::ACCESS) if owned && st.st_uid == rustix::process::geteuid().as_raw() => {
             Ok(Some(st.st_mode & 0o777))
         }
+        // A tree's (`owned`) entry alone: left out, the rest written.
+        Err(rustix::io::Errno::ACCESS) if owned => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            EntryRefused("a file this user may not write is in its place (Permission denied)"),
+        )),
         Err(e) => Err(symlink_refused(e.into())),
     }
 }
