@@ -6,15 +6,17 @@
 //! A lightpath server keeps an upload unnamed until it is whole, so its
 //! files are stored under their own names.
 //!
-//! A batch's renames, and the removal (`DELE`) of what its failed files
-//! left, are pipelined together once the batch is done: a round trip per
-//! batch, not per file. What a try left is removed before the next try,
+//! A batch's files are published once the batch is done, in two
+//! pipelined flights (a round trip each per batch, not per file): what
+//! each name holds now (`MLST`) with the mtimes (`MFMT`), then the modes
+//! (`SITE CHMOD`) with the renames; what its failed files left is removed
+//! (`DELE`) in a third, only when some failed. What a try left is removed before the next try,
 //! so a third-party copy retried within the run starts its file over
 //! rather than resuming it (its resume would name the temporary file).
 
 use crate::plan::Item;
 use crate::retry::Task;
-use crate::session::fs::{chmod_cmd, path_cmd, Facts};
+use crate::session::fs::{chmod_cmd, path_cmd, rename_cmds, Facts};
 use crate::session::Session;
 use crate::{ClientError, Location, Remote};
 use lightpath_proto::Reply;
@@ -143,10 +145,12 @@ fn source_meta(t: &Task) -> (Option<u32>, Option<i64>) {
 }
 
 /// The first of two pipelined flights that publish `(temporary, file)`
-/// pairs: `MLST` of each destination (what its name holds now) and of
-/// the first temporary file (whose this login's files are), and `MFMT`
-/// of each temporary file to its source's mtime. Returns the mode each
-/// is to get, or why it is not to replace what is there ([`decide`]).
+/// pairs: `MLST` of each destination (what its name holds now), for a
+/// tree also of the first temporary file (whose this login's files
+/// are), and `MFMT` of each temporary file to its source's mtime. Returns
+/// the mode each is to get, or why it is not to replace what is there
+/// ([`decide`]). A session lost on the way is opened again and the
+/// flight sent once more: with no answers every name looked free.
 async fn look_and_stamp(
     d: &mut Session,
     pairs: &[(&Task, &Task)],
@@ -155,21 +159,34 @@ async fn look_and_stamp(
     let Some(first) = pairs.first() else { return Vec::new() };
     let metas: Vec<_> = pairs.iter().map(|(_, t)| source_meta(t)).collect();
     let mut cmds: Vec<Vec<u8>> = pairs.iter().map(|(_, t)| path_cmd("MLST ", &path(t))).collect();
-    cmds.push(path_cmd("MLST ", &path(first.0)));
-    if !d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
-        let stamps = pairs.iter().zip(&metas).filter_map(|((temp, _), m)| d.mfmt_cmd(&path(temp), m.1?));
-        let stamps: Vec<Vec<u8>> = stamps.collect();
-        cmds.extend(stamps);
+    cmds.extend(tree.then(|| path_cmd("MLST ", &path(first.0))));
+    let looks = cmds.len();
+    let stamps = pairs.iter().zip(&metas).filter_map(|((temp, _), m)| d.mfmt_cmd(&path(temp), m.1?));
+    let stamps: Vec<Vec<u8>> = stamps.collect();
+    cmds.extend(stamps);
+    let mut replies = d.flight(cmds.clone()).await;
+    if replies.iter().any(|r| matches!(r, Err(ClientError::Control(..)))) {
+        d.lost();
+        if let Err(e) = d.reopen_if_out_of_step().await {
+            return pairs.iter().map(|_| Err(e.clone())).collect();
+        }
+        replies = d.flight(cmds).await;
     }
-    let replies = d.flight(cmds).await;
     let facts = |r: &Result<Reply, ClientError>| {
         r.as_ref().ok().filter(|r| r.is_ok()).and_then(|r| r.lines.iter().find_map(|l| Facts::of_line(l)))
     };
-    let ours = replies.get(pairs.len()).and_then(facts).and_then(|f| f.owner);
-    let refused = replies.iter().skip(pairs.len() + 1).filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count();
-    warn_refused(d, refused);
-    let there = replies.iter().take(pairs.len()).map(facts);
-    there.zip(metas).map(|(f, m)| decide(f.as_ref(), m.0, tree, ours.as_deref())).collect()
+    let ours = if tree { replies.get(pairs.len()).and_then(facts).and_then(|f| f.owner) } else { None };
+    warn_refused(d, refused(&replies[looks..]));
+    let there = replies.iter().take(pairs.len()).map(|r| match r {
+        Err(e @ ClientError::Control(..)) => Err(e.clone()),
+        r => Ok(facts(r)),
+    });
+    there.zip(metas).map(|(f, m)| decide(f?.as_ref(), m.0, tree, ours.as_deref())).collect()
+}
+
+/// How many of `replies` the server refused (not those never answered).
+fn refused(replies: &[Result<Reply, ClientError>]) -> usize {
+    replies.iter().filter(|r| r.as_ref().is_ok_and(|r| !r.is_ok())).count()
 }
 
 /// The mode for a stored file whose name holds `there` (as MLST gave
@@ -207,17 +224,14 @@ type Move = (usize, Vec<u8>, Vec<u8>, Option<u32>);
 /// The second flight: `SITE CHMOD` of each temporary file (where a mode
 /// is known), then `RNFR` and `RNTO` to its own name. One result a file.
 async fn chmod_and_rename(d: &mut Session, moves: &[Move]) -> Vec<Result<(), ClientError>> {
-    let modes: Vec<Vec<u8>> = moves.iter().filter_map(|(_, temp, _, m)| Some(chmod_cmd(temp, (*m)?))).collect();
-    let n = modes.len();
-    let stopped = d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed);
-    let refused = if n == 0 || stopped {
-        0
-    } else {
-        d.flight(modes).await.iter().filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count()
-    };
-    warn_refused(d, refused);
+    // Even after Ctrl-C: a file renamed without its mode is 0644 there.
+    let mut cmds: Vec<Vec<u8>> = moves.iter().filter_map(|(_, temp, _, m)| Some(chmod_cmd(temp, (*m)?))).collect();
+    let n = cmds.len();
     let pairs: Vec<(Vec<u8>, Vec<u8>)> = moves.iter().map(|(_, temp, dst, _)| (temp.clone(), dst.clone())).collect();
-    d.rename_many(&pairs).await
+    cmds.extend(rename_cmds(&pairs));
+    let replies = d.flight(cmds).await;
+    warn_refused(d, refused(&replies[..n]));
+    d.renamed(&replies[n..], &pairs)
 }
 
 /// Such a server makes each file 0644 and of the time it was stored, so

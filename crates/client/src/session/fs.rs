@@ -165,8 +165,16 @@ impl Session {
     /// `RNFR from` and `RNTO to` for each pair, pipelined
     /// ([`Session::final_replies`]): one result a pair.
     pub async fn rename_many(&mut self, moves: &[(Vec<u8>, Vec<u8>)]) -> Vec<Result<(), ClientError>> {
-        let cmds = self.checked(moves.iter().flat_map(|(from, to)| [path_cmd("RNFR ", from), path_cmd("RNTO ", to)]));
-        let replies = self.final_replies(&cmds).await;
+        let replies = self.flight(rename_cmds(moves)).await;
+        self.renamed(&replies, moves)
+    }
+
+    /// What the replies to [`rename_cmds`] of `moves` say: one result a pair.
+    pub(crate) fn renamed(
+        &self,
+        replies: &[Result<Reply, ClientError>],
+        moves: &[(Vec<u8>, Vec<u8>)],
+    ) -> Vec<Result<(), ClientError>> {
         let shown = |verb: &str, p: &[u8]| format!("{verb} {}", String::from_utf8_lossy(p));
         let mut out = Vec::with_capacity(moves.len());
         for (r, (from, to)) in replies.chunks(2).zip(moves) {
@@ -185,13 +193,26 @@ impl Session {
     /// mode, and mtime in seconds where known), pipelined. Returns how
     /// many the server refused.
     pub async fn set_meta_many(&mut self, metas: &[(Vec<u8>, u32, Option<i64>)]) -> usize {
-        let mut cmds = Vec::with_capacity(metas.len() * 2);
+        let (mut cmds, mut sticky) = (Vec::with_capacity(metas.len() * 2), Vec::new());
         for (p, mode, mtime) in metas {
+            if mode & 0o1000 != 0 {
+                sticky.push((cmds.len(), p, *mode));
+            }
             cmds.push(chmod_cmd(p, *mode));
             cmds.extend(mtime.and_then(|t| self.mfmt_cmd(p, t)));
         }
         let replies = self.flight(cmds).await;
-        replies.iter().filter(|r| !r.as_ref().is_ok_and(Reply::is_ok)).count()
+        let failed = |r: &Result<Reply, ClientError>| !r.as_ref().is_ok_and(Reply::is_ok);
+        // A server that takes no sticky bit (lightpath's before it took
+        // one) is asked for the permission bits alone.
+        let again: Vec<Vec<u8>> = sticky
+            .iter()
+            .filter(|(i, ..)| matches!(&replies[*i], Ok(r) if !r.is_ok()))
+            .map(|(_, p, mode)| chmod_cmd(p, mode & 0o777))
+            .collect();
+        let retried = again.len();
+        let still = if retried == 0 { 0 } else { self.flight(again).await.iter().filter(|r| failed(r)).count() };
+        replies.iter().filter(|r| failed(r)).count() - retried + still
     }
 
     /// `MFMT` of `p` to `t` (whole seconds), where FEAT offers it.
@@ -474,6 +495,11 @@ impl Facts {
 fn facts_of(line: &str) -> Option<String> {
     let facts = line.trim_start().split_once(' ')?.0.to_ascii_lowercase();
     fact(&facts, "type").is_some().then_some(facts)
+}
+
+/// `RNFR from` and `RNTO to` for each pair.
+pub(crate) fn rename_cmds(moves: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
+    moves.iter().flat_map(|(from, to)| [path_cmd("RNFR ", from), path_cmd("RNTO ", to)]).collect()
 }
 
 /// `SITE CHMOD` of `p` to `mode`'s permission bits and sticky bit (no
