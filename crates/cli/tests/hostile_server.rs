@@ -369,4 +369,12 @@ fn a_listing_whose_pasv_was_refused_is_asked_again() {
     assert!(refused.load(Ordering::Relaxed) >= 1, "the server never refused a PASV: the test proves nothing");
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(dest.join("fine")).unwrap(), b"hello");
+    // A listing with no mode: made 0666 less the umask, as cp makes a
+    // file (a tree's files got exactly 0666 for a while: a review's find).
+    use std::os::unix::fs::PermissionsExt;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask =
+        status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|u| u32::from_str_radix(u.trim(), 8).unwrap());
+    let mode = std::fs::metadata(dest.join("fine")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666 & !umask.unwrap());
 }

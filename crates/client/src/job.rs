@@ -658,7 +658,7 @@ async fn get_batch(
                 FileOp { remote: remote(&i.src).path.clone(), part: opts.part, resume: None },
                 LocalTarget::for_path(local(&i.dst), opts.part.is_some(), opts.fsync, i.size)
                     .created_with(i.mode)
-                    .like_source(opts.recursive, i.mtime)
+                    .like_source(opts.recursive, i.mode, i.mtime)
                     .beneath(root)
                     .window(opts.part)
                     .resumable(Some(t.resume.clone())),

@@ -166,9 +166,11 @@ impl LocalTarget {
     /// source's mode exactly too, the umask left out and a replaced file's
     /// mode too, as a tree copied as one virtual file gets them. A tree
     /// copied file by file got the time of the copy and the umask.
-    pub fn like_source(mut self, tree: bool, mtime: Option<i64>) -> LocalTarget {
-        if let LocalTarget::File { finish, mode, .. } = &mut self {
-            *finish = FinishMeta { mode: tree.then_some(*mode), mtime };
+    pub fn like_source(mut self, tree: bool, source: Option<u32>, mtime: Option<i64>) -> LocalTarget {
+        if let LocalTarget::File { finish, .. } = &mut self {
+            // Only a mode the source's listing gave: a tree from a server
+            // that gives none was made 0666 exactly (a review's find).
+            *finish = FinishMeta { mode: source.filter(|_| tree).map(|m| m & 0o777), mtime };
         }
         self
     }
