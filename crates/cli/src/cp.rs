@@ -391,7 +391,9 @@ pub struct LsArgs {
 #[derive(Debug, Args)]
 pub struct Timeouts {
     /// Seconds a server may take to begin and finish a reply before its
-    /// session is given up (cp tries the file again, with --retries).
+    /// session is given up (cp tries the file again, with --retries). A
+    /// third-party copy waits at least twice the gap between the
+    /// destination's perf markers (10 s until two came, at most 60 s).
     #[arg(long, value_name = "SECS", default_value_t = 300, env = "LIGHTPATH_REPLY_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..=WEEK))]
     pub reply_timeout: u64,

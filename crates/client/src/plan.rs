@@ -487,7 +487,10 @@ async fn walk_remote(
 async fn list_again(s: &mut Session, path: &[u8]) -> Result<Vec<crate::session::Entry>, ClientError> {
     for _ in 0..3 {
         match s.list(path).await {
-            Err(ClientError::Refused { cmd, .. }) if cmd.starts_with("PASV") || cmd.starts_with("EPSV") => {
+            Err(ClientError::Refused { cmd, .. })
+                if (cmd.starts_with("PASV") || cmd.starts_with("EPSV"))
+                    && !s.opts.cancel.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
             r => return r,

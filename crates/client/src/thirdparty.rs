@@ -307,7 +307,9 @@ impl Liveness {
     /// moving data was failed as stalled at the first marker a little
     /// late (a defect hunt's find).
     fn stall_after(&self) -> std::time::Duration {
-        let gap = self.gap.unwrap_or(std::time::Duration::from_secs(5));
+        // Capped: a gap survived once must not stretch the limit for
+        // good (each longer one could double it).
+        let gap = self.gap.unwrap_or(std::time::Duration::from_secs(5)).min(std::time::Duration::from_secs(30));
         crate::control::reply_timeout().max(gap * 2)
     }
 }

@@ -201,8 +201,11 @@ pub fn session_share(n: u32, sessions: u32) -> u32 {
     n.min(MAX_JOB_STREAMS.div_ceil(sessions.max(1))).max(1)
 }
 
-/// Descriptors a copy keeps for what is not a session's: the files a
-/// tree writes at once, the directories it keeps open, the runtime's own.
+/// Descriptors a copy keeps for what is not a session's: the runtime's
+/// own, the directories a tree keeps open (32) and some of the files it
+/// writes at once. A tree of many files partly written at once may need
+/// more (up to 2048 of them); under a small limit it then fails, saying
+/// "Too many open files".
 pub const FILES_RESERVE: u64 = 128;
 /// Descriptors a session holds besides its data connections: its control
 /// connection, its data listener and one spare.

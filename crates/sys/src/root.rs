@@ -220,10 +220,12 @@ impl Root {
             // Mode 000 there would lock every session out, for good.
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the served root's mode cannot be changed"));
         }
-        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-            Self::regular_stat(&st)?;
-        }
-        let mode = Mode::from_raw_mode(mode);
+        // A directory keeps its own setgid bit, as in `set_dir_meta_strict`.
+        let setgid = match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => st.st_mode & 0o2000,
+            _ => Self::regular_stat(&st).map(|()| 0)?,
+        };
+        let mode = Mode::from_raw_mode(mode | setgid);
         match rustix::fs::chmodat(rustix::fs::CWD, fd_link(&fd).as_str(), mode, AtFlags::empty()) {
             // No /proc: through a descriptor open for reading, as before.
             Err(rustix::io::Errno::NOENT) => {
@@ -761,6 +763,9 @@ mod strict_dir_tests {
             r.set_dir_meta_strict(dir, 0o750, (1_000_000_000, 0)).unwrap();
             let m = std::fs::metadata(p.join("root").join(OsStr::from_bytes(dir))).unwrap();
             assert_eq!(m.permissions().mode() & 0o7777, want, "{dir:?}");
+            r.chmod(dir, 0o755).unwrap();
+            let m = std::fs::metadata(p.join("root").join(OsStr::from_bytes(dir))).unwrap();
+            assert_eq!(m.permissions().mode() & 0o7777, want & 0o2000 | 0o755, "{dir:?} (SITE CHMOD)");
         }
         std::fs::remove_dir_all(&p).unwrap();
     }
