@@ -268,6 +268,32 @@ fn a_trees_own_directory_without_write_permission_is_copied_into_again() {
     }
 }
 
+/// The same downloaded by a client that is not root, its contents into
+/// the directory its first copy made 0555: every later run failed,
+/// "creating a: Permission denied" (a defect hunt's find). The client lets
+/// itself into its own destination as into the tree's subdirectories.
+#[test]
+fn a_downloaded_trees_own_directory_without_write_permission_is_copied_into_again() {
+    let (_d, root, local) = root_and_local();
+    let src = root.join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    write_random(&src.join("a"), 5_000, 4);
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o555)).unwrap();
+    std::os::unix::fs::chown(&local, Some(gftp_ids().0), None).unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous"]);
+    let dst = local.join("dw").display().to_string();
+    for (run, args) in [
+        (1, [format!("ftp://127.0.0.1:{port}/tree"), dst.clone()]),
+        (2, [format!("ftp://127.0.0.1:{port}/tree/"), format!("{dst}/")]),
+    ] {
+        let (code, err) = cp_r_as_gftp(&[&args[0], &args[1]]);
+        assert_eq!(code, 0, "run {run}: {err}");
+        assert_same_file(&src.join("a"), &local.join("dw/a"));
+        let mode = std::fs::metadata(local.join("dw")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o555, "run {run}: the directory has its source's mode");
+    }
+}
+
 /// A tree holding a read-only file (0444, as git's objects are), copied
 /// twice to a receiver that is not root: the first copy gives the file
 /// that mode, and the second failed, "creating ro: Permission denied" (a

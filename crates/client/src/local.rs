@@ -281,10 +281,13 @@ pub fn make_dir_beneath(root: &Path, dir: &Path) -> Result<(), ClientError> {
 /// file (VRET) is unpacked.
 pub fn tree_root(root: &Path, dir: &Path) -> Result<Root, ClientError> {
     make_dir_beneath(root, dir)?;
-    match rel_beneath(root, dir).transpose()? {
-        Some(rel) => Root::open(root).and_then(|r| r.subdir_strict(&rel)).map_err(local_err(dir)),
-        None => Root::open(dir).map_err(local_err(dir)),
-    }
+    let r = match rel_beneath(root, dir).transpose()? {
+        Some(rel) => Root::open(root).and_then(|r| r.subdir_strict(&rel)).map_err(local_err(dir))?,
+        None => Root::open(dir).map_err(local_err(dir))?,
+    };
+    // Written into as its subdirectories are; the tree gives it its mode.
+    r.let_owner_into_self().map_err(local_err(dir))?;
+    Ok(r)
 }
 
 /// Before replacing `path` with a temporary file renamed over it (which

@@ -253,6 +253,21 @@ impl Root {
         Ok(true)
     }
 
+    /// [`Root::let_owner_into`] for this root's own directory: a client's
+    /// destination directory, never a served root (no session may change
+    /// that one's mode). A tree downloaded into a directory its last copy
+    /// made 0555 failed there, "creating a: Permission denied", on every
+    /// run (a defect hunt's find).
+    pub fn let_owner_into_self(&self) -> io::Result<bool> {
+        let st = rustix::fs::fstat(&self.dir)?;
+        if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o700 == 0o700 {
+            return Ok(false);
+        }
+        let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
+        rustix::fs::chmodat(rustix::fs::CWD, fd_link(&self.dir).as_str(), mode, AtFlags::empty())?;
+        Ok(true)
+    }
+
     /// The file opened again (without /proc) is still a regular file or
     /// a directory.
     fn regular_or_dir(f: &File) -> io::Result<()> {
