@@ -244,13 +244,10 @@ impl Root {
     pub fn let_owner_into(&self, rel: &[u8]) -> io::Result<bool> {
         let fd = self.open_at(rel, OFlags::PATH | OFlags::DIRECTORY, 0)?;
         let (st, top) = (rustix::fs::fstat(&fd)?, rustix::fs::fstat(&self.dir)?);
-        let mine = st.st_uid == rustix::process::geteuid().as_raw();
-        if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino) || !mine || st.st_mode & 0o700 == 0o700 {
+        if (st.st_dev, st.st_ino) == (top.st_dev, top.st_ino) {
             return Ok(false);
         }
-        let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
-        rustix::fs::chmodat(rustix::fs::CWD, fd_link(&fd).as_str(), mode, AtFlags::empty())?;
-        Ok(true)
+        let_owner_at(&fd)
     }
 
     /// [`Root::let_owner_into`] for this root's own directory: a client's
@@ -259,13 +256,7 @@ impl Root {
     /// made 0555 failed there, "creating a: Permission denied", on every
     /// run (a defect hunt's find).
     pub fn let_owner_into_self(&self) -> io::Result<bool> {
-        let st = rustix::fs::fstat(&self.dir)?;
-        if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o700 == 0o700 {
-            return Ok(false);
-        }
-        let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
-        rustix::fs::chmodat(rustix::fs::CWD, fd_link(&self.dir).as_str(), mode, AtFlags::empty())?;
-        Ok(true)
+        let_owner_at(&self.dir)
     }
 
     /// The file opened again (without /proc) is still a regular file or
@@ -584,12 +575,20 @@ fn mkdir_in(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<bool> {
 fn let_owner_in(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
-    let st = rustix::fs::fstat(&fd)?;
+    let_owner_at(&fd).map(drop)
+}
+
+/// Make the directory `fd` `u+rwx` if this process owns it and it is
+/// not; whether it changed the mode. Through its `/proc/self/fd` link:
+/// an `O_PATH` descriptor takes no `fchmod`.
+fn let_owner_at(fd: &OwnedFd) -> io::Result<bool> {
+    let st = rustix::fs::fstat(fd)?;
     if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o700 == 0o700 {
-        return Ok(());
+        return Ok(false);
     }
     let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
-    Ok(rustix::fs::chmodat(rustix::fs::CWD, fd_link(&fd).as_str(), mode, AtFlags::empty())?)
+    rustix::fs::chmodat(rustix::fs::CWD, fd_link(fd).as_str(), mode, AtFlags::empty())?;
+    Ok(true)
 }
 
 /// The `/proc/self/fd` link of `fd`, which leads to its file alone (an
