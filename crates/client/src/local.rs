@@ -349,7 +349,7 @@ pub struct OpenTarget {
 /// What a downloaded file gets when complete, before its name.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FinishMeta {
-    /// Permission bits, exactly (the umask left out).
+    /// Permission bits (`& 0o777`), exactly: the umask left out.
     mode: Option<u32>,
     /// The mtime, in whole seconds.
     mtime: Option<i64>,
@@ -358,7 +358,7 @@ pub struct FinishMeta {
 impl FinishMeta {
     fn apply(&self, f: &File) -> std::io::Result<()> {
         if let Some(m) = self.mode {
-            f.set_permissions(std::fs::Permissions::from_mode(m & 0o1777))?;
+            f.set_permissions(std::fs::Permissions::from_mode(m))?;
         }
         if let Some(t) = self.mtime {
             let secs = std::time::Duration::from_secs(t.unsigned_abs());

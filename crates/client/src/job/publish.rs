@@ -10,9 +10,10 @@
 //! pipelined flights (a round trip each per batch, not per file): what
 //! each name holds now (`MLST`) with the mtimes (`MFMT`), then the modes
 //! (`SITE CHMOD`) with the renames; what its failed files left is removed
-//! (`DELE`) in a third, only when some failed. What a try left is removed before the next try,
-//! so a third-party copy retried within the run starts its file over
-//! rather than resuming it (its resume would name the temporary file).
+//! (`DELE`) in a third, only when some failed. What a try left is
+//! removed before the next try, so a third-party copy retried within the
+//! run starts its file over rather than resuming it (its resume would
+//! name the temporary file).
 
 use crate::plan::Item;
 use crate::retry::Task;
