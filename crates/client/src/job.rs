@@ -17,7 +17,7 @@ mod publish;
 mod tree;
 mod verify;
 
-use crew::Crew;
+use crew::{next_batch, BatchOut, Crew};
 use dirs::make_dirs;
 use tree::{tree_noted, try_tree};
 pub(crate) use verify::{compare_digests, discard_copy, discard_local_by, local_digest, mismatch};
@@ -365,12 +365,6 @@ async fn run_workers(
     Ok(out)
 }
 
-fn take_batch(q: &Queue, n: usize) -> Vec<Item> {
-    let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
-    let k = n.min(q.len());
-    q.drain(..k).collect()
-}
-
 fn result(item: &Item, r: Result<u64, ClientError>) -> FileResult {
     FileResult { src: describe(&item.src), dst: describe(&item.dst), result: r, files: Some(1) }
 }
@@ -388,19 +382,19 @@ async fn worker(
     let mut counted = pre.as_ref().is_some_and(|p| p.0.is_some() || p.1.is_some());
     let mut sessions: Option<Pair> = None;
     let (mut linked, mut turned_away) = (false, 0);
-    // Files that failed for a transient reason and go again first.
-    let mut again: Vec<Task> = Vec::new();
+    // Files that failed for a transient reason and go again first, out
+    // (in `crew`) until they are settled.
+    let (mut again, mut again_out): (Vec<Task>, Option<BatchOut>) = (Vec::new(), None);
     let keeping = crate::partial::Keeping { root: root.as_deref(), on: opts.partial };
     // Stopped (Ctrl-C): files waiting to go again are reported below.
     while !sopts.cancel.load(std::sync::atomic::Ordering::Relaxed) {
-        let batch = next_batch(&q, &mut again, opts.pipeline.max(1));
-        if batch.is_empty() {
+        let (batch, out_now) = next_batch(&q, (&mut again, again_out.take()), opts.pipeline.max(1), crew);
+        let Some(out_now) = out_now else {
             if sessions.is_some() && crew.wait_for_more().await {
                 continue;
             }
             break;
-        }
-        let out_now = crew.took();
+        };
         batch.iter().filter(|t| t.tries == 0).for_each(|t| crate::partial::take_up(t, keeping));
         let (failed, untried) = start_batch(&mut sessions, &batch, (&sopts, &opts), &mut pre, crew).await;
         crew.holds(sessions.is_some(), &mut counted);
@@ -429,7 +423,10 @@ async fn worker(
             false => Some(opts.retries),
         };
         let wait = settle_batch(batch, results, (retries, keeping), &mut out, &mut again);
-        drop(out_now);
+        // Files going again stay out through their pause, so workers
+        // holding sessions wait for them: refused while no session was
+        // held yet, they are turned away again and handed to those.
+        again_out = (!again.is_empty()).then_some(out_now);
         if let Some(d) = wait.filter(|d| !d.is_zero()) {
             retry::pause(d, &sopts.cancel).await;
         }
@@ -532,14 +529,6 @@ fn settle_batch(
         }
     }
     wait
-}
-
-/// The files to try next: those going again, else a new batch of `n`.
-fn next_batch(q: &Queue, again: &mut Vec<Task>, n: usize) -> Vec<Task> {
-    if !again.is_empty() {
-        return std::mem::take(again);
-    }
-    take_batch(q, n).into_iter().map(Task::new).collect()
 }
 
 /// Copy `batch` with the sessions of `pair`, one result per file.

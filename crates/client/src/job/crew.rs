@@ -9,7 +9,7 @@
 //! the queue empty stays while other workers' batches are out
 //! ([`Crew::wait_for_more`]).
 
-use super::Queue;
+use super::{Item, Queue};
 use crate::retry::{self, Task};
 use crate::ClientError;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,9 +35,10 @@ impl Crew {
         Crew { live: AtomicUsize::new(live), ..Crew::default() }
     }
 
-    /// A worker took a batch: out until the guard is dropped (settled or
-    /// handed back; also if the worker panics, so no other waits on it).
-    pub(super) fn took(&self) -> BatchOut<'_> {
+    /// A worker took a batch (under the queue's lock): out until the
+    /// guard is dropped (settled or handed back; also if the worker
+    /// panics, so no other waits on it).
+    fn took(&self) -> BatchOut<'_> {
         self.out.fetch_add(1, Ordering::Relaxed);
         BatchOut(self)
     }
@@ -135,4 +136,31 @@ pub(super) async fn wait_turned_away(q: &Queue, n: u32, cancel: &AtomicBool) {
 
 fn queue_empty(q: &Queue) -> bool {
     q.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+}
+
+/// The files to try next and their count out in `crew` (`None`: there
+/// are none): those going again with theirs, else a new batch of `n`.
+pub(super) fn next_batch<'c>(
+    q: &Queue,
+    (again, again_out): (&mut Vec<Task>, Option<BatchOut<'c>>),
+    n: usize,
+    crew: &'c Crew,
+) -> (Vec<Task>, Option<BatchOut<'c>>) {
+    if !again.is_empty() {
+        return (std::mem::take(again), again_out.or_else(|| Some(crew.took())));
+    }
+    let (items, out) = take_batch(q, n, crew);
+    (items.into_iter().map(Task::new).collect(), out)
+}
+
+/// Up to `n` files from `q`, counted out in `crew` under the queue's
+/// lock: no worker finds the queue empty and no batch out between the two
+/// and ends while this batch may yet be handed back (a worker that ended
+/// so, its `QUIT` not yet seen, made the server turn this one away as if
+/// no session were held, and the files paused for a retry).
+fn take_batch<'c>(q: &Queue, n: usize, crew: &'c Crew) -> (Vec<Item>, Option<BatchOut<'c>>) {
+    let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
+    let k = n.min(q.len());
+    let out = (k > 0).then(|| crew.took());
+    (q.drain(..k).collect(), out)
 }
