@@ -55,13 +55,23 @@ impl Drop for Appender {
     }
 }
 
-/// Do `change` to the source tree's live file once the first file of the
-/// tree stands complete in `dst`: after the walk, before the live file's read.
-fn once_when_arrived(dst: PathBuf, change: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<bool> {
+/// Do `change` to the source tree's live file once the server (`pid`)
+/// has one of the files before it in `src` open: after the walk, before
+/// the live file's read. `false` if the live file was open first, or
+/// none in 30 s. (Once the first file stood complete at the destination,
+/// as this waited for before, the server could have read on past the
+/// live file into the sockets' buffers, up to 32 MiB a stream: CI failed.)
+fn once_when_read(pid: u32, src: PathBuf, change: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<bool> {
     std::thread::spawn(move || {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(30) {
-            if dst.join("f00").exists() {
+            let open = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+            let names: Vec<PathBuf> = open.filter_map(|fd| std::fs::read_link(fd.path()).ok()).collect();
+            let named = |n: &str| names.iter().any(|l| l.parent() == Some(&src) && l.ends_with(n));
+            if named(LIVE) {
+                return false;
+            }
+            if (0..BEFORE).any(|i| named(&format!("f{i:02}"))) {
                 change();
                 return true;
             }
@@ -172,11 +182,11 @@ fn a_live_file_is_left_out_under_all_its_names_at_once() {
 fn a_file_changed_once_is_read_again_and_the_tree_completes() {
     let (_d, root, local) = root_and_local();
     tree(&root.join("t"), 300_000);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
     let live = root.join("t").join(LIVE);
-    let edit = once_when_arrived(local.join("t"), move || write_random(&live, 200_000, 7));
+    let edit = once_when_read(srv.0.id(), root.join("t"), move || write_random(&live, 200_000, 7));
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", local.display())]);
-    assert!(edit.join().unwrap(), "the copy never began: {err}");
+    assert!(edit.join().unwrap(), "no file before it was seen open: {err}");
     assert_eq!(code, 0, "{err}");
     let why = format!("{LIVE} changed while being read");
     assert!(err.contains(&why) && err.contains("trying the tree again"), "it changed after the walk: {err}");
@@ -189,11 +199,11 @@ fn a_file_changed_once_is_read_again_and_the_tree_completes() {
 fn a_file_removed_after_the_walk_does_not_fail_the_tree() {
     let (_d, root, local) = root_and_local();
     tree(&root.join("t"), 300_000);
-    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (srv, port) = lp_server(&root, &["--anonymous"]);
     let live = root.join("t").join(LIVE);
-    let rm = once_when_arrived(local.join("t"), move || std::fs::remove_file(&live).unwrap());
+    let rm = once_when_read(srv.0.id(), root.join("t"), move || std::fs::remove_file(&live).unwrap());
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", local.display())]);
-    assert!(rm.join().unwrap(), "the copy never began: {err}");
+    assert!(rm.join().unwrap(), "no file before it was seen open: {err}");
     assert_eq!(code, 0, "{err}");
     let why = format!("{LIVE} changed while being read");
     assert!(err.contains(&why) && err.contains("trying the tree again"), "{err}");
