@@ -451,11 +451,15 @@ impl OpenTarget {
         }
         // Either removes the temporary file when the rename fails.
         match self.out {
-            Output::Temp(temp) => temp.commit().map_err(err),
+            Output::Temp(temp) => temp.commit_in(&RUN_FILES).map_err(err),
             Output::Null | Output::InPlace(_) => Ok(()),
         }
     }
 }
+
+/// The files this run (one `cp`) has given their names: one whose name
+/// the file system takes for another's is refused, not renamed over it.
+static RUN_FILES: std::sync::LazyLock<lightpath_sys::root::RunFiles> = std::sync::LazyLock::new(Default::default);
 
 /// Where a download of `path` that failed is kept for `cp --partial`:
 /// `.NAME.lightpath-partial` in the same directory (hidden, and never

@@ -7,7 +7,7 @@
 
 use super::{split, system_time, VfileError};
 use lightpath_proto::unreadable::Unreadables;
-use lightpath_sys::root::{is_entry_refused, Root, StrictDir, TempFile};
+use lightpath_sys::root::{is_entry_refused, Root, RunFiles, StrictDir, TempFile};
 use std::collections::VecDeque;
 use std::fs::FileTimes;
 use std::io;
@@ -105,14 +105,14 @@ impl FileSlot {
     /// The mtime (the mode was given at creation), then the final name.
     /// Called once, by the worker that wrote the last byte (every other
     /// writer has dropped its handle).
-    fn commit(&self) -> Result<(), VfileError> {
+    fn commit(&self, ctx: &WorkCtx) -> Result<(), VfileError> {
         let io = |op, e| VfileError::io(op, &self.path, e);
         let (t, _counted) = lock(&self.temp).take().ok_or(VfileError::Aborted)?;
         let t = Arc::try_unwrap(t).map_err(|_| VfileError::Aborted)?;
         t.file()
             .set_times(FileTimes::new().set_modified(system_time(self.mtime_ns)))
             .map_err(|e| io("setting the mtime of", e))?;
-        t.commit().map_err(|e| io("renaming into place", e))?;
+        t.commit_in(&ctx.run_files).map_err(|e| io("renaming into place", e))?;
         self.done.store(true, Ordering::Release);
         Ok(())
     }
@@ -212,7 +212,7 @@ pub(crate) fn write_at(ctx: &WorkCtx, slot: &FileSlot, at: u64, bytes: &[u8]) ->
     let n = bytes.len() as u64;
     let before = slot.written.fetch_add(n, Ordering::AcqRel);
     if before + n == slot.size {
-        slot.or_refused(ctx, slot.commit())?;
+        slot.or_refused(ctx, slot.commit(ctx))?;
     }
     Ok(())
 }
@@ -262,6 +262,8 @@ pub(crate) struct WorkCtx {
     refused_dirs: Mutex<Vec<Vec<u8>>>,
     /// Files of this tree partly written now, and at most.
     pub partly_written: Arc<PartCount>,
+    /// Files of this tree given their names ([`TempFile::commit_in`]).
+    run_files: RunFiles,
 }
 
 impl WorkCtx {
@@ -269,7 +271,7 @@ impl WorkCtx {
         let dirs = Mutex::new(VecDeque::with_capacity(DIR_CACHE + 1));
         let (error, failed, partly_written) = (Mutex::new(None), AtomicBool::new(false), Arc::default());
         let (refused, refused_dirs) = (Mutex::default(), Mutex::default());
-        WorkCtx { root, dirs, error, failed, partly_written, refused, refused_dirs }
+        WorkCtx { root, dirs, error, failed, partly_written, refused, refused_dirs, run_files: RunFiles::default() }
     }
 
     /// The directory `rel` beneath the root (no symlink in any component),

@@ -144,7 +144,26 @@ impl TempFile {
     /// A write error that shows only at `close` (NFS, FUSE and CIFS report
     /// delayed write errors there, and ENOSPC or EDQUOT) fails the commit:
     /// the file gets no name, and its temporary one is removed.
-    pub fn commit(mut self) -> io::Result<()> {
+    pub fn commit(self) -> io::Result<()> {
+        self.commit_with(None)
+    }
+
+    /// [`TempFile::commit`] for a file of the copy `run`: refused (an
+    /// [`EntryRefused`]) where its name is taken by a file `run` named.
+    pub fn commit_in(self, run: &RunFiles) -> io::Result<()> {
+        let st = rustix::fs::fstat(self.file())?;
+        // Known before it is named: a file of the run that takes the same
+        // name at the same time then finds it.
+        run.add(st.st_dev, st.st_ino);
+        let r = self.commit_with(Some(run));
+        if r.is_err() {
+            // Gone: its inode may be a later file's, not the run's.
+            run.lock().remove(&(st.st_dev, st.st_ino));
+        }
+        r
+    }
+
+    fn commit_with(mut self, run: Option<&RunFiles>) -> io::Result<()> {
         if let (true, Some(f)) = (self.noted, &self.file) {
             // A complete file carries no note of a partial one.
             match rustix::fs::fremovexattr(f, NOTE_XATTR) {
@@ -158,6 +177,8 @@ impl TempFile {
         if self.is_unnamed() && self.link_as_final()? {
             return Ok(());
         }
+        // Replacing a file: not one of the run's, held so until renamed.
+        let mut held = run.map(|r| r.not_taken(&self.dir, &self.name)).transpose()?;
         if self.is_unnamed() {
             self.link_temp_name()?;
         }
@@ -181,7 +202,14 @@ impl TempFile {
             self.tmp.clear();
         }
         drop(lock);
-        Ok(r?)
+        r?;
+        if let Some(run) = held.as_mut() {
+            // A file system without inodes (exFAT through FUSE) may number
+            // the file anew once renamed.
+            let st = rustix::fs::statat(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
+            run.insert((st.st_dev, st.st_ino));
+        }
+        Ok(())
     }
 
     /// Whether this adopted file's kept name ([`TempFile::adopt`]) went to
@@ -242,6 +270,40 @@ impl TempFile {
         rustix::fs::linkat(rustix::fs::CWD, link.as_str(), &*self.dir, name, AtFlags::SYMLINK_FOLLOW)
     }
 }
+
+/// The files one copy (a tree, or a client's whole run) has given their
+/// final names, by device and inode. A later file of the copy whose name
+/// the file system takes for one of theirs (`A` and `a` where names
+/// ignore case: exFAT, CIFS, ext4's casefold) is refused, not renamed
+/// over it: each replaced the other, and every file was counted as
+/// copied (a defect hunt's find: data lost, exit 0).
+#[derive(Debug, Default)]
+pub struct RunFiles(std::sync::Mutex<RunFilesSet>);
+
+impl RunFiles {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunFilesSet> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, dev: u64, ino: u64) {
+        self.lock().insert((dev, ino));
+    }
+
+    /// Refused if `name` in `dir` is a file of this run; else the lock,
+    /// held while the caller replaces it.
+    fn not_taken(&self, dir: &OwnedFd, name: &[u8]) -> io::Result<std::sync::MutexGuard<'_, RunFilesSet>> {
+        let held = self.lock();
+        if let Ok(st) = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+            if held.contains(&(st.st_dev, st.st_ino)) {
+                let why = "another file of this copy took its name (the file system holds the two names for one)";
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, EntryRefused(why)));
+            }
+        }
+        Ok(held)
+    }
+}
+
+type RunFilesSet = std::collections::HashSet<(u64, u64)>;
 
 /// The extended attribute holding a kept file's note ([`TempFile::keep_as`]).
 const NOTE_XATTR: &str = "user.lightpath.partial";

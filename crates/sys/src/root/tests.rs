@@ -186,3 +186,31 @@ fn spawn_retrying(prog: &Path) -> std::process::Child {
     }
     panic!("{}: still busy", prog.display())
 }
+
+/// A file of a run whose name is taken by another file that run named
+/// (here a hard link stands for a file system that holds `A` and `a` for
+/// one name) is refused and replaces nothing, named from the start or
+/// not; a file the run did not write is replaced as ever.
+#[test]
+fn a_file_of_a_run_does_not_replace_another_of_the_same_run() {
+    let (p, r) = scratch();
+    let d = r.strict_dir(b"").unwrap();
+    let run = RunFiles::default();
+    let t = d.create_temp(b"A", 0o644).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(t.file(), b"upper", 0).unwrap();
+    t.commit_in(&run).unwrap();
+    std::fs::hard_link(p.join("root/A"), p.join("root/a")).unwrap();
+    let t = d.create_temp(b"a", 0o644).unwrap();
+    let e = t.commit_in(&run).unwrap_err();
+    assert!(is_entry_refused(&e), "{e}");
+    let dir = Arc::new(rustix::fs::open(p.join("root"), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap());
+    let e = TempFile::create_named(dir, OsStr::new("a"), 0o644).unwrap().commit_in(&run).unwrap_err();
+    assert!(is_entry_refused(&e), "{e}");
+    assert_eq!(std::fs::read(p.join("root/A")).unwrap(), b"upper");
+    std::fs::write(p.join("root/b"), b"old").unwrap();
+    d.create_temp(b"b", 0o644).unwrap().commit_in(&run).unwrap();
+    assert_eq!(std::fs::read(p.join("root/b")).unwrap(), b"", "not the run's: replaced");
+    let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
+    assert_eq!(names, [&b"A"[..], b"a", b"b", b"sub"], "no temporary file left");
+    std::fs::remove_dir_all(&p).unwrap();
+}
