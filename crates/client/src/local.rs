@@ -464,7 +464,7 @@ static RUN_FILES: std::sync::LazyLock<lightpath_sys::root::RunFiles> = std::sync
 /// Where a download of `path` that failed is kept for `cp --partial`:
 /// `.NAME.lightpath-partial` in the same directory (hidden, and never
 /// taken for the complete file). A name over 200 bytes (255 is the most a
-/// name may have) is cut to 190 and told apart from others that begin
+/// name may have) is cut to 190 (between characters) and told apart from others that begin
 /// alike by the CRC-32C of the whole name (`~1a2b3c4d`).
 pub fn kept_name(path: &Path) -> Result<PathBuf, ClientError> {
     let name = path.file_name().ok_or_else(|| ClientError::Local(format!("{}: not a file name", path.display())))?;
@@ -473,7 +473,7 @@ pub fn kept_name(path: &Path) -> Result<PathBuf, ClientError> {
     if name.len() <= 200 {
         kept.extend_from_slice(name);
     } else {
-        kept.extend_from_slice(&name[..190]);
+        kept.extend_from_slice(&name[..lightpath_sys::root::char_cut(name, 190)]);
         kept.extend_from_slice(format!("~{:08x}", crc32c::crc32c(name)).as_bytes());
     }
     kept.extend_from_slice(b".lightpath-partial");
@@ -579,6 +579,9 @@ mod tests {
             assert!(k.file_name().expect("name").len() <= 255, "{}", k.display());
         }
         assert_eq!(kept_name(Path::new("/d/f")).expect("f"), Path::new("/d/.f.lightpath-partial"));
+        let wide = PathBuf::from(format!("/d/a{}", "ü".repeat(110)));
+        let kept = kept_name(&wide).expect("wide");
+        assert!(kept.to_str().is_some(), "cut between characters: {}", kept.display());
     }
 
     #[test]

@@ -703,7 +703,7 @@ mod temp;
 pub use beneath::{is_entry_refused, EntryRefused};
 pub use fence::OnHidden;
 use temp::temp_name;
-pub use temp::{is_temp_name, RunFiles, TempFile};
+pub use temp::{char_cut, is_temp_name, RunFiles, TempFile};
 
 #[cfg(test)]
 mod strict_tests {

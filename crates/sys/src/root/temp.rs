@@ -28,13 +28,26 @@ pub(super) fn temp_name(name: &OsStr) -> Vec<u8> {
         (std::process::id(), std::collections::hash_map::RandomState::new().hash_one(0u8))
     });
     let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let stem = &name.as_bytes()[..name.len().min(180)];
+    let stem = &name.as_bytes()[..char_cut(name.as_bytes(), 180)];
     let mut tmp = Vec::with_capacity(stem.len() + 40);
     tmp.push(b'.');
     tmp.extend_from_slice(stem);
     // Writing to a Vec cannot fail.
     let _ = write!(tmp, ".lp{pid}-{token:016x}-{n}.part");
     tmp
+}
+
+/// How much of `name` a name made from it keeps: at most `max` bytes,
+/// cut before a UTF-8 character, not inside it. A cut character made the
+/// name invalid where the file system needs UTF-8 (exFAT, NTFS: `EILSEQ`),
+/// and a file with a long non-ASCII name could not be received there at
+/// all (a defect hunt's find).
+pub fn char_cut(name: &[u8], max: usize) -> usize {
+    let mut n = name.len().min(max);
+    while n > 0 && n < name.len() && name[n] & 0xC0 == 0x80 {
+        n -= 1;
+    }
+    n
 }
 
 /// Whether `name` is one [`temp_name`] makes (`.NAME.lpPID-TOKEN-N.part`,

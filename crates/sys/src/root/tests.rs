@@ -214,3 +214,16 @@ fn a_file_of_a_run_does_not_replace_another_of_the_same_run() {
     assert_eq!(names, [&b"A"[..], b"a", b"b", b"sub"], "no temporary file left");
     std::fs::remove_dir_all(&p).unwrap();
 }
+
+/// A long name's temporary name is cut before a character, not inside it.
+#[test]
+fn a_long_names_temporary_name_is_cut_between_characters() {
+    for name in [format!("a{}", "ü".repeat(100)), "ü".repeat(100), format!("ab{}", "€".repeat(80)), "x".repeat(250)]
+    {
+        let tmp = temp_name(OsStr::new(&name));
+        let tmp = std::str::from_utf8(&tmp).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(tmp.len() <= 1 + 180 + 40 && is_temp_name(tmp.as_bytes()), "{tmp}");
+    }
+    let raw = temp_name(OsStr::from_bytes(&[0xff; 250]));
+    assert_eq!(raw.iter().filter(|&&b| b == 0xff).count(), 180, "other bytes are cut at 180");
+}
