@@ -700,7 +700,7 @@ impl StrictDir {
 mod beneath;
 mod fence;
 mod temp;
-pub use beneath::{is_entry_refused, EntryRefused};
+pub use beneath::{is_entry_refused, refused_by_file_system, EntryRefused};
 pub use fence::OnHidden;
 use temp::temp_name;
 pub use temp::{char_cut, is_temp_name, RunFiles, TempFile};

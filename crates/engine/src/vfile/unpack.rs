@@ -552,13 +552,15 @@ impl Unpacker {
         for e in links.iter().filter(|e| !self.pool.ctx.beneath_refused(&e.path, true)) {
             let made = match &e.kind {
                 Kind::HardLink { target } => self.root().hard_link_strict(target, &e.path),
-                Kind::Symlink { target } => self.root().symlink_strict(target, &e.path).and_then(|()| {
+                Kind::Symlink { target } => self.root().symlink_strict(target, &e.path).map(|()| {
                     let (sec, nsec) = split_ns(e.mtime_ns);
-                    self.root().set_mtime_strict(&e.path, sec, nsec)
+                    if let Err(x) = self.root().set_mtime_strict(&e.path, sec, nsec) {
+                        writer::meta_not_set(&e.path, &x);
+                    }
                 }),
                 _ => Ok(()),
             };
-            match made {
+            match made.map_err(|x| target_left_out(&e.kind, x)) {
                 Err(x) if writer::conflict(&x) => self.pool.ctx.refuse(&e.path, &x),
                 r => r.map_err(|x| VfileError::io("linking", &e.path, x))?,
             }
@@ -579,6 +581,7 @@ impl Unpacker {
                     self.root().mkdir_all_strict(path, 0o700).map_err(io)?;
                     set().map_err(io)?
                 }
+                Err(e) if lightpath_sys::root::refused_by_file_system(&e) => writer::meta_not_set(path, &e),
                 r => r.map_err(io)?,
             }
         }
@@ -611,5 +614,17 @@ impl Drop for Unpacker {
 impl Sink for Unpacker {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         Ok(self.write_block(offset, buf)?)
+    }
+}
+
+/// A hard link to a file left out (refused at the destination) finds
+/// nothing to link to: left out too, and said so.
+fn target_left_out(kind: &Kind, x: io::Error) -> io::Error {
+    match (kind, x.kind()) {
+        (Kind::HardLink { .. }, io::ErrorKind::NotFound) => {
+            let why = "the file it links to was left out";
+            io::Error::new(io::ErrorKind::InvalidInput, lightpath_sys::root::EntryRefused(why))
+        }
+        _ => x,
     }
 }

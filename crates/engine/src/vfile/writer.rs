@@ -7,7 +7,7 @@
 
 use super::{split, system_time, VfileError};
 use lightpath_proto::unreadable::Unreadables;
-use lightpath_sys::root::{is_entry_refused, Root, RunFiles, StrictDir, TempFile};
+use lightpath_sys::root::{is_entry_refused, refused_by_file_system, Root, RunFiles, StrictDir, TempFile};
 use std::collections::VecDeque;
 use std::fs::FileTimes;
 use std::io;
@@ -96,7 +96,7 @@ impl FileSlot {
         }
         let counted = PartlyWritten::count(&ctx.partly_written)?;
         let (dir, name) = split(&self.path);
-        let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE));
+        let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE).map_err(name_refused));
         let t = Arc::new(t.map_err(|e| VfileError::io("creating", &self.path, e))?);
         *g = Some((t.clone(), counted));
         Ok(t)
@@ -109,9 +109,9 @@ impl FileSlot {
         let io = |op, e| VfileError::io(op, &self.path, e);
         let (t, _counted) = lock(&self.temp).take().ok_or(VfileError::Aborted)?;
         let t = Arc::try_unwrap(t).map_err(|_| VfileError::Aborted)?;
-        t.file()
-            .set_times(FileTimes::new().set_modified(system_time(self.mtime_ns)))
-            .map_err(|e| io("setting the mtime of", e))?;
+        if let Err(e) = t.file().set_times(FileTimes::new().set_modified(system_time(self.mtime_ns))) {
+            meta_not_set(&self.path, &e);
+        }
         t.commit_in(&ctx.run_files).map_err(|e| io("renaming into place", e))?;
         self.done.store(true, Ordering::Release);
         Ok(())
@@ -218,11 +218,40 @@ pub(crate) fn write_at(ctx: &WorkCtx, slot: &FileSlot, at: u64, bytes: &[u8]) ->
 }
 
 /// Whether `e` concerns one entry alone, not the tree: its name is taken
-/// by a directory (or a non-empty one), or a parent on its path is a file.
-/// `cp -r` fails such an entry and goes on.
+/// by a directory (or a non-empty one), or a parent on its path is a file;
+/// or the file system refuses its name or kind (exFAT or FAT: `a:b`,
+/// `what?`, a symlink or a hard link; a name the file system holds for
+/// another). `cp -r` fails such an
+/// entry and goes on; each failed the whole tree (a defect hunt's find).
 pub(crate) fn conflict(e: &io::Error) -> bool {
     use io::ErrorKind as K;
-    matches!(e.kind(), K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty) || is_entry_refused(e)
+    matches!(e.kind(), K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty)
+        || is_entry_refused(e)
+        || refused_by_file_system(e)
+}
+
+/// A file not created in a directory that is there: some file systems
+/// (exFAT through FUSE) say `ENOENT` for a name they refuse (`a:b`).
+fn name_refused(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            let why = "the file system refused its name (No such file or directory)";
+            io::Error::new(io::ErrorKind::InvalidInput, lightpath_sys::root::EntryRefused(why))
+        }
+        _ => e,
+    }
+}
+
+/// A file system that keeps no mtimes or modes (or not these) leaves the
+/// entry with those it was made with: said once a process, not per entry,
+/// and not a failure (it failed the whole tree).
+pub(crate) fn meta_not_set(path: &[u8], e: &io::Error) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let shown = lightpath_proto::manifest::show(path);
+    match SAID.swap(true, Ordering::Relaxed) {
+        false => tracing::warn!(path = %shown, "mode or mtime not set: {e} (said once)"),
+        true => tracing::debug!(path = %shown, "mode or mtime not set: {e}"),
+    }
 }
 
 /// How a refusal's reason ends: the client tells it from a sender's
@@ -237,6 +266,7 @@ fn conflict_why(e: &io::Error) -> String {
         _ if is_entry_refused(e) => return format!("{e} {AT_DESTINATION}"),
         K::IsADirectory | K::DirectoryNotEmpty => "a directory is in its place",
         K::NotADirectory => "a file or a symlink is in the place of a directory on its path",
+        _ if refused_by_file_system(e) => return format!("the file system refused it ({e}) {AT_DESTINATION}"),
         _ => "it cannot be put in place",
     };
     format!("{what} {AT_DESTINATION}")
@@ -291,7 +321,7 @@ impl WorkCtx {
     pub fn refuse(&self, path: &[u8], e: &io::Error) {
         let why = conflict_why(e);
         let shown = lightpath_proto::manifest::show(path);
-        match is_entry_refused(e) {
+        match is_entry_refused(e) || refused_by_file_system(e) {
             true => tracing::warn!(path = %shown, "{why}; left out of the tree"),
             false => tracing::warn!(path = %shown, "{why} ({e}); left out of the tree"),
         }

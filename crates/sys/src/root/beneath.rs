@@ -27,6 +27,25 @@ impl std::fmt::Display for EntryRefused {
 
 impl std::error::Error for EntryRefused {}
 
+/// Whether `e` is what a file system answers when it refuses one name or
+/// kind of entry (exFAT or FAT: `a:b`, `what?`, a symlink, a hard link; a
+/// name it holds for another), not a fault of the whole destination.
+pub fn refused_by_file_system(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    const REFUSALS: [Errno; 9] = [
+        Errno::INVAL,
+        Errno::ILSEQ,
+        Errno::NAMETOOLONG,
+        Errno::EXIST,
+        Errno::PERM,
+        Errno::OPNOTSUPP,
+        Errno::NOSYS,
+        Errno::MLINK,
+        Errno::XDEV,
+    ];
+    e.raw_os_error().is_some_and(|n| REFUSALS.contains(&Errno::from_raw_os_error(n)))
+}
+
 /// Whether `e` is an [`EntryRefused`].
 pub fn is_entry_refused(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<EntryRefused>())

@@ -1,0 +1,82 @@
+//! A tree (one virtual file) into a destination whose file system refuses
+//! some of its entries: a directory made immutable (`chattr +i`: `EPERM`
+//! for every entry made in it, and for its mode) and a hard link across
+//! a mount point (`EXDEV`), as exFAT or FAT refuse `a:b`, symlinks and
+//! hard links. Each refused entry is named and left out, the rest is
+//! written (exit 1, as `cp -a`). One such entry failed the whole tree,
+//! "0 file(s) copied", in both directions (a defect hunt's find).
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `t/` with `a` (and `m/hl`, a second name of it), `m/y` and `ro/x`.
+fn source_tree(t: &Path) {
+    std::fs::create_dir_all(t.join("m")).unwrap();
+    std::fs::create_dir_all(t.join("ro")).unwrap();
+    write_random(&t.join("a"), 70_000, 1);
+    std::fs::hard_link(t.join("a"), t.join("m/hl")).unwrap();
+    write_random(&t.join("m/y"), 3_000, 2);
+    write_random(&t.join("ro/x"), 5_000, 3);
+}
+
+/// `dst/t/` prepared: `ro` immutable and `m` a tmpfs of its own. Undone
+/// when dropped, so the scratch directory can go.
+struct Refusing(PathBuf);
+
+fn refusing(dst: &Path) -> Refusing {
+    let t = dst.join("t");
+    std::fs::create_dir_all(t.join("ro")).unwrap();
+    std::fs::create_dir_all(t.join("m")).unwrap();
+    run("mount", &["-t", "tmpfs", "-o", "size=1m", "tmpfs", &t.join("m").display().to_string()]);
+    let r = Refusing(t.clone());
+    run("chattr", &["+i", &t.join("ro").display().to_string()]);
+    r
+}
+
+impl Drop for Refusing {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(self.0.join("ro")).status();
+        let _ = Command::new("umount").arg(self.0.join("m")).status();
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) {
+    let st = Command::new(cmd).args(args).status().unwrap();
+    assert!(st.success(), "{cmd} {args:?}: {st}");
+}
+
+/// The rest arrived; `ro/x` and one name of the linked file (the one
+/// across the mount, whichever the walk met second) were named as failed.
+fn assert_rest_written(src: &Path, dst: &Path, (code, err): (i32, String)) {
+    assert_eq!(code, 1, "{err}");
+    assert_same_file(&src.join("m/y"), &dst.join("m/y"));
+    assert!(!dst.join("ro/x").exists(), "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
+    assert_eq!(failed.len(), 2, "{err}");
+    assert!(failed.iter().any(|l| l.contains("ro/x -> ") && l.contains("refused")), "{err}");
+    let arrived = [dst.join("a"), dst.join("m/hl")].into_iter().filter(|p| p.exists()).count();
+    assert_eq!(arrived, 1, "one name of the linked file: {err}");
+    assert!(err.contains("1 failed") || err.contains("2 failed"), "{err}");
+}
+
+#[test]
+fn a_tree_download_leaves_out_what_the_file_system_refuses() {
+    let (_d, root, local) = root_and_local();
+    source_tree(&root.join("t"));
+    let _r = refusing(&local);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let r = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", local.display())]);
+    assert_rest_written(&root.join("t"), &local.join("t"), r);
+}
+
+#[test]
+fn a_tree_upload_leaves_out_what_the_file_system_refuses() {
+    let (_d, root, local) = root_and_local();
+    source_tree(&local.join("t"));
+    let _r = refusing(&root);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write"]);
+    let r = cp(&["-r", &local.join("t").display().to_string(), &format!("ftp://127.0.0.1:{port}/")]);
+    assert_rest_written(&local.join("t"), &root.join("t"), r);
+}
