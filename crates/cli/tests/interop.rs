@@ -585,3 +585,23 @@ fn a_checksum_longer_than_the_reply_timeout_passes_on_its_status_markers() {
         assert!(err.contains("< 113 Status Marker"), "{at}: no status marker came: {err}");
     }
 }
+
+/// GCT refusing `SITE CHMOD` and `MFMT`: the tree arrives, and the
+/// warnings count directories, not commands (two a directory: it said
+/// "6 of 3 directories"), and name the refusal once for the files.
+#[test]
+fn a_tree_to_a_server_refusing_modes_and_mtimes_says_how_many_directories() {
+    let d = scratch();
+    let (home, local) = (open_dir(&d.path().join("g")), open_dir(&d.path().join("l")));
+    std::fs::create_dir_all(local.join("t/a/b")).unwrap();
+    write_random(&local.join("t/a/b/f"), 1_000, 1);
+    write_random(&local.join("t/f"), 2_000, 2);
+    let (_g, port) = gct_server_with(&home, &["-disable-command-list", "SITE CHMOD,MFMT"]);
+    let dst = format!("ftp://127.0.0.1:{port}{}/", home.display());
+    let (code, err) = cp(&["-r", &local.join("t").display().to_string(), &dst]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("3 of 3 directories kept the mode or mtime they were made with"), "{err}");
+    assert_eq!(err.matches("SITE CHMOD / MFMT refused").count(), 1, "{err}");
+    assert_same_file(&local.join("t/a/b/f"), &home.join("t/a/b/f"));
+    assert_same_file(&local.join("t/f"), &home.join("t/f"));
+}

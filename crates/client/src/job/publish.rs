@@ -243,7 +243,7 @@ fn warn_refused(d: &Session, refused: usize) {
     let stopped = d.opts.cancel.load(std::sync::atomic::Ordering::Relaxed);
     if refused > 0 && !stopped && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!(
-            "{}: {refused} SITE CHMOD / MFMT commands refused: those files have the mode and mtime the server gave them, not their sources'",
+            "{}: SITE CHMOD / MFMT refused: files stored there keep the mode and mtime the server gave them, not their sources'",
             d.ctl.name
         );
     }
