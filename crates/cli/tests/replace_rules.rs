@@ -325,6 +325,27 @@ fn uploads_to_gct_replace_only_what_its_login_could_write() {
     assert_eq!(names.len(), 4, "no temporary files left: {names:?}");
 }
 
+/// GCT with `MLST` disabled: who may write a file there is unknown, so
+/// root's file is not replaced (it was, exit 0, taken for "nothing
+/// there"); a new file is stored.
+#[test]
+fn uploads_to_gct_without_mlst_replace_nothing() {
+    let (_d, root, local) = root_and_local();
+    let up = open_dir(&root.join("up"));
+    put_file(&up.join("rootfile"), b"root's", 0o644, (0, 0));
+    write_random(&local.join("new"), 10_000, 8);
+    let (_g, port) = gct_server_with(&root, &["-disable-command-list", "MLST"]);
+    let at = |name: &str| url(port, &format!("{}/{name}", up.display()));
+    let src = local.join("new").display().to_string();
+    let (code, err) = cp(&[&src, &at("rootfile")]);
+    assert!(code == 1 && err.contains("not replaced: the server refused MLST"), "{err}");
+    assert_eq!(state(&up.join("rootfile")), (b"root's".to_vec(), 0, 0o644));
+    assert_eq!(cp(&[&src, &at("fresh")]).0, 0);
+    assert_same_file(&local.join("new"), &up.join("fresh"));
+    let names: Vec<_> = std::fs::read_dir(&up).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
+}
+
 /// A tree downloaded (one virtual file) as the `gftp` user into a
 /// directory holding root's file of the same name as one of the tree's:
 /// that file is left as it was and named, the rest of the tree is

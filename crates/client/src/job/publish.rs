@@ -178,11 +178,44 @@ async fn look_and_stamp(
     };
     let ours = if tree { replies.get(pairs.len()).and_then(facts).and_then(|f| f.owner) } else { None };
     warn_refused(d, refused(&replies[looks..]));
+    let unknown = unknown_but_there(d, pairs, &replies[..pairs.len()]).await;
     let there = replies.iter().take(pairs.len()).map(|r| match r {
         Err(e @ ClientError::Control(..)) => Err(e.clone()),
         r => Ok(facts(r)),
     });
-    there.zip(metas).map(|(f, m)| decide(f?.as_ref(), m.0, tree, ours.as_deref())).collect()
+    let decided = there.zip(metas).map(|(f, m)| decide(f?.as_ref(), m.0, tree, ours.as_deref()));
+    decided.zip(unknown).map(|(r, unknown)| if unknown { Err(not_known()) } else { r }).collect()
+}
+
+/// For each file, whether its `MLST` was refused (not `550`: nothing
+/// there), and `SIZE` (asked then, in one more flight) finds a file
+/// there: who may write it is unknown, and it is not replaced. Taken for
+/// "nothing there", a file the login could not write was replaced (a
+/// defect hunt's find, GCT with `-disable-command-list MLST`).
+async fn unknown_but_there(
+    d: &mut Session,
+    pairs: &[(&Task, &Task)],
+    looks: &[Result<Reply, ClientError>],
+) -> Vec<bool> {
+    let refused = |r: &Result<Reply, ClientError>| r.as_ref().is_ok_and(|r| !r.is_ok() && r.code != 550);
+    let asked: Vec<usize> = looks.iter().enumerate().filter(|(_, r)| refused(r)).map(|(i, _)| i).collect();
+    let mut unknown = vec![false; pairs.len()];
+    if asked.is_empty() {
+        return unknown;
+    }
+    let cmds = asked.iter().map(|&i| path_cmd("SIZE ", &path(pairs[i].1))).collect();
+    for (i, r) in asked.into_iter().zip(d.flight(cmds).await) {
+        // A reply lost with the session: as good as a file there.
+        unknown[i] = r.map_or(true, |r| r.is_ok());
+    }
+    unknown
+}
+
+fn not_known() -> ClientError {
+    ClientError::Local(
+        "not replaced: the server refused MLST, so whether this login may write the file there is unknown; nothing changed"
+            .into(),
+    )
 }
 
 /// How many of `replies` the server refused (not those never answered).
