@@ -80,3 +80,39 @@ fn a_tree_upload_leaves_out_what_the_file_system_refuses() {
     let r = cp(&["-r", &local.join("t").display().to_string(), &format!("ftp://127.0.0.1:{port}/")]);
     assert_rest_written(&local.join("t"), &root.join("t"), r);
 }
+
+/// A served root on overlayfs whose upper layer is small: an upload
+/// replaces a large file of the lower layer. Checking that the file
+/// could be written by opening it for writing copied it up whole first:
+/// "No space left on device" (a defect hunt's find).
+#[test]
+fn an_upload_replaces_a_large_file_of_an_overlays_lower_layer() {
+    let d = scratch();
+    let (lower, upper, merged) = (d.path().join("lower"), d.path().join("upper"), d.path().join("merged"));
+    for p in [&lower, &upper, &merged] {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    write_random(&lower.join("big"), 8 << 20, 4);
+    run("mount", &["-t", "tmpfs", "-o", "size=2m", "tmpfs", &upper.display().to_string()]);
+    let _u = Unmount(upper.clone());
+    std::fs::create_dir_all(upper.join("u")).unwrap();
+    std::fs::create_dir_all(upper.join("w")).unwrap();
+    let opts = format!("lowerdir={},upperdir={}/u,workdir={}/w", lower.display(), upper.display(), upper.display());
+    run("mount", &["-t", "overlay", "overlay", "-o", &opts, &merged.display().to_string()]);
+    let _m = Unmount(merged.clone());
+    let small = d.path().join("small");
+    write_random(&small, 1_000, 5);
+    let (_srv, port) = lp_server(&merged, &["--anonymous-write"]);
+    let (code, err) = cp(&[&small.display().to_string(), &format!("ftp://127.0.0.1:{port}/big")]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_file(&small, &merged.join("big"));
+}
+
+/// Unmounts its path when dropped.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}

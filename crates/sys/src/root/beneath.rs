@@ -52,8 +52,8 @@ pub fn is_entry_refused(e: &io::Error) -> bool {
 }
 
 /// The permission bits of the regular file `name` in `dir`, once this
-/// process has shown it could open it for writing (not following a
-/// symlink, not blocking, not truncating), or, with `owned`, that it owns
+/// process has shown it could open it for writing ([`may_write`]: not
+/// following a symlink, not opening it unless it is a program), or, with `owned`, that it owns
 /// it (and so could make it writable); `None` when nothing or a symlink
 /// or special file is there (the rename replaces it without following it).
 pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> io::Result<Option<u32>> {
@@ -67,9 +67,8 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> i
         FileType::Directory => return Err(io::Error::new(io::ErrorKind::IsADirectory, "is a directory")),
         _ => return Ok(None),
     }
-    let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-        Ok(fd) => Ok(Some(rustix::fs::fstat(&fd)?.st_mode & 0o777)),
+    match may_write(dir, name, st.st_mode) {
+        Ok(()) => Ok(Some(st.st_mode & 0o777)),
         // Only its mode stops us: its owner could change that. (A running
         // program, ETXTBSY, stays refused.)
         Err(rustix::io::Errno::ACCESS) if owned && st.st_uid == rustix::process::geteuid().as_raw() => {
@@ -82,6 +81,20 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> i
         )),
         Err(e) => Err(symlink_refused(e.into())),
     }
+}
+
+/// Whether this process could open the regular file `name` (of `mode`)
+/// for writing: `faccessat` with its effective ids, which opens nothing.
+/// An open for writing made overlayfs copy the whole file up from a lower
+/// layer (0.65 s for 300 MB; ENOSPC where the upper layer was small), only
+/// to be replaced (a defect hunt's find). A program's file is opened all
+/// the same: only an open says that it runs (`ETXTBSY`).
+fn may_write(dir: &OwnedFd, name: &OsStr, mode: u32) -> rustix::io::Result<()> {
+    if mode & 0o111 == 0 {
+        return rustix::fs::accessat(dir, name, rustix::fs::Access::WRITE_OK, AtFlags::EACCESS);
+    }
+    let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(dir, name, flags, Mode::empty()).map(drop)
 }
 
 impl Root {
