@@ -24,6 +24,9 @@ pub struct Control {
     unreadable: Mutex<Unreadables>,
     data_path: Mutex<Option<DataPath>>,
     held: Arc<HeldSoFar>,
+    /// The driver's connection (a server's control connection), whose
+    /// close says the driver went away ([`Control::peer_closed_within`]).
+    peer: std::sync::OnceLock<std::os::fd::OwnedFd>,
 }
 
 /// What the receiver of a tree holds complete so far: the longest run of
@@ -77,6 +80,26 @@ impl Control {
     /// Whether [`Control::lose`] stopped it.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Relaxed)
+    }
+    /// Watch `conn`, the driver's connection (a copy of its descriptor).
+    pub fn watch_peer(&self, conn: std::os::fd::OwnedFd) {
+        let _ = self.peer.set(conn);
+    }
+    /// Whether the driver went away: [`Control::lose`] said so, or the
+    /// connection [`Control::watch_peer`] watches is closed by its peer
+    /// within `wait` (none watched: `lose` within `wait`).
+    pub fn peer_closed_within(&self, wait: std::time::Duration) -> bool {
+        if self.is_lost() {
+            return true;
+        }
+        if let Some(conn) = self.peer.get() {
+            return lightpath_sys::net::peer_closed_within(conn, wait) || self.is_lost();
+        }
+        let end = std::time::Instant::now() + wait;
+        while !self.is_lost() && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        self.is_lost()
     }
     /// Whether cancel was asked.
     pub fn is_cancelled(&self) -> bool {

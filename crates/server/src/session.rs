@@ -489,6 +489,13 @@ impl Session {
     /// one read before it started already did.
     fn start_running(&mut self) -> Arc<Control> {
         let ctl = Arc::new(Control::new());
+        // Asked directly whether the client closed it: the reader task
+        // that sets `lose` may run too late under load (a flaky-test
+        // hunt's find: a stream upload whose client went away was kept).
+        match std::os::fd::AsFd::as_fd(self.out.as_ref()).try_clone_to_owned() {
+            Ok(conn) => ctl.watch_peer(conn),
+            Err(e) => tracing::debug!("control connection not watched: {e}"),
+        }
         let mut running = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if running.gone {
             ctl.lose();

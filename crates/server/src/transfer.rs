@@ -440,11 +440,7 @@ const STREAM_END_GRACE: Duration = Duration::from_millis(50);
 /// for the 226; one whose control connection ends within
 /// [`STREAM_END_GRACE`] of the data went away, and its file is not kept.
 fn client_went_away(ctl: &Control) -> bool {
-    let end = Instant::now() + STREAM_END_GRACE;
-    while !ctl.is_lost() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    ctl.is_lost()
+    ctl.peer_closed_within(STREAM_END_GRACE)
 }
 
 /// Where an upload's bytes start in the file.

@@ -68,6 +68,20 @@ pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
     }
 }
 
+/// Whether the peer of the connected socket `sock` closed its side (a FIN
+/// or a reset), waiting at most `wait` for it: asked of the kernel, which
+/// says so even with unread bytes queued before the FIN, not of whichever
+/// task reads the socket (it may not have run yet).
+pub fn peer_closed_within(sock: &impl AsFd, wait: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags};
+    let mut fds = [PollFd::new(sock, PollFlags::RDHUP)];
+    let ts = rustix::event::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+        Err(_) => false,
+    }
+}
+
 /// Wakes a thread blocked in [`Waker::wait`] (a pipe, so it works with poll).
 #[derive(Debug)]
 pub struct Waker {
