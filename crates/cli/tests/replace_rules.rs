@@ -344,6 +344,13 @@ fn uploads_to_gct_without_mlst_replace_nothing() {
     assert_same_file(&local.join("new"), &up.join("fresh"));
     let names: Vec<_> = std::fs::read_dir(&up).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
+    // SIZE refused too: nothing says no file is there (it was replaced).
+    drop(_g);
+    let (_g, port) = gct_server_with(&root, &["-disable-command-list", "MLST,SIZE"]);
+    let at = |name: &str| url(port, &format!("{}/{name}", up.display()));
+    let (code, err) = cp(&[&src, &at("rootfile")]);
+    assert!(code == 1 && err.contains("not replaced: the server refused MLST"), "{err}");
+    assert_eq!(state(&up.join("rootfile")), (b"root's".to_vec(), 0, 0o644));
 }
 
 /// A tree downloaded (one virtual file) as the `gftp` user into a

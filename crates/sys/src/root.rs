@@ -423,7 +423,7 @@ impl Root {
             };
             let dir = self.open_at(parent, OFlags::PATH | OFlags::DIRECTORY, 0)?;
             let (name, write) = (OsStr::from_bytes(name), rustix::fs::Access::WRITE_OK);
-            return Ok(rustix::fs::accessat(&dir, name, write, AtFlags::EACCESS)?);
+            return Ok(rustix::fs::accessat(&dir, name, write, AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW)?);
         }
         // Not blocking (a FIFO swapped in meanwhile) and no controlling tty.
         self.open_at(rel, OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY, 0).map(drop)

@@ -188,8 +188,9 @@ async fn look_and_stamp(
 }
 
 /// For each file, whether its `MLST` was refused (not `550`: nothing
-/// there), and `SIZE` (asked then, in one more flight) finds a file
-/// there: who may write it is unknown, and it is not replaced. Taken for
+/// there), and `SIZE` (asked then, in one more flight) does not say
+/// `550` either: who may write a file there is unknown, and none is
+/// replaced. Taken for
 /// "nothing there", a file the login could not write was replaced (a
 /// defect hunt's find, GCT with `-disable-command-list MLST`).
 async fn unknown_but_there(
@@ -205,8 +206,10 @@ async fn unknown_but_there(
     }
     let cmds = asked.iter().map(|&i| path_cmd("SIZE ", &path(pairs[i].1))).collect();
     for (i, r) in asked.into_iter().zip(d.flight(cmds).await) {
-        // A reply lost with the session: as good as a file there.
-        unknown[i] = r.map_or(true, |r| r.is_ok());
+        // Only 550 says nothing is there; a refused SIZE, or a reply
+        // lost with the session, is as good as a file there (a review's
+        // find: MLST and SIZE both refused replaced root's file).
+        unknown[i] = r.map_or(true, |r| r.code != 550);
     }
     unknown
 }

@@ -551,6 +551,8 @@ impl Unpacker {
     fn make_links(&self, links: &[Entry]) -> Result<(), VfileError> {
         for e in links.iter().filter(|e| !self.pool.ctx.beneath_refused(&e.path, true)) {
             let made = match &e.kind {
+                // Not linked to whatever holds the name of a file left out.
+                Kind::HardLink { target } if self.pool.ctx.was_refused(target) => Err(linked_to_refused()),
                 Kind::HardLink { target } => self.root().hard_link_strict(target, &e.path),
                 Kind::Symlink { target } => self.root().symlink_strict(target, &e.path).map(|()| {
                     let (sec, nsec) = split_ns(e.mtime_ns);
@@ -621,10 +623,14 @@ impl Sink for Unpacker {
 /// nothing to link to: left out too, and said so.
 fn target_left_out(kind: &Kind, x: io::Error) -> io::Error {
     match (kind, x.kind()) {
-        (Kind::HardLink { .. }, io::ErrorKind::NotFound) => {
-            let why = "the file it links to was left out";
-            io::Error::new(io::ErrorKind::InvalidInput, lightpath_sys::root::EntryRefused(why))
-        }
+        (Kind::HardLink { .. }, io::ErrorKind::NotFound) => linked_to_refused(),
         _ => x,
     }
+}
+
+/// Why a hard link to a file left out is left out too (it linked to the
+/// old file still under that name, not reported: a review's find).
+fn linked_to_refused() -> io::Error {
+    let why = "the file it links to was left out";
+    io::Error::new(io::ErrorKind::InvalidInput, lightpath_sys::root::EntryRefused(why))
 }

@@ -290,6 +290,8 @@ pub(crate) struct WorkCtx {
     /// Directories left out so: what is beneath them is left out too,
     /// unsaid ([`WorkCtx::beneath_refused`]).
     refused_dirs: Mutex<Vec<Vec<u8>>>,
+    /// Every entry left out so (`refused` keeps only the first names).
+    refused_paths: Mutex<std::collections::HashSet<Vec<u8>>>,
     /// Files of this tree partly written now, and at most.
     pub partly_written: Arc<PartCount>,
     /// Files of this tree given their names ([`TempFile::commit_in`]).
@@ -300,8 +302,9 @@ impl WorkCtx {
     pub fn new(root: Arc<Root>) -> Self {
         let dirs = Mutex::new(VecDeque::with_capacity(DIR_CACHE + 1));
         let (error, failed, partly_written) = (Mutex::new(None), AtomicBool::new(false), Arc::default());
-        let (refused, refused_dirs) = (Mutex::default(), Mutex::default());
-        WorkCtx { root, dirs, error, failed, partly_written, refused, refused_dirs, run_files: RunFiles::default() }
+        let (refused, refused_dirs, refused_paths) = (Mutex::default(), Mutex::default(), Mutex::default());
+        let run_files = RunFiles::default();
+        WorkCtx { root, dirs, error, failed, partly_written, refused, refused_dirs, refused_paths, run_files }
     }
 
     /// The directory `rel` beneath the root (no symlink in any component),
@@ -326,6 +329,13 @@ impl WorkCtx {
             false => tracing::warn!(path = %shown, "{why} ({e}); left out of the tree"),
         }
         lock(&self.refused).add(path, &why);
+        lock(&self.refused_paths).insert(path.to_vec());
+    }
+
+    /// Whether the entry `path` was left out ([`WorkCtx::refuse`]), or
+    /// lies beneath a directory that was.
+    pub fn was_refused(&self, path: &[u8]) -> bool {
+        lock(&self.refused_paths).contains(path) || self.beneath_refused(path, false)
     }
 
     /// Leave out the directory `path` for `e`, and with it what is beneath

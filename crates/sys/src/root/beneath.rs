@@ -91,7 +91,12 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> i
 /// the same: only an open says that it runs (`ETXTBSY`).
 fn may_write(dir: &OwnedFd, name: &OsStr, mode: u32) -> rustix::io::Result<()> {
     if mode & 0o111 == 0 {
-        return rustix::fs::accessat(dir, name, rustix::fs::Access::WRITE_OK, AtFlags::EACCESS);
+        return rustix::fs::accessat(
+            dir,
+            name,
+            rustix::fs::Access::WRITE_OK,
+            AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW,
+        );
     }
     let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     rustix::fs::openat(dir, name, flags, Mode::empty()).map(drop)

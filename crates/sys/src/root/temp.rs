@@ -43,11 +43,11 @@ pub(super) fn temp_name(name: &OsStr) -> Vec<u8> {
 /// and a file with a long non-ASCII name could not be received there at
 /// all (a defect hunt's find).
 pub fn char_cut(name: &[u8], max: usize) -> usize {
-    let mut n = name.len().min(max);
-    while n > 0 && n < name.len() && name[n] & 0xC0 == 0x80 {
-        n -= 1;
-    }
-    n
+    let cut = name.len().min(max);
+    // At most 3 bytes back (a UTF-8 character has 4): bytes that are not
+    // UTF-8 are cut where they are.
+    let back = (0..=3.min(cut)).find(|&b| cut == name.len() || name[cut - b] & 0xC0 != 0x80);
+    cut - back.unwrap_or(0)
 }
 
 /// Whether `name` is one [`temp_name`] makes (`.NAME.lpPID-TOKEN-N.part`,
@@ -167,7 +167,7 @@ impl TempFile {
         let st = rustix::fs::fstat(self.file())?;
         // Known before it is named: a file of the run that takes the same
         // name at the same time then finds it.
-        run.add(st.st_dev, st.st_ino);
+        run.lock().insert((st.st_dev, st.st_ino), self.name.clone());
         let r = self.commit_with(Some(run));
         if r.is_err() {
             // Gone: its inode may be a later file's, not the run's.
@@ -190,8 +190,6 @@ impl TempFile {
         if self.is_unnamed() && self.link_as_final()? {
             return Ok(());
         }
-        // Replacing a file: not one of the run's, held so until renamed.
-        let mut held = run.map(|r| r.not_taken(&self.dir, &self.name)).transpose()?;
         if self.is_unnamed() {
             self.link_temp_name()?;
         }
@@ -206,6 +204,9 @@ impl TempFile {
         if let Some(f) = self.file.take() {
             close_checked(f)?;
         }
+        // Replacing a file: not another of the run's, held so until renamed
+        // (not while closing: on NFS a close flushes the file).
+        let mut held = run.map(|r| r.not_taken(&self.dir, &self.name)).transpose()?;
         let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
         if r.is_ok() || lock.is_some() {
             if r.is_err() {
@@ -220,7 +221,7 @@ impl TempFile {
             // A file system without inodes (exFAT through FUSE) may number
             // the file anew once renamed.
             let st = rustix::fs::statat(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
-            run.insert((st.st_dev, st.st_ino));
+            run.insert((st.st_dev, st.st_ino), self.name.clone());
         }
         Ok(())
     }
@@ -285,7 +286,8 @@ impl TempFile {
 }
 
 /// The files one copy (a tree, or a client's whole run) has given their
-/// final names, by device and inode. A later file of the copy whose name
+/// final names, by device and inode, with those names. A later file of
+/// the copy whose name (another name: the same is a file going again)
 /// the file system takes for one of theirs (`A` and `a` where names
 /// ignore case: exFAT, CIFS, ext4's casefold) is refused, not renamed
 /// over it: each replaced the other, and every file was counted as
@@ -298,16 +300,13 @@ impl RunFiles {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn add(&self, dev: u64, ino: u64) {
-        self.lock().insert((dev, ino));
-    }
-
     /// Refused if `name` in `dir` is a file of this run; else the lock,
     /// held while the caller replaces it.
     fn not_taken(&self, dir: &OwnedFd, name: &[u8]) -> io::Result<std::sync::MutexGuard<'_, RunFilesSet>> {
         let held = self.lock();
         if let Ok(st) = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
-            if held.contains(&(st.st_dev, st.st_ino)) {
+            // The same name is the same file going again (a retry).
+            if held.get(&(st.st_dev, st.st_ino)).is_some_and(|n| n != name) {
                 let why = "another file of this copy took its name (the file system holds the two names for one)";
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, EntryRefused(why)));
             }
@@ -316,7 +315,8 @@ impl RunFiles {
     }
 }
 
-type RunFilesSet = std::collections::HashSet<(u64, u64)>;
+/// Each file's device and inode, and the name the run gave it.
+type RunFilesSet = std::collections::HashMap<(u64, u64), Vec<u8>>;
 
 /// The extended attribute holding a kept file's note ([`TempFile::keep_as`]).
 const NOTE_XATTR: &str = "user.lightpath.partial";

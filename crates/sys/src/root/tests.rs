@@ -207,6 +207,10 @@ fn a_file_of_a_run_does_not_replace_another_of_the_same_run() {
     let e = TempFile::create_named(dir, OsStr::new("a"), 0o644).unwrap().commit_in(&run).unwrap_err();
     assert!(is_entry_refused(&e), "{e}");
     assert_eq!(std::fs::read(p.join("root/A")).unwrap(), b"upper");
+    let t = d.create_temp(b"A", 0o644).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(t.file(), b"again", 0).unwrap();
+    t.commit_in(&run).unwrap();
+    assert_eq!(std::fs::read(p.join("root/A")).unwrap(), b"again", "the same name goes again (a retry)");
     std::fs::write(p.join("root/b"), b"old").unwrap();
     d.create_temp(b"b", 0o644).unwrap().commit_in(&run).unwrap();
     assert_eq!(std::fs::read(p.join("root/b")).unwrap(), b"", "not the run's: replaced");
@@ -226,4 +230,7 @@ fn a_long_names_temporary_name_is_cut_between_characters() {
     }
     let raw = temp_name(OsStr::from_bytes(&[0xff; 250]));
     assert_eq!(raw.iter().filter(|&&b| b == 0xff).count(), 180, "other bytes are cut at 180");
+    let tails: Vec<u8> = std::iter::once(b'a').chain([0x80; 200]).collect();
+    let raw = temp_name(OsStr::from_bytes(&tails));
+    assert!(is_temp_name(&raw) && raw.iter().filter(|&&b| b == 0x80).count() == 179, "not cut back to nothing");
 }
