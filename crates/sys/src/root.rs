@@ -675,6 +675,12 @@ impl Root {
 }
 
 impl StrictDir {
+    /// Whether this directory was removed since it was opened (no link
+    /// left): what is made in it then fails for that, not for one entry.
+    pub fn is_removed(&self) -> bool {
+        rustix::fs::fstat(&*self.fd).is_ok_and(|st| st.st_nlink == 0)
+    }
+
     /// Like [`Root::mkdir_strict`] for the entry `name` of this directory.
     /// An existing directory this process owns but may not write or
     /// search in (an earlier copy of a tree gave it its source's mode 0,

@@ -96,7 +96,7 @@ impl FileSlot {
         }
         let counted = PartlyWritten::count(&ctx.partly_written)?;
         let (dir, name) = split(&self.path);
-        let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE).map_err(name_refused));
+        let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE).map_err(|e| refused_in(&d, e)));
         let t = Arc::new(t.map_err(|e| VfileError::io("creating", &self.path, e))?);
         *g = Some((t.clone(), counted));
         Ok(t)
@@ -230,9 +230,15 @@ pub(crate) fn conflict(e: &io::Error) -> bool {
         || refused_by_file_system(e)
 }
 
-/// A file not created in a directory that is there: some file systems
-/// (exFAT through FUSE) say `ENOENT` for a name they refuse (`a:b`).
-fn name_refused(e: io::Error) -> io::Error {
+/// Why a file was not created in the directory `d`. Removed meanwhile,
+/// the directory fails the tree (ext4 says `EPERM` of an `O_TMPFILE` in
+/// it, which would read as this file's refusal: a review's find). Else
+/// some file systems (exFAT through FUSE) say `ENOENT` for a name they
+/// refuse (`a:b`): this entry's refusal.
+fn refused_in(d: &StrictDir, e: io::Error) -> io::Error {
+    if d.is_removed() {
+        return io::Error::other(format!("its directory was removed meanwhile ({e})"));
+    }
     match e.kind() {
         io::ErrorKind::NotFound => {
             let why = "the file system refused its name (No such file or directory)";
