@@ -95,7 +95,7 @@ fn a_tree_upload_leaves_out_what_the_file_system_refuses() {
 /// A served root on overlayfs whose upper layer is small: an upload
 /// replaces a large file of the lower layer. Checking that the file
 /// could be written by opening it for writing copied it up whole first:
-/// "No space left on device" (a defect hunt's find).
+/// "No space left on device" (a defect hunt's find); a 0755 file too.
 #[test]
 fn an_upload_replaces_a_large_file_of_an_overlays_lower_layer() {
     let d = scratch();
@@ -104,6 +104,8 @@ fn an_upload_replaces_a_large_file_of_an_overlays_lower_layer() {
         std::fs::create_dir_all(p).unwrap();
     }
     write_random(&lower.join("big"), 8 << 20, 4);
+    std::fs::copy(lower.join("big"), lower.join("big-x")).unwrap();
+    std::fs::set_permissions(lower.join("big-x"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     run("mount", &["-t", "tmpfs", "-o", "size=2m", "tmpfs", &upper.display().to_string()]);
     let _u = Unmount(upper.clone());
     std::fs::create_dir_all(upper.join("u")).unwrap();
@@ -114,9 +116,11 @@ fn an_upload_replaces_a_large_file_of_an_overlays_lower_layer() {
     let small = d.path().join("small");
     write_random(&small, 1_000, 5);
     let (_srv, port) = lp_server(&merged, &["--anonymous-write"]);
-    let (code, err) = cp(&[&small.display().to_string(), &format!("ftp://127.0.0.1:{port}/big")]);
-    assert_eq!(code, 0, "{err}");
-    assert_same_file(&small, &merged.join("big"));
+    for name in ["big", "big-x"] {
+        let (code, err) = cp(&[&small.display().to_string(), &format!("ftp://127.0.0.1:{port}/{name}")]);
+        assert_eq!(code, 0, "{name} (a mode with x bits too, a review's find): {err}");
+        assert_same_file(&small, &merged.join(name));
+    }
 }
 
 /// Unmounts its path when dropped.

@@ -338,7 +338,7 @@ fn uploads_to_gct_without_mlst_replace_nothing() {
     let at = |name: &str| url(port, &format!("{}/{name}", up.display()));
     let src = local.join("new").display().to_string();
     let (code, err) = cp(&[&src, &at("rootfile")]);
-    assert!(code == 1 && err.contains("not replaced: the server refused MLST"), "{err}");
+    assert!(code == 1 && err.contains("not stored: the server refused MLST"), "{err}");
     assert_eq!(state(&up.join("rootfile")), (b"root's".to_vec(), 0, 0o644));
     assert_eq!(cp(&[&src, &at("fresh")]).0, 0);
     assert_same_file(&local.join("new"), &up.join("fresh"));
@@ -349,7 +349,7 @@ fn uploads_to_gct_without_mlst_replace_nothing() {
     let (_g, port) = gct_server_with(&root, &["-disable-command-list", "MLST,SIZE"]);
     let at = |name: &str| url(port, &format!("{}/{name}", up.display()));
     let (code, err) = cp(&[&src, &at("rootfile")]);
-    assert!(code == 1 && err.contains("not replaced: the server refused MLST"), "{err}");
+    assert!(code == 1 && err.contains("not stored: the server refused MLST"), "{err}");
     assert_eq!(state(&up.join("rootfile")), (b"root's".to_vec(), 0, 0o644));
 }
 

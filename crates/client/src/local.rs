@@ -451,7 +451,7 @@ impl OpenTarget {
         }
         // Either removes the temporary file when the rename fails.
         match self.out {
-            Output::Temp(temp) => temp.commit_in(&RUN_FILES).map_err(err),
+            Output::Temp(temp) => temp.commit_in(&RUN_FILES, self.path.as_os_str().as_bytes()).map_err(err),
             Output::Null | Output::InPlace(_) => Ok(()),
         }
     }

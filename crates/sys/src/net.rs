@@ -76,9 +76,13 @@ pub fn peer_closed_within(sock: &impl AsFd, wait: Duration) -> bool {
     use rustix::event::{PollFd, PollFlags};
     let mut fds = [PollFd::new(sock, PollFlags::RDHUP)];
     let ts = rustix::event::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
-    match rustix::event::poll(&mut fds, Some(&ts)) {
-        Ok(_) => fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
-        Err(_) => false,
+    loop {
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) => return fds[0].revents().intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+            // Woken by a signal: waited again, as long again at most.
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
     }
 }
 

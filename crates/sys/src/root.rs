@@ -413,20 +413,15 @@ impl Root {
     }
 
     /// Whether this process could open the regular file `rel` (of `mode`)
-    /// for writing, as [`beneath::may_write`] asks (opening only a
-    /// program's file: overlayfs copies a file up on an open for writing).
+    /// for writing, as [`beneath::may_write`] asks (not opening it unless
+    /// it must: overlayfs copies a file up on an open for writing).
     fn may_write(&self, rel: &[u8], mode: u32) -> io::Result<()> {
-        if mode & 0o111 == 0 {
-            let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
-                Some(i) => (&rel[..i], &rel[i + 1..]),
-                None => (&b""[..], rel),
-            };
-            let dir = self.open_at(parent, OFlags::PATH | OFlags::DIRECTORY, 0)?;
-            let (name, write) = (OsStr::from_bytes(name), rustix::fs::Access::WRITE_OK);
-            return Ok(rustix::fs::accessat(&dir, name, write, AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW)?);
-        }
-        // Not blocking (a FIFO swapped in meanwhile) and no controlling tty.
-        self.open_at(rel, OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY, 0).map(drop)
+        let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (&b""[..], rel),
+        };
+        let dir = self.open_at(parent, OFlags::PATH | OFlags::DIRECTORY, 0)?;
+        Ok(beneath::may_write(&dir, OsStr::from_bytes(name), mode)?)
     }
 
     /// [`Root::create_temp`] to replace `rel`: refused as

@@ -216,7 +216,7 @@ async fn unknown_but_there(
 
 fn not_known() -> ClientError {
     ClientError::Local(
-        "not replaced: the server refused MLST, so whether this login may write the file there is unknown; nothing changed"
+        "not stored: the server refused MLST, and SIZE did not say that no file is there, so whether this login may replace one is unknown; nothing changed"
             .into(),
     )
 }

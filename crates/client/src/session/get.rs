@@ -109,7 +109,7 @@ impl Session {
         self.parallelism = 0;
         let first = self.ctl.reply().await?;
         if !first.is_preliminary() {
-            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
+            return Err(self.ctl.unexpected(&String::from_utf8_lossy(&super::retr_cmd(op)), &first));
         }
         let dc = self.dc.take().unwrap_or_default();
         self.recv_stream(dc, op, target).await
@@ -126,7 +126,7 @@ impl Session {
         }
         let first = self.ctl.reply().await?;
         if !first.is_preliminary() {
-            return Err(self.ctl.unexpected(&format!("RETR {}", String::from_utf8_lossy(&op.remote)), &first));
+            return Err(self.ctl.unexpected(&String::from_utf8_lossy(&super::retr_cmd(op)), &first));
         }
         let base = op.part.map(|p| p.0).unwrap_or(0);
         let ctl = self.opts.control();
@@ -138,7 +138,7 @@ impl Session {
             (dc, r)
         });
         let end = self.end_transfer(job, &ctl).await?;
-        let fin = end.checked_reply(self, &format!("RETR {}", String::from_utf8_lossy(&op.remote)));
+        let fin = end.checked_reply(self, &String::from_utf8_lossy(&super::retr_cmd(op)));
         let ok = fin.is_ok() && end.dc.cached(Direction::Recv) > 0;
         self.keep_channel(end.dc, ok);
         let (w, got) = match (fin, end.data) {

@@ -112,7 +112,7 @@ impl FileSlot {
         if let Err(e) = t.file().set_times(FileTimes::new().set_modified(system_time(self.mtime_ns))) {
             meta_not_set(&self.path, &e);
         }
-        t.commit_in(&ctx.run_files).map_err(|e| io("renaming into place", e))?;
+        t.commit_in(&ctx.run_files, &self.path).map_err(|e| io("renaming into place", e))?;
         self.done.store(true, Ordering::Release);
         Ok(())
     }

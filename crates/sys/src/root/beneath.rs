@@ -88,18 +88,25 @@ pub(super) fn replaceable_mode_in(dir: &OwnedFd, name: &OsStr, owned: bool) -> i
 /// An open for writing made overlayfs copy the whole file up from a lower
 /// layer (0.65 s for 300 MB; ENOSPC where the upper layer was small), only
 /// to be replaced (a defect hunt's find). A program's file is opened all
-/// the same: only an open says that it runs (`ETXTBSY`).
-fn may_write(dir: &OwnedFd, name: &OsStr, mode: u32) -> rustix::io::Result<()> {
-    if mode & 0o111 == 0 {
-        return rustix::fs::accessat(
-            dir,
-            name,
-            rustix::fs::Access::WRITE_OK,
-            AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW,
-        );
+/// the same, as only an open says that it runs (`ETXTBSY`), except on
+/// overlayfs; so is any file where `faccessat2` is refused (`ENOSYS`, or
+/// `EPERM` from an old container's seccomp filter, which an open then
+/// confirms or not).
+pub(super) fn may_write(dir: &OwnedFd, name: &OsStr, mode: u32) -> rustix::io::Result<()> {
+    if mode & 0o111 == 0 || on_overlay(dir) {
+        let flags = AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW;
+        match rustix::fs::accessat(dir, name, rustix::fs::Access::WRITE_OK, flags) {
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {}
+            r => return r,
+        }
     }
     let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     rustix::fs::openat(dir, name, flags, Mode::empty()).map(drop)
+}
+
+/// Whether `dir` is on overlayfs (`OVERLAYFS_SUPER_MAGIC`).
+fn on_overlay(dir: &OwnedFd) -> bool {
+    rustix::fs::fstatfs(dir).is_ok_and(|s| s.f_type as u64 == 0x794c_7630)
 }
 
 impl Root {

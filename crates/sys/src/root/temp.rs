@@ -161,14 +161,17 @@ impl TempFile {
         self.commit_with(None)
     }
 
-    /// [`TempFile::commit`] for a file of the copy `run`: refused (an
-    /// [`EntryRefused`]) where its name is taken by a file `run` named.
-    pub fn commit_in(self, run: &RunFiles) -> io::Result<()> {
+    /// [`TempFile::commit`] for the file `key` (its path in the copy, as
+    /// asked for) of the copy `run`: refused (an [`EntryRefused`]) where
+    /// its name is taken by a file `run` named for another key. A key, not
+    /// the final name: `D/x` and `d/x` end in the same name, and where
+    /// names ignore case the second replaced the first (a review's find).
+    pub fn commit_in(self, run: &RunFiles, key: &[u8]) -> io::Result<()> {
         let st = rustix::fs::fstat(self.file())?;
         // Known before it is named: a file of the run that takes the same
         // name at the same time then finds it.
-        run.lock().insert((st.st_dev, st.st_ino), self.name.clone());
-        let r = self.commit_with(Some(run));
+        run.lock().insert((st.st_dev, st.st_ino), key.to_vec());
+        let r = self.commit_with(Some((run, key)));
         if r.is_err() {
             // Gone: its inode may be a later file's, not the run's.
             run.lock().remove(&(st.st_dev, st.st_ino));
@@ -176,7 +179,7 @@ impl TempFile {
         r
     }
 
-    fn commit_with(mut self, run: Option<&RunFiles>) -> io::Result<()> {
+    fn commit_with(mut self, run: Option<(&RunFiles, &[u8])>) -> io::Result<()> {
         if let (true, Some(f)) = (self.noted, &self.file) {
             // A complete file carries no note of a partial one.
             match rustix::fs::fremovexattr(f, NOTE_XATTR) {
@@ -206,7 +209,7 @@ impl TempFile {
         }
         // Replacing a file: not another of the run's, held so until renamed
         // (not while closing: on NFS a close flushes the file).
-        let mut held = run.map(|r| r.not_taken(&self.dir, &self.name)).transpose()?;
+        let mut held = run.map(|(r, key)| r.not_taken(&self.dir, &self.name, key)).transpose()?;
         let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
         if r.is_ok() || lock.is_some() {
             if r.is_err() {
@@ -217,11 +220,11 @@ impl TempFile {
         }
         drop(lock);
         r?;
-        if let Some(run) = held.as_mut() {
+        if let (Some(held), Some((_, key))) = (held.as_mut(), run) {
             // A file system without inodes (exFAT through FUSE) may number
             // the file anew once renamed.
             let st = rustix::fs::statat(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
-            run.insert((st.st_dev, st.st_ino), self.name.clone());
+            held.insert((st.st_dev, st.st_ino), key.to_vec());
         }
         Ok(())
     }
@@ -295,27 +298,36 @@ impl TempFile {
 #[derive(Debug, Default)]
 pub struct RunFiles(std::sync::Mutex<RunFilesSet>);
 
+use std::sync::MutexGuard;
+
 impl RunFiles {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RunFilesSet> {
+    fn lock(&self) -> MutexGuard<'_, RunFilesSet> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Refused if `name` in `dir` is a file of this run; else the lock,
-    /// held while the caller replaces it.
-    fn not_taken(&self, dir: &OwnedFd, name: &[u8]) -> io::Result<std::sync::MutexGuard<'_, RunFilesSet>> {
-        let held = self.lock();
+    /// Refused if `name` in `dir` is a file of this run for another key;
+    /// else the lock, held while the caller replaces it.
+    fn not_taken(&self, dir: &OwnedFd, name: &[u8], key: &[u8]) -> io::Result<MutexGuard<'_, RunFilesSet>> {
+        let mut held = self.lock();
         if let Ok(st) = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
-            // The same name is the same file going again (a retry).
-            if held.get(&(st.st_dev, st.st_ino)).is_some_and(|n| n != name) {
-                let why = "another file of this copy took its name (the file system holds the two names for one)";
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, EntryRefused(why)));
+            let id = (st.st_dev, st.st_ino);
+            match held.get(&id) {
+                Some(k) if k != key => {
+                    let why = "another file of this copy took its name (the file system holds the two names for one)";
+                    return Err(io::Error::new(io::ErrorKind::InvalidInput, EntryRefused(why)));
+                }
+                // The same file going again (a retry): the one it replaces
+                // is gone, and its number may be another's.
+                Some(_) => drop(held.remove(&id)),
+                None => {}
             }
         }
         Ok(held)
     }
 }
 
-/// Each file's device and inode, and the name the run gave it.
+/// Each file's device and inode, and the key ([`TempFile::commit_in`])
+/// of the file the run gave that name.
 type RunFilesSet = std::collections::HashMap<(u64, u64), Vec<u8>>;
 
 /// The extended attribute holding a kept file's note ([`TempFile::keep_as`]).
