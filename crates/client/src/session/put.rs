@@ -271,12 +271,12 @@ impl Session {
             ctl.cancel();
             let (dc, _) = job.await.map_err(|e| ClientError::Local(e.to_string()))?;
             self.dc = Some(dc);
-            let refused = Err(self.ctl.unexpected(&String::from_utf8_lossy(&p.stor), &first?));
+            let refused = Err(self.ctl.unexpected("STOR", &first?));
             // A refused restart keeps nothing; any other refusal of a
             // resumed STOR leaves the ranges as they were.
             return if kept.is_some() { self.settle_put(op, refused, (kept, p.stamp)) } else { refused };
         }
-        let r = self.finish_stream_job(job, &ctl, &String::from_utf8_lossy(&p.stor)).await;
+        let r = self.finish_stream_job(job, &ctl, &format!("STOR {}", String::from_utf8_lossy(&op.remote))).await;
         self.settle_put(op, r, (kept, p.stamp))
     }
 
