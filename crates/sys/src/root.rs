@@ -416,12 +416,8 @@ impl Root {
     /// for writing, as [`beneath::may_write`] asks (not opening it unless
     /// it must: overlayfs copies a file up on an open for writing).
     fn may_write(&self, rel: &[u8], mode: u32) -> io::Result<()> {
-        let (parent, name) = match rel.iter().rposition(|&b| b == b'/') {
-            Some(i) => (&rel[..i], &rel[i + 1..]),
-            None => (&b""[..], rel),
-        };
-        let dir = self.open_at(parent, OFlags::PATH | OFlags::DIRECTORY, 0)?;
-        Ok(beneath::may_write(&dir, OsStr::from_bytes(name), mode)?)
+        let (dir, name) = self.parent(rel)?;
+        Ok(beneath::may_write(&dir, name, mode)?)
     }
 
     /// [`Root::create_temp`] to replace `rel`: refused as
