@@ -632,5 +632,5 @@ fn target_left_out(kind: &Kind, x: io::Error) -> io::Error {
 /// old file still under that name, not reported: a review's find).
 fn linked_to_refused() -> io::Error {
     let why = "the file it links to was left out";
-    io::Error::new(io::ErrorKind::InvalidInput, lightpath_sys::root::EntryRefused(why))
+    lightpath_sys::root::EntryRefused::error(why)
 }

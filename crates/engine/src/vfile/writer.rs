@@ -242,7 +242,7 @@ fn refused_in(d: &StrictDir, e: io::Error) -> io::Error {
     match e.kind() {
         io::ErrorKind::NotFound => {
             let why = "the file system refused its name (No such file or directory)";
-            io::Error::new(io::ErrorKind::InvalidInput, lightpath_sys::root::EntryRefused(why))
+            lightpath_sys::root::EntryRefused::error(why)
         }
         _ => e,
     }

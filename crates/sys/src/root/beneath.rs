@@ -8,7 +8,7 @@ use super::*;
 /// from `RESOLVE_NO_SYMLINKS` or `O_NOFOLLOW`); others are kept.
 pub(super) fn symlink_refused(e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-        return io::Error::new(io::ErrorKind::InvalidInput, EntryRefused("a symlink is in the way (not followed)"));
+        return EntryRefused::error("a symlink is in the way (not followed)");
     }
     e
 }
@@ -26,6 +26,13 @@ impl std::fmt::Display for EntryRefused {
 }
 
 impl std::error::Error for EntryRefused {}
+
+impl EntryRefused {
+    /// The error (`InvalidInput`) that carries this refusal of one entry.
+    pub fn error(why: &'static str) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, EntryRefused(why))
+    }
+}
 
 /// Whether `e` is what a file system answers when it refuses one name or
 /// kind of entry (exFAT or FAT: `a:b`, `what?`, a symlink, a hard link; a

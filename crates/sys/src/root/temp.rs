@@ -314,7 +314,7 @@ impl RunFiles {
             match held.get(&id) {
                 Some(k) if k != key => {
                     let why = "another file of this copy took its name (the file system holds the two names for one)";
-                    return Err(io::Error::new(io::ErrorKind::InvalidInput, EntryRefused(why)));
+                    return Err(EntryRefused::error(why));
                 }
                 // The same file going again (a retry): the one it replaces
                 // is gone, and its number may be another's.
