@@ -237,6 +237,10 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     // not answer) are left behind; the process is about to end.
     rt.shutdown_timeout(Duration::from_millis(100));
     let Some(results) = results? else {
+        // Temporary names of transfers the grace period cut short, where
+        // files are named from the start (NFS); a file kept for --partial
+        // already has its kept name.
+        lightpath_sys::root::remove_temp_files();
         // --partial keeps what a download or an upload left; a third-party
         // copy (no local end) is resumed within its run only.
         let unfinished = match (a.partial, third_party) {

@@ -316,24 +316,35 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         }
         crate::log::say(&format!("lightpath: serving {root} on {addr} ({})", args.access()));
         let reload = reload_on_hangup(server.users_reload(), args.run_as.is_some())?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             r = server.run() => r.context("accepting connections"),
-            _ = tokio::signal::ctrl_c() => interrupted(),
+            _ = tokio::signal::ctrl_c() => stop("interrupted", 130),
+            _ = term.recv() => stop("stopped (SIGTERM)", 0),
             _ = reload => Ok(()),
         }
     })
 }
 
-/// Ctrl-C (SIGINT): the server ends at once, as SIGTERM ends it. It
-/// returned from `run`, and the runtime then waited for the transfers
-/// under way, which went on without their control connections: a MODE S
-/// upload whose client then closed its data connection was published
-/// truncated, a trickling download kept the server up, a second Ctrl-C
-/// did nothing, and it exited 0 (a defect hunt's find). Uploads under way
-/// are unnamed files or temporary names: none is published.
-fn interrupted() -> ! {
-    crate::log::say("lightpath: interrupted: the server stops; transfers under way are dropped, none published");
-    std::process::exit(130)
+/// Ctrl-C (SIGINT, exit 130) and SIGTERM (exit 0, a service's stop): the
+/// server ends at once. It returned from `run`, and the runtime then
+/// waited for the transfers under way, which went on without their
+/// control connections: a MODE S upload whose client then closed its data
+/// connection was published truncated, a trickling download kept the
+/// server up, a second Ctrl-C did nothing, and it exited 0 (a defect
+/// hunt's find). Uploads under way are unnamed files or temporary names:
+/// none is published, and the temporary names are removed first (SIGTERM
+/// killed the server and left them, hidden, for ever).
+fn stop(why: &str, code: i32) -> ! {
+    let removed = lightpath_sys::root::remove_temp_files();
+    let names = match removed {
+        0 => String::new(),
+        n => format!(" ({n} temporary file(s) removed)"),
+    };
+    crate::log::say(&format!(
+        "lightpath: {why}: the server stops; transfers under way are dropped, none published{names}"
+    ));
+    std::process::exit(code)
 }
 
 /// SIGHUP reads the users file again (it ended the server, silently:

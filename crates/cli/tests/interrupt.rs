@@ -361,6 +361,45 @@ fn a_killed_server_leaves_no_partial_upload() {
     assert!(names(&root).is_empty(), "left behind: {:?}", names(&root));
 }
 
+/// SIGTERM, a service's stop, ends the server (exit 0) and removes the
+/// hidden names of the uploads under way where files are named from the
+/// start (NFS, FUSE): SIGTERM killed the server, and each
+/// `.NAME.lpPID-TOKEN-N.part` stayed for ever, holding its space, out of
+/// every client's reach. Here the server runs in a mount namespace of its
+/// own without `/proc`, which makes it name files from the start.
+#[test]
+fn sigterm_stops_the_server_and_removes_the_names_of_uploads_under_way() {
+    let (d, root, _local) = root_and_local();
+    let port = free_port();
+    let log = d.path().join("server.log");
+    let hide_proc = r#"umount -l /proc && exec "$0" "$@""#;
+    let mut srv = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c", hide_proc, LP, "serve", "--anonymous-write"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(&root)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_port(&mut srv, port);
+    let srv = Proc(srv);
+    let src = scratch();
+    sparse(&src.path().join("big"));
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let mut cp = start_cp(&["--retries", "0", src.path().join("big").to_str().unwrap(), &url]);
+    let named = || names(&root).iter().any(|n| n.starts_with(".big.lp") && n.ends_with(".part"));
+    wait_while(&mut cp, "the upload never got a temporary name", named);
+    let st = Command::new("kill").args(["-TERM", &srv.0.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let mut srv = srv;
+    let code = srv.0.wait().unwrap().code();
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("stopped (SIGTERM)") && said.contains("1 temporary file(s) removed"), "{said}");
+    assert!(names(&root).is_empty(), "left behind: {:?}", names(&root));
+    let out = cp.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// SIGKILL to `cp` in the middle of a download: no partial file is left
 /// in the destination directory.
 #[test]

@@ -712,9 +712,11 @@ impl StrictDir {
 
 mod beneath;
 mod fence;
+mod named;
 mod temp;
 pub use beneath::{is_entry_refused, refused_by_file_system, EntryRefused};
 pub use fence::OnHidden;
+pub use named::remove_temp_files;
 use temp::temp_name;
 pub use temp::{char_cut, is_temp_name, RunFiles, TempFile};
 

@@ -130,13 +130,20 @@ impl TempFile {
     pub(super) fn create_named(dir: Arc<OwnedFd>, name: &OsStr, mode: u32) -> io::Result<TempFile> {
         let tmp = temp_name(name);
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?;
+        let create = || Ok(rustix::fs::openat(&*dir, OsStr::from_bytes(&tmp), flags, Mode::from_raw_mode(mode))?);
+        let fd = named::make_named(&dir, &tmp, create)?;
         Ok(TempFile { dir, tmp, name: name.as_bytes().to_vec(), file: Some(File::from(fd)), noted: false })
     }
 
     /// The open file.
     pub fn file(&self) -> &File {
         self.file.as_ref().expect("file present until commit")
+    }
+
+    /// The temporary name no longer names the file (renamed, or removed).
+    fn clear_tmp(&mut self) {
+        named::forget(&self.tmp);
+        self.tmp.clear();
     }
 
     /// Whether the file has no name yet (`O_TMPFILE`): if this process
@@ -216,7 +223,7 @@ impl TempFile {
                 // Still ours (locked): removed now, not after the lock goes.
                 let _ = rustix::fs::unlinkat(&*self.dir, OsStr::from_bytes(&self.tmp), AtFlags::empty());
             }
-            self.tmp.clear();
+            self.clear_tmp();
         }
         drop(lock);
         r?;
@@ -243,7 +250,7 @@ impl TempFile {
 
     /// [`TempFile::lost_name`]'s error, the name forgotten.
     fn name_lost(&mut self) -> io::Error {
-        self.tmp.clear();
+        self.clear_tmp();
         io::Error::other("another run replaced the kept file this one resumed from")
     }
 
@@ -274,7 +281,7 @@ impl TempFile {
     /// renames at once (and `Drop` removes if that fails).
     fn link_temp_name(&mut self) -> io::Result<()> {
         let tmp = temp_name(OsStr::from_bytes(&self.name));
-        self.link_as(OsStr::from_bytes(&tmp))?;
+        named::make_named(&self.dir, &tmp, || Ok(self.link_as(OsStr::from_bytes(&tmp))?))?;
         self.tmp = tmp;
         Ok(())
     }
@@ -358,7 +365,7 @@ impl TempFile {
         }
         self.file.take();
         rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, kept)?;
-        self.tmp.clear();
+        self.clear_tmp();
         Ok(())
     }
 
@@ -455,6 +462,7 @@ impl Drop for TempFile {
         }
         if !self.tmp.is_empty() {
             let _ = rustix::fs::unlinkat(self.dir.as_fd(), OsStr::from_bytes(&self.tmp), AtFlags::empty());
+            named::forget(&self.tmp);
         }
     }
 }
