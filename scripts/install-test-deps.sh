@@ -7,11 +7,12 @@
 # bench's fresh scratch file systems, which mkfs.ext4 (e2fsprogs) makes;
 # setfacl (acl) for a test of a file an ACL keeps from its sender; g++
 # for libfuzzer-sys, whose build script compiles libFuzzer when the fuzz
-# targets are checked (scripts/test.sh).
+# targets are checked (scripts/test.sh); bindfs for a file system that
+# keeps no permission bits (`--chmod-deny`, as FAT through FUSE).
 # Idempotent.
 set -euo pipefail
 
-PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl g++)
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl g++ bindfs)
 EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
 
 missing=()

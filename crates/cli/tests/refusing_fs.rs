@@ -131,3 +131,51 @@ impl Drop for Unmount {
         let _ = Command::new("umount").arg(&self.0).status();
     }
 }
+
+/// A directory that keeps no permission bits: `bindfs --chmod-deny` over
+/// `under`, mounted at `at` (as FAT and exFAT through FUSE refuse
+/// `chmod` with `EPERM`). Unmounted when dropped.
+fn chmod_denying(under: &Path, at: &Path) -> Unmount {
+    std::fs::create_dir_all(under).unwrap();
+    std::fs::create_dir_all(at).unwrap();
+    run("bindfs", &["--chmod-deny", &under.display().to_string(), &at.display().to_string()]);
+    Unmount(at.to_path_buf())
+}
+
+/// Files whose mode cannot be set arrive with the bits they were made
+/// with, never more than asked: every upload to a server on such a file
+/// system failed with a bare `EPERM` (its new file's mode, or the one it
+/// replaced) where globus-url-copy's went, a tree upload failed whole
+/// (the tree's directory made private), and a tree download left out each
+/// file whose mode the umask did not give exactly (0664): defect hunts'
+/// finds. An old file's bits are kept where they can be, as elsewhere.
+#[test]
+fn files_arrive_where_the_file_system_keeps_no_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, root, local) = root_and_local();
+    let served = d.path().join("served");
+    let _m = chmod_denying(&root, &served);
+    std::fs::write(served.join("old"), b"OLD").unwrap();
+    let t = local.join("t");
+    std::fs::create_dir_all(t.join("sub")).unwrap();
+    write_random(&t.join("sub/g"), 20_000, 6);
+    std::fs::set_permissions(t.join("sub/g"), std::fs::Permissions::from_mode(0o664)).unwrap();
+    write_random(&local.join("f"), 30_000, 7);
+    std::fs::set_permissions(local.join("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (_srv, port) = lp_server(&served, &["--anonymous-write"]);
+    for name in ["old", "new"] {
+        let (code, err) = cp(&[&local.join("f").display().to_string(), &format!("ftp://127.0.0.1:{port}/{name}")]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_same_file(&local.join("f"), &served.join(name));
+    }
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&served.join("new")) & !0o600, 0, "no more than the source's bits");
+    let (code, err) = cp(&["-r", &t.display().to_string(), &format!("ftp://127.0.0.1:{port}/")]);
+    assert_eq!(code, 0, "tree upload: {err}");
+    assert_same_file(&t.join("sub/g"), &served.join("t/sub/g"));
+    let back = d.path().join("back");
+    let _b = chmod_denying(&d.path().join("back-under"), &back);
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", back.display())]);
+    assert_eq!(code, 0, "tree download: {err}");
+    assert_same_file(&t.join("sub/g"), &back.join("t/sub/g"));
+}

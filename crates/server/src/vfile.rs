@@ -279,7 +279,11 @@ fn unpack_sink(root: &Root, t: &Transfer, ctl: &Control, made: &mut Vec<VPath>) 
     if t.settings.vsto_root.is_some() && made.last() == Some(&t.path) {
         // Private while the tree is written, as its subdirectories are;
         // its own mode comes once it is complete ([`set_root_meta`]).
-        root.chmod(t.path.relative(), 0o700).map_err(|e| io_reply(&t.path, &e))?;
+        // A file system that keeps no modes leaves it as made.
+        match root.chmod(t.path.relative(), 0o700) {
+            Err(e) if !lightpath_sys::root::mode_refused(&e) => return Err(io_reply(&t.path, &e)),
+            _ => {}
+        }
     } else if t.settings.vsto_root.is_some() {
         // One there (an earlier copy's, given a mode such as 0555) is
         // writable to us while the tree is written, as its existing

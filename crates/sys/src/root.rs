@@ -426,10 +426,13 @@ impl Root {
     /// `new_mode` where given (exactly: the umask does not apply), else
     /// 0644 less the umask.
     pub fn create_temp_replacing(&self, rel: &[u8], new_mode: Option<u32>) -> io::Result<TempFile> {
-        let mode = self.replaceable_mode(rel)?;
-        let t = self.create_temp(rel)?;
-        if let Some(m) = mode.or(new_mode) {
-            rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m))?;
+        let mode = self.replaceable_mode(rel)?.or(new_mode);
+        let (dir, name) = self.parent(rel)?;
+        // Made with those bits: where they cannot be set exactly
+        // ([`beneath::set_mode_kept`]), it has no more than them.
+        let t = TempFile::create(Arc::new(dir), name, mode.unwrap_or(0o644))?;
+        if let Some(m) = mode {
+            beneath::set_mode_kept(&t, m)?;
         }
         Ok(t)
     }
@@ -704,7 +707,7 @@ impl StrictDir {
         let t = TempFile::create(self.fd.clone(), name, mode)?;
         let exact = self.umask.is_some_and(|u| mode & !0o777 == 0 && mode & u == 0);
         if !exact {
-            rustix::fs::fchmod(t.file(), Mode::from_raw_mode(mode))?;
+            beneath::set_mode_kept(&t, mode)?;
         }
         Ok(t)
     }
@@ -714,7 +717,7 @@ mod beneath;
 mod fence;
 mod named;
 mod temp;
-pub use beneath::{is_entry_refused, refused_by_file_system, EntryRefused};
+pub use beneath::{is_entry_refused, mode_refused, refused_by_file_system, EntryRefused};
 pub use fence::OnHidden;
 pub use named::remove_temp_files;
 use temp::temp_name;

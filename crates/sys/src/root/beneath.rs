@@ -53,6 +53,29 @@ pub fn refused_by_file_system(e: &io::Error) -> bool {
     e.raw_os_error().is_some_and(|n| REFUSALS.contains(&Errno::from_raw_os_error(n)))
 }
 
+/// Whether `e`, from a `chmod` of a file or directory this process
+/// made, says the file system keeps no such permission bits (FAT and
+/// exFAT through FUSE, bindfs `--chmod-deny`: `EPERM`; some FUSE file
+/// systems: `EOPNOTSUPP`, `ENOSYS`), rather than that something failed.
+pub fn mode_refused(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    const REFUSALS: [Errno; 3] = [Errno::PERM, Errno::OPNOTSUPP, Errno::NOSYS];
+    e.raw_os_error().is_some_and(|n| REFUSALS.contains(&Errno::from_raw_os_error(n)))
+}
+
+/// Give the file being received `t` the permission bits `m`, as it was
+/// created with them (less the umask). Where the file system refuses
+/// ([`mode_refused`]) it keeps its creation bits, never more than `m`:
+/// not a failure. Every upload to a server on such a file system failed
+/// with a bare `EPERM` where globus-url-copy's went, and a tree left out
+/// each file whose mode was not exact (0664) (a defect hunt's find).
+pub(super) fn set_mode_kept(t: &TempFile, m: u32) -> io::Result<()> {
+    match rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m)) {
+        Err(e) if mode_refused(&e.into()) => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 /// Whether `e` is an [`EntryRefused`].
 pub fn is_entry_refused(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<EntryRefused>())
@@ -151,9 +174,11 @@ impl Root {
     pub fn create_temp_replacing_strict(&self, rel: &[u8], mode: u32) -> io::Result<TempFile> {
         let (dir, name) = self.parent_strict(rel).map_err(symlink_refused)?;
         let old = replaceable_mode_in(&dir, name, false)?;
-        let t = TempFile::create(Arc::new(dir), name, mode)?;
+        // Made with the old file's bits: where they cannot be set exactly,
+        // the new file shows no more than the old one did.
+        let t = TempFile::create(Arc::new(dir), name, old.unwrap_or(mode))?;
         if let Some(m) = old {
-            rustix::fs::fchmod(t.file(), Mode::from_raw_mode(m))?;
+            set_mode_kept(&t, m)?;
         }
         Ok(t)
     }
