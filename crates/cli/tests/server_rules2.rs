@@ -317,3 +317,32 @@ fn mfmt_says_the_time_the_file_got() {
     let said = text.split("Modify=").nth(1).and_then(|t| t.split(';').next()).unwrap();
     assert_eq!(lightpath_proto::ftptime::parse(said), Some(got), "{text}");
 }
+
+/// A name holding an LF: globus-url-copy sends it as it is, inside a line
+/// that ends in CR LF. The server ended the line at the LF, so
+/// `STOR /y/a<LF>b` stored into `/y/a`, replacing that other file, and
+/// guc said it succeeded (a defect hunt's find). Once a client has ended
+/// a line in CR LF, only CR LF ends one: the name is refused whole.
+#[test]
+fn a_name_holding_an_lf_never_reaches_another_file() {
+    let (_d, root) = with_root();
+    std::fs::create_dir(root.join("y")).unwrap();
+    std::fs::write(root.join("y/a"), b"KEEP").unwrap();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let mut c = Raw::login(port);
+    assert_eq!(c.cmd("TYPE I").0, 200);
+    let (code, text) = c.cmd("DELE /y/a\nb");
+    assert_eq!(code / 100, 5, "{text}");
+    let src = scratch();
+    std::fs::write(src.path().join("f"), b"NEW BYTES").unwrap();
+    let from = format!("file://{}/f", src.path().display());
+    assert!(!guc(&[&from, &format!("ftp://127.0.0.1:{port}/y/a%0Ab")]), "guc said it stored the name");
+    assert_eq!(std::fs::read(root.join("y/a")).unwrap(), b"KEEP");
+    assert_eq!(names(&root.join("y")), ["a"]);
+    // A client that ends its lines in LF alone is still understood.
+    let mut lf = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut lf, b"USER anonymous\nPASS x\nNOOP\nQUIT\n").unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut lf, &mut said).unwrap();
+    assert!(said.contains("\r\n230") && said.contains("\r\n200") && said.contains("\r\n221"), "{said}");
+}

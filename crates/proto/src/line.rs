@@ -57,6 +57,11 @@ pub struct LineBuffer {
     /// Bytes of the line being discarded, dropped so far.
     discarded: usize,
     telnet: Telnet,
+    /// The last byte taken was a CR (a CR LF may span two chunks).
+    last_cr: bool,
+    /// A line of this server's peer ended in CR LF: from then on only CR
+    /// LF ends one ([`LineBuffer::handle_text`]).
+    crlf_seen: bool,
     out: VecDeque<Line>,
 }
 
@@ -88,6 +93,10 @@ impl LineBuffer {
                 // WILL, WONT, DO, DONT: dropped with their option byte.
                 (Telnet::Iac, 0xFB..=0xFE) => Telnet::Option,
                 (Telnet::Iac, _) => keep(&mut text, &[IAC, b]),
+                // No option: a line's end after a raw 0xFF 0xFB-0xFE in a
+                // name (the end's CR eaten, the LF after it is a byte of
+                // the line once the client has ended one in CR LF).
+                (Telnet::Option, b'\r' | b'\n') => keep(&mut text, &[b]),
                 (Telnet::Option, _) => Telnet::Data,
                 (_, IAC) => Telnet::Iac,
                 _ => keep(&mut text, &[b]),
@@ -96,19 +105,29 @@ impl LineBuffer {
         self.handle_text(&text);
     }
 
+    /// Lines end at LF (a CR before it is dropped). On a server's
+    /// connection, once a line has ended in CR LF, as RFC 959 has every
+    /// line end, a bare LF is a byte of the line: globus-url-copy sends a
+    /// name holding an LF as it is, and `STOR /y/a<LF>b` was taken as
+    /// `STOR /y/a`, which replaced another file (a defect hunt's find,
+    /// exit 0). Such a line now names a path no command takes. A client
+    /// that ends its lines in LF alone still gets them ended.
     fn handle_text(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            match data.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    self.push_partial(&data[..i]);
-                    self.finish_line();
-                    data = &data[i + 1..];
-                }
-                None => {
-                    self.push_partial(data);
-                    data = &[];
-                }
+        while let Some(i) = data.iter().position(|&b| b == b'\n') {
+            let cr = if i > 0 { data[i - 1] == b'\r' } else { self.last_cr };
+            if self.telnet != Telnet::Off && self.crlf_seen && !cr {
+                self.push_partial(&data[..=i]);
+            } else {
+                self.push_partial(&data[..i]);
+                self.crlf_seen |= cr;
+                self.finish_line();
             }
+            self.last_cr = false;
+            data = &data[i + 1..];
+        }
+        if let Some(&last) = data.last() {
+            self.push_partial(data);
+            self.last_cr = last == b'\r';
         }
     }
 
@@ -175,6 +194,28 @@ mod tests {
         assert_eq!(lb.poll_line(), Some(Line::TooLong));
         assert_eq!(lb.poll_line(), Some(Line::Text(b"NOOP".to_vec())));
         assert_eq!(lb.poll_line(), None);
+    }
+
+    /// A server's peer that ended a line in CR LF ends every line so: a
+    /// bare LF after that is part of the line (a name's byte), in one
+    /// chunk or split across two; before it, LF alone ends lines.
+    #[test]
+    fn after_a_crlf_a_servers_lines_end_only_at_crlf() {
+        let mut lb = LineBuffer::telnet();
+        lb.handle_bytes(b"USER a\nPASS b\r");
+        lb.handle_bytes(b"\nSTOR /y/a\nb\r\nRETR c\r");
+        lb.handle_bytes(b"\nDELE d\n");
+        lb.handle_bytes(b"e\r\n");
+        let lines: Vec<Line> = std::iter::from_fn(|| lb.poll_line()).collect();
+        let text = |s: &[u8]| Line::Text(s.to_vec());
+        assert_eq!(
+            lines,
+            [text(b"USER a"), text(b"PASS b"), text(b"STOR /y/a\nb"), text(b"RETR c"), text(b"DELE d\ne")]
+        );
+        let mut client = LineBuffer::new();
+        client.handle_bytes(b"226 a\r\n150 b\n");
+        assert_eq!(client.poll_line(), Some(text(b"226 a")));
+        assert_eq!(client.poll_line(), Some(text(b"150 b")), "replies: LF ends a line");
     }
 
     /// A line still without an end past a megabyte is reported once more,

@@ -364,55 +364,15 @@ fn rest_is_consumed_by_the_next_transfer() {
 #[test]
 fn a_refused_transfer_uses_up_its_rest_and_allo() {
     let mut s = Session::logged_in(cfg(false, true));
-    assert_eq!(
-        codes(&s.send(
-            b"REST 1000
-STOR /x
-"
-        )),
-        [350, 550]
-    );
-    assert_eq!(
-        one_transfer(&s.send(
-            b"RETR /y
-"
-        ))
-        .restart,
-        None
-    );
+    assert_eq!(codes(&s.send(b"REST 1000\r\nSTOR /x\r\n")), [350, 550]);
+    assert_eq!(one_transfer(&s.send(b"RETR /y\r\n")).restart, None);
     let mut s = Session::logged_in(cfg(false, false));
-    assert_eq!(
-        codes(&s.send(
-            b"ALLO 10
-REST 7
-STOR
-"
-        )),
-        [200, 350, 501]
-    );
-    let t = one_transfer(&s.send(
-        b"STOR /f
-",
-    ));
+    assert_eq!(codes(&s.send(b"ALLO 10\r\nREST 7\r\nSTOR\r\n")), [200, 350, 501]);
+    let t = one_transfer(&s.send(b"STOR /f\r\n"));
     assert_eq!((t.allo, t.restart), (None, None));
     // Not-transfer commands between still keep them.
-    assert_eq!(
-        codes(&s.send(
-            b"REST 7
-NOOP
-BOGUS
-"
-        )),
-        [350, 200, 500]
-    );
-    assert_eq!(
-        one_transfer(&s.send(
-            b"RETR /y
-"
-        ))
-        .restart,
-        Some(Restart::Offset(7))
-    );
+    assert_eq!(codes(&s.send(b"REST 7\r\nNOOP\r\nBOGUS\r\n")), [350, 200, 500]);
+    assert_eq!(one_transfer(&s.send(b"RETR /y\r\n")).restart, Some(Restart::Offset(7)));
 }
 
 #[test]
