@@ -179,3 +179,33 @@ fn files_arrive_where_the_file_system_keeps_no_modes() {
     assert_eq!(code, 0, "tree download: {err}");
     assert_same_file(&t.join("sub/g"), &back.join("t/sub/g"));
 }
+
+/// A tree uploaded over one whose directory `locked` the server's login
+/// may not write in (another user's): the entries to be made there (a
+/// file, a directory, a symlink) are named and left out, the rest is
+/// written, exit 1, as `cp -r` does and globus-url-copy did. The whole
+/// tree failed, "0 file(s) copied" (a defect hunt's find).
+#[test]
+fn a_tree_upload_leaves_out_what_a_directory_it_may_not_write_in_would_hold() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, root, local) = root_and_local();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(root.join("t/locked")).unwrap(); // root's, 0755
+    std::fs::set_permissions(root.join("t"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let t = local.join("t");
+    std::fs::create_dir_all(t.join("locked/sub")).unwrap();
+    write_random(&t.join("locked/f"), 10_000, 8);
+    write_random(&t.join("locked/sub/g"), 10_000, 9);
+    std::os::unix::fs::symlink("f", t.join("locked/ln")).unwrap();
+    write_random(&t.join("ok"), 20_000, 10);
+    let (_srv, port) = lp_server(&root, &["--anonymous-write", "--run-as", "gftp"]);
+    let (code, err) = cp(&["-r", &t.display().to_string(), &format!("ftp://127.0.0.1:{port}/")]);
+    assert_eq!(code, 1, "{err}");
+    assert_same_file(&t.join("ok"), &root.join("t/ok"));
+    let failed: Vec<&str> = err.lines().filter(|l| l.starts_with("lightpath: FAILED")).collect();
+    for name in ["locked/f -> ", "locked/sub -> ", "locked/ln -> "] {
+        assert!(failed.iter().any(|l| l.contains(name) && l.contains("may not write in")), "{name}: {err}");
+    }
+    assert!(failed.iter().any(|l| l.contains("1 more file(s) or directories in it were left out: beneath")), "{err}");
+    assert!(std::fs::read_dir(root.join("t/locked")).unwrap().next().is_none(), "{err}");
+}

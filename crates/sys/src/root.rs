@@ -717,7 +717,7 @@ mod beneath;
 mod fence;
 mod named;
 mod temp;
-pub use beneath::{is_entry_refused, mode_refused, refused_by_file_system, EntryRefused};
+pub use beneath::{access_denied, is_entry_refused, mode_refused, refused_by_file_system, EntryRefused};
 pub use fence::OnHidden;
 pub use named::remove_temp_files;
 use temp::temp_name;

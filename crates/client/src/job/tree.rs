@@ -121,11 +121,21 @@ fn left_out(src: &Location, target: &Location, u: &Unreadables) -> Vec<FileResul
         .collect();
     let more = u.count.saturating_sub(u.named.len() as u64);
     if more > 0 {
-        let whose = if remote { "the source server's log names" } else { "the warnings above name" };
-        let why = format!("{more} more file(s) or directories in it could not be read ({whose} each)");
-        out.push(failed(describe(src), describe(target), why, more));
+        out.push(failed(describe(src), describe(target), more_left_out(u, more, remote), more));
     }
     out
+}
+
+/// Why `more` entries of a tree that no line names were left out: the
+/// sender could not read them, or, where the destination refused a
+/// directory, they were beneath it (they were all said to be unreadable).
+fn more_left_out(u: &Unreadables, more: u64, remote: bool) -> String {
+    let whose = if remote { "the source server's log names" } else { "the warnings above name" };
+    let unread = format!("{more} more file(s) or directories in it could not be read ({whose} each)");
+    match u.named.iter().any(|x| x.why.ends_with(lightpath_engine::vfile::AT_DESTINATION)) {
+        false => unread,
+        true => format!("{more} more file(s) or directories in it were left out: beneath a directory not copied (named above), or unreadable"),
+    }
 }
 
 /// A tree's file count before (or unless) it is known: a third-party

@@ -337,7 +337,11 @@ impl Unpacker {
             Kind::Dir => {
                 let (parent, name) = split(&e.path);
                 let ctx = &self.pool.ctx;
-                let made = match ctx.dir(parent).and_then(|d| d.mkdir(name, 0o700)) {
+                let made = match ctx
+                    .dir(parent)
+                    .and_then(|d| d.mkdir(name, 0o700))
+                    .map_err(|x| writer::denied_in(parent, x))
+                {
                     Ok(made) => made,
                     // A file or a symlink there (or above): left out, and
                     // so is what is beneath it ([`writer::conflict`]); a
@@ -562,6 +566,7 @@ impl Unpacker {
                 }),
                 _ => Ok(()),
             };
+            let made = made.map_err(|x| writer::denied_in(split(&e.path).0, x));
             match made.map_err(|x| target_left_out(&e.kind, x)) {
                 Err(x) if writer::conflict(&x) => self.pool.ctx.refuse(&e.path, &x),
                 r => r.map_err(|x| VfileError::io("linking", &e.path, x))?,

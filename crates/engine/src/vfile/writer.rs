@@ -97,6 +97,7 @@ impl FileSlot {
         let counted = PartlyWritten::count(&ctx.partly_written)?;
         let (dir, name) = split(&self.path);
         let t = ctx.dir(dir).and_then(|d| d.create_temp(name, self.mode & APPLY_MODE).map_err(|e| refused_in(&d, e)));
+        let t = t.map_err(|e| denied_in(dir, e));
         let t = Arc::new(t.map_err(|e| VfileError::io("creating", &self.path, e))?);
         *g = Some((t.clone(), counted));
         Ok(t)
@@ -246,6 +247,18 @@ fn refused_in(d: &StrictDir, e: io::Error) -> io::Error {
         }
         _ => e,
     }
+}
+
+/// `e` from making an entry in the directory `parent` of the tree: one
+/// this login may not write in (`EACCES`: another user's, or an earlier
+/// copy's) refuses that entry alone, as `cp -r` names it and goes on; it
+/// failed the whole tree, where globus-url-copy failed those files only
+/// (a defect hunt's find). In the tree's own directory it fails the tree.
+pub(crate) fn denied_in(parent: &[u8], e: io::Error) -> io::Error {
+    if !lightpath_sys::root::access_denied(&e) || parent.is_empty() {
+        return e;
+    }
+    lightpath_sys::root::EntryRefused::error("this login may not write in its directory (Permission denied)")
 }
 
 /// A file system that keeps no mtimes or modes (or not these) leaves the

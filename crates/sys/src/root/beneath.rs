@@ -63,6 +63,12 @@ pub fn mode_refused(e: &io::Error) -> bool {
     e.raw_os_error().is_some_and(|n| REFUSALS.contains(&Errno::from_raw_os_error(n)))
 }
 
+/// Whether `e` is `EACCES`: permission bits (or an ACL) forbid it, not
+/// the file system (`EPERM`, which Rust calls by the same kind).
+pub fn access_denied(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error())
+}
+
 /// Give the file being received `t` the permission bits `m`, as it was
 /// created with them (less the umask). Where the file system refuses
 /// ([`mode_refused`]) it keeps its creation bits, never more than `m`:
