@@ -344,6 +344,17 @@ fn uploads_to_gct_without_mlst_replace_nothing() {
     assert_same_file(&local.join("new"), &up.join("fresh"));
     let names: Vec<_> = std::fs::read_dir(&up).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
+    // A tree into a directory that is there: MKD is refused, and the
+    // refused MLST read as "no directory there" failed the whole copy
+    // (a defect hunt's find); the MKD's reply says it exists.
+    let t = local.join("t");
+    std::fs::create_dir_all(t.join("sub")).unwrap();
+    write_random(&t.join("sub/a"), 1_000, 9);
+    open_dir(&up.join("t"));
+    open_dir(&up.join("t/sub"));
+    let (code, err) = cp(&["-r", &t.display().to_string(), &format!("{}/", at(""))]);
+    assert_eq!(code, 0, "{err}");
+    assert_same_file(&t.join("sub/a"), &up.join("t/sub/a"));
     // SIZE refused too: nothing says no file is there (it was replaced).
     drop(_g);
     let (_g, port) = gct_server_with(&root, &["-disable-command-list", "MLST,SIZE"]);

@@ -130,8 +130,7 @@ impl Session {
         }
         let mlst = self.feat.mlst && refused.iter().all(|(_, r)| matches!(r.code, 550 | 553 | 521));
         let found = if mlst {
-            let which: Vec<Vec<u8>> = refused.iter().map(|(p, _)| p.clone()).collect();
-            self.stat_many(&which).await.into_iter().map(|k| k.map(|k| k.is_some_and(|f| f.is_dir))).collect()
+            self.dirs_there(&refused).await
         } else {
             refused.iter().map(|(p, r)| Ok(matches!(r.code, 550 | 553 | 521) && says_exists(r, p))).collect::<Vec<_>>()
         };
@@ -141,6 +140,24 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// Whether a directory is at each path whose `MKD` was refused (with
+    /// its reply), by `MLST` (pipelined), or, where the server refuses
+    /// that (GCT's `-disable-command-list MLST` still lists it in FEAT),
+    /// as the `MKD`'s reply says ([`says_exists`]). The refused MLST read
+    /// as "no directory", and a tree into an existing one failed whole
+    /// (a defect hunt's find).
+    async fn dirs_there(&mut self, refused: &[(Vec<u8>, Reply)]) -> Vec<Result<bool, ClientError>> {
+        let which: Vec<Vec<u8>> = refused.iter().map(|(p, _)| p.clone()).collect();
+        let cmds = self.path_cmds("MLST ", &which);
+        let there = |r: Reply, (p, mkd): &(Vec<u8>, Reply)| match r.code {
+            _ if r.is_ok() => r.lines.iter().find_map(|l| Facts::of_line(l)).is_some_and(|f| f.is_dir),
+            550 => false,
+            _ => says_exists(mkd, p),
+        };
+        let replies = self.final_replies(&cmds).await.into_iter().zip(refused);
+        replies.map(|(r, x)| r.map(|r| there(r, x))).collect()
     }
 
     /// `DELE path`: remove a file on the server.
