@@ -491,3 +491,23 @@ fn two_large_files_that_cannot_be_made_fail_alone_in_a_tree_from_gct() {
         }
     }
 }
+
+/// A download with `--verify` from a server that refuses CKSM (GCT's
+/// `-disable-command-list CKSM`, which FEAT still lists): the copy is
+/// complete and has its name, over the old file, so the failure says it
+/// is kept, unverified. It said only that CKSM was refused, and "0
+/// file(s) copied" read as if the old file were still there (a defect
+/// hunt's find).
+#[test]
+fn a_download_whose_checksum_is_refused_says_it_is_kept_unverified() {
+    let (_d, root, local) = root_and_local();
+    let served = open_dir(&root.join("served"));
+    write_random(&served.join("f"), 100_000, 11);
+    std::fs::write(local.join("f"), b"my old file").unwrap();
+    let (_g, port) = gct_server_with(&root, &["-disable-command-list", "CKSM"]);
+    let from = format!("ftp://127.0.0.1:{port}{}/f", served.display());
+    let (ok, err) = run(&["cp", "--verify", "MD5", &from, &local.join("f").display().to_string()], 30);
+    assert!(!ok, "{err}");
+    assert!(err.contains("--verify MD5 could not check it") && err.contains("is kept, unverified"), "{err}");
+    assert_same_file(&served.join("f"), &local.join("f"));
+}

@@ -20,7 +20,7 @@ mod verify;
 use crew::{next_batch, BatchOut, Crew};
 use dirs::make_dirs;
 use tree::{tree_noted, try_tree};
-pub(crate) use verify::{compare_digests, discard_copy, discard_local_by, local_digest, mismatch};
+pub(crate) use verify::{compare_digests, discard_copy, discard_local_by, kept_unverified, local_digest, mismatch};
 use verify::{verify_batch, Side};
 
 /// What the user asked for.

@@ -123,6 +123,19 @@ pub enum ClientError {
         /// What became of the copy: removed, or why not.
         outcome: String,
     },
+    /// A copy `--verify` could not check (a checksum refused or not
+    /// computed): said so, with what became of it. Reported only as the
+    /// refused `CKSM`, a download kept under its name, over the old file,
+    /// read as not copied at all (a defect hunt's find).
+    #[error("--verify {alg} could not check it: {why}; {outcome}")]
+    NotVerified {
+        /// Algorithm.
+        alg: String,
+        /// Why not.
+        why: String,
+        /// What became of the copy.
+        outcome: String,
+    },
 }
 
 /// Whether a reply's text names a cause that another try in seconds will

@@ -68,6 +68,8 @@ pub(super) async fn verify_batch<'a>(
         *r = match verify_local(s, alg, (rpath, lpath), written == Side::Local).await {
             Ok(()) => continue,
             Err(e) if opts.part.is_some() => Err(e), // a window of a file: kept
+            // Where written here, it has its name: not a temporary one.
+            Err(e) if written == Side::Local => Err(kept_unverified(alg, discard_copy(e, dst, Some(s)).await, dst)),
             Err(e) => Err(discard_copy(e, dst, Some(s)).await),
         };
     }
@@ -89,6 +91,19 @@ async fn verify_local(
     match download {
         true => compare_digests(alg, Ok(theirs), Ok(ours)),
         false => compare_digests(alg, Ok(ours), Ok(theirs)),
+    }
+}
+
+/// `e`, unless a mismatch dealt with ([`discard_copy`]): a check that
+/// could not be made of the copy at `dst`, which stays under its name.
+pub(crate) fn kept_unverified(alg: &str, e: ClientError, dst: &Location) -> ClientError {
+    match e {
+        e @ ClientError::VerifyFailed { .. } => e,
+        e => ClientError::NotVerified {
+            alg: alg.to_string(),
+            why: e.to_string(),
+            outcome: format!("the copy {} is kept, unverified", crate::plan::describe(dst)),
+        },
     }
 }
 

@@ -1,7 +1,9 @@
 //! `--verify` of a tree copied as one virtual file: each file's digest
 //! on both sides, and a copy that differs removed.
 
-use crate::job::{compare_digests, discard_copy, discard_local_by, local_digest, mismatch, FileResult};
+use crate::job::{
+    compare_digests, discard_copy, discard_local_by, kept_unverified, local_digest, mismatch, FileResult,
+};
 use crate::plan::{describe, join};
 use crate::session::Session;
 use crate::{ClientError, Location};
@@ -94,7 +96,7 @@ pub(crate) async fn verify_tree(
             continue;
         }
         let Err(e) = compare_digests(alg, a, b) else { continue };
-        let e = here.discard(e, &i.dst, d.as_deref_mut()).await;
+        let e = kept_unverified(alg, here.discard(e, &i.dst, d.as_deref_mut()).await, &i.dst);
         failed.push(FileResult { src: describe(&i.src), dst: describe(&i.dst), result: Err(e), files: Some(1) });
     }
     // Directories the walk could not list: the tree's sender, listing
