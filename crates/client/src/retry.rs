@@ -29,11 +29,18 @@ pub(crate) struct Task {
     /// The next try goes at once, without comparing what was kept: the
     /// first failure, of a data stream under a live session.
     pub at_once: bool,
+    /// Drawn once for the file, the same for every try: the tag of the
+    /// temporary name it is stored under on a server without lightpath's
+    /// extensions ([`crate::job`]'s `publish`). Each try drew its own,
+    /// and where a try's leftover could not be removed (the server was
+    /// restarting) it stayed beside the file the next try published (a
+    /// defect hunt's find); now the next try's STOR replaces it.
+    pub tag: u64,
 }
 
 impl Task {
     pub fn new(item: Item) -> Task {
-        Task { item, tries: 0, resume: Resume::new(), at_once: false }
+        Task { item, tries: 0, resume: Resume::new(), at_once: false, tag: rand::random() }
     }
 
     /// The pause before its next try.

@@ -309,8 +309,13 @@ pub fn gct_server(home: &Path) -> (Proc, u16) {
 
 /// [`gct_server`] with more of its options.
 pub fn gct_server_with(home: &Path, extra: &[&str]) -> (Proc, u16) {
-    need("globus-gridftp-server");
     let port = free_port();
+    (gct_server_on(home, port, extra), port)
+}
+
+/// [`gct_server_with`] on `port` (e.g. one that a killed server had).
+pub fn gct_server_on(home: &Path, port: u16, extra: &[&str]) -> Proc {
+    need("globus-gridftp-server");
     let mut child = Command::new("globus-gridftp-server")
         .process_group(0) // its sessions die with it ([`Proc`]'s drop)
         .args([
@@ -330,7 +335,7 @@ pub fn gct_server_with(home: &Path, extra: &[&str]) -> (Proc, u16) {
         .spawn()
         .expect("start globus-gridftp-server");
     wait_port(&mut child, port);
-    (Proc(child), port)
+    Proc(child)
 }
 
 /// Run globus-url-copy; returns success.

@@ -37,23 +37,22 @@ pub(super) fn temp_tasks(batch: &[Task]) -> Vec<Task> {
         .iter()
         .map(|t| {
             let dst = match &t.item.dst {
-                Location::Remote(r) => Location::Remote(Remote { path: temp_path(&r.path), ..r.clone() }),
+                Location::Remote(r) => Location::Remote(Remote { path: temp_path(&r.path, t.tag), ..r.clone() }),
                 l => l.clone(),
             };
             let item = Item { dst, ..t.item.clone() };
-            Task { item, tries: t.tries, resume: t.resume.clone(), at_once: t.at_once }
+            Task { item, tries: t.tries, resume: t.resume.clone(), at_once: t.at_once, tag: t.tag }
         })
         .collect()
 }
 
 /// `dir/.NAME.lp-<8 hex>.part` beside `path` (`dir/.lp-<16 hex>.part`
-/// when that would pass `NAME_MAX`): hidden, and not the name of any
-/// file of the copy.
-pub(super) fn temp_path(path: &[u8]) -> Vec<u8> {
+/// when that would pass `NAME_MAX`), from the file's random `tag`:
+/// hidden, and not the name of any file of the copy.
+pub(super) fn temp_path(path: &[u8], tag: u64) -> Vec<u8> {
     let cut = path.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
     let (dir, name) = path.split_at(cut);
     let mut out = dir.to_vec();
-    let tag: u64 = rand::random();
     if name.len() + ".lp-12345678.part".len() < NAME_MAX {
         out.push(b'.');
         out.extend_from_slice(name);
@@ -131,6 +130,10 @@ async fn remove_left(d: &mut Session, (temps, batch): (&[Task], &[Task]), result
     for ((&i, p), r) in failed.iter().zip(&left).zip(removed) {
         // Nothing there (a STOR refused outright) is fine.
         tracing::debug!("removing {}: {r:?}", String::from_utf8_lossy(p));
+        if let Err(e @ ClientError::Control(..)) = r {
+            // Replaced by the file's next try, if any (the same name).
+            tracing::warn!("{} may be left on the server: not removed ({e})", String::from_utf8_lossy(p));
+        }
         batch[i].resume.clear();
     }
 }
