@@ -156,7 +156,7 @@ pub fn run(a: CpArgs) -> ExitCode {
         // 128 + SIGINT, as shells report an interrupted command.
         Ok(Outcome::Interrupted) => ExitCode::from(130),
         Err(e) => {
-            eprintln!("lightpath: {}", crate::term::message(&format!("{e:#}")));
+            crate::log::say(&format!("lightpath: {}", crate::term::message(&format!("{e:#}"))));
             ExitCode::from(start_failure_code(&e))
         }
     }
@@ -239,8 +239,9 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     let Some(results) = results? else {
         // Temporary names of transfers the grace period cut short, where
         // files are named from the start (NFS); a file kept for --partial
-        // already has its kept name.
-        lightpath_sys::root::remove_temp_files();
+        // already has its kept name. Bounded: a hung file system (FUSE,
+        // hard NFS) kept a second Ctrl-C from quitting.
+        lightpath_sys::root::remove_temp_files_within(TEMP_REMOVAL);
         // --partial keeps what a download or an upload left; a third-party
         // copy (no local end) is resumed within its run only.
         let unfinished = match (a.partial, third_party) {
@@ -252,7 +253,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
             }
             (false, _) => "unfinished files removed",
         };
-        eprintln!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept");
+        crate::log::say(&format!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept"));
         return Ok(Outcome::Interrupted);
     };
     Ok(report(&a, &results, &progress, started.elapsed()))
@@ -266,7 +267,7 @@ fn report(a: &CpArgs, results: &[lightpath_client::FileResult], progress: &Progr
     for f in &failed {
         let why = f.result.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
         let (src, dst) = (crate::term::name(&f.src.to_string()), crate::term::name(&f.dst.to_string()));
-        eprintln!("lightpath: FAILED {src} -> {dst}: {}", crate::term::message(&why));
+        crate::log::say(&format!("lightpath: FAILED {src} -> {dst}: {}", crate::term::message(&why)));
     }
     if a.quiet && failed.is_empty() {
         return Outcome::Done;
@@ -288,11 +289,13 @@ fn report(a: &CpArgs, results: &[lightpath_client::FileResult], progress: &Progr
         // The summary counts the files copied: a copy that failed after
         // moving gigabytes read "0 bytes".
         let rate = moved as f64 / t.as_secs_f64().max(1e-9) / 1e6;
-        eprintln!("lightpath: {moved} bytes moved in all, with those of the files that failed ({rate:.1} MB/s)");
+        crate::log::say(&format!(
+            "lightpath: {moved} bytes moved in all, with those of the files that failed ({rate:.1} MB/s)"
+        ));
     }
     if let (Some(alg), false) = (&a.verify, ok.is_empty()) {
         // It said nothing of a check that passed (a UX audit).
-        eprintln!("lightpath: --verify {alg}: the checksums of the {what} copied match their sources'");
+        crate::log::say(&format!("lightpath: --verify {alg}: the checksums of the {what} copied match their sources'"));
     }
     if failed.is_empty() {
         Outcome::Done
@@ -309,8 +312,15 @@ fn kept_note(kept: u64, bytes: u64, t: Duration) {
     }
     let moved = bytes - kept;
     let rate = moved as f64 / t.as_secs_f64().max(1e-9);
-    eprintln!("lightpath: {kept} of those bytes were kept from earlier tries; {moved} moved ({:.1} MB/s)", rate / 1e6);
+    crate::log::say(&format!(
+        "lightpath: {kept} of those bytes were kept from earlier tries; {moved} moved ({:.1} MB/s)",
+        rate / 1e6
+    ));
 }
+
+/// How long the removal of temporary names may take once the process is
+/// to end ([`lightpath_sys::root::remove_temp_files_within`]).
+pub const TEMP_REMOVAL: Duration = Duration::from_secs(2);
 
 /// How long an interrupted copy has to stop its transfers and remove
 /// their temporary files before the process ends anyway.
@@ -326,14 +336,19 @@ async fn until_interrupted<T>(
 ) -> anyhow::Result<Option<T>> {
     use tokio::signal::unix::{signal, SignalKind};
     let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+    // A closed terminal or ssh session: as Ctrl-C (rsync's way). It
+    // killed the copy, and files named from the start stayed, hidden,
+    // and --partial kept nothing (a defect hunt's find).
+    let mut hup = signal(SignalKind::hangup())?;
     tokio::pin!(job);
     tokio::select! {
         r = &mut job => return Ok(Some(r?)),
         _ = int.recv() => {}
         _ = term.recv() => {}
+        _ = hup.recv() => {}
     }
     cancel.store(true, Ordering::Relaxed);
-    eprintln!("\nlightpath: interrupted: stopping the transfers (Ctrl-C again to quit at once)");
+    crate::log::say("\nlightpath: interrupted: stopping the transfers (Ctrl-C again to quit at once)");
     tokio::select! {
         _ = &mut job => {}
         _ = int.recv() => {}
@@ -367,11 +382,11 @@ fn start_bar(p: Arc<Progress>) -> (ProgressBar, Arc<std::sync::atomic::AtomicBoo
 /// Print the throughput summary.
 pub fn summary(ok: &str, failed: u64, bytes: u64, t: Duration) {
     let secs = t.as_secs_f64().max(1e-9);
-    eprintln!(
+    crate::log::say(&format!(
         "lightpath: {ok} copied, {failed} failed, {bytes} bytes in {secs:.2} s = {:.1} MB/s ({:.2} Gbit/s)",
         bytes as f64 / secs / 1e6,
         bytes as f64 * 8.0 / secs / 1e9
-    );
+    ));
 }
 
 /// Most streams `-p` takes. A listener's queue holds 128 connections
@@ -547,7 +562,13 @@ pub fn sum(a: SumArgs) -> anyhow::Result<()> {
     let hex = !sum.is_empty() && sum.bytes().all(|b| b.is_ascii_hexdigit());
     let fits = digest_digits(&a.alg).contains(&sum.len());
     anyhow::ensure!(hex && fits, "the server's CKSM reply is not a {} digest: {:.80}", a.alg, crate::term::name(&sum));
-    println!("{sum}  {}", lightpath_client::location::without_password(&a.url));
+    // A closed pipe (`sum URL | true`) is no failure of the sum's; it
+    // panicked, exit 101 (a defect hunt's find).
+    let line = format!("{sum}  {}\n", lightpath_client::location::without_password(&a.url));
+    match std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.context("writing the checksum")?,
+    }
     rt.block_on(s.quit());
     Ok(())
 }

@@ -53,7 +53,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     for d in [&root, &local] {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    eprintln!("lightpath demo: generating {} bytes of incompressible data in {}", a.size, root.display());
+    crate::log::say(&format!(
+        "lightpath demo: generating {} bytes of incompressible data in {}",
+        a.size,
+        root.display()
+    ));
     let file = root.join("demo.bin");
     generate(&file, a.size).with_context(|| format!("writing {}", file.display()))?;
     let rt = tokio::runtime::Runtime::new()?;
@@ -79,7 +83,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let server = rt.block_on(Server::bind(cfg))?;
     let addr = server.local_addr()?;
     rt.spawn(server.run());
-    eprintln!("lightpath demo: server on {addr}, copying with {} parallel MODE E streams", a.parallel);
+    crate::log::say(&format!("lightpath demo: server on {addr}, copying with {} parallel MODE E streams", a.parallel));
     let src = Location::parse(&format!("ftp://{addr}/demo.bin"))?;
     let opts = CopyOptions {
         streams: a.parallel,
@@ -110,7 +114,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         anyhow::bail!("demo transfer failed: {e}");
     }
     summary(&format!("{} file(s)", results.len()), 0, a.size, t.elapsed());
-    eprintln!("lightpath demo: MD5 verified by the server's CKSM against the received file");
+    crate::log::say("lightpath demo: MD5 verified by the server's CKSM against the received file");
     Ok(())
 }
 

@@ -314,12 +314,15 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             Some(p) => tracing::info!("data connections opened ahead: port {p}"),
             None => {}
         }
-        crate::log::say(&format!("lightpath: serving {root} on {addr} ({})", args.access()));
+        // Handlers in place before the server says it serves: a signal
+        // right after that line killed it (a defect hunt's find).
+        use tokio::signal::unix::{signal, SignalKind};
         let reload = reload_on_hangup(server.users_reload(), args.run_as.is_some())?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+        crate::log::say(&format!("lightpath: serving {root} on {addr} ({})", args.access()));
         tokio::select! {
             r = server.run() => r.context("accepting connections"),
-            _ = tokio::signal::ctrl_c() => stop("interrupted", 130),
+            _ = int.recv() => stop("interrupted", 130),
             _ = term.recv() => stop("stopped (SIGTERM)", 0),
             _ = reload => Ok(()),
         }
@@ -336,10 +339,10 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
 /// none is published, and the temporary names are removed first (SIGTERM
 /// killed the server and left them, hidden, for ever).
 fn stop(why: &str, code: i32) -> ! {
-    let removed = lightpath_sys::root::remove_temp_files();
-    let names = match removed {
-        0 => String::new(),
-        n => format!(" ({n} temporary file(s) removed)"),
+    let names = match lightpath_sys::root::remove_temp_files_within(crate::cp::TEMP_REMOVAL) {
+        Some(0) => String::new(),
+        Some(n) => format!(" ({n} temporary file(s) removed)"),
+        None => " (the file system did not answer: temporary files may be left)".to_string(),
     };
     crate::log::say(&format!(
         "lightpath: {why}: the server stops; transfers under way are dropped, none published{names}"

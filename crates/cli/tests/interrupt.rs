@@ -80,6 +80,27 @@ fn ctrl_c_during_a_download_removes_the_partial_file() {
     assert!(names(&local).is_empty(), "left behind: {:?}; {err}", names(&local));
 }
 
+/// Output nobody reads (`cp ... 2>&1 | true`: the pipe closed) is no
+/// failure of the copy's: `cp` and `sum` panicked writing it, exit 101,
+/// and after Ctrl-C with `| tee` the panic lost the --partial file (a
+/// defect hunt's find).
+#[test]
+fn a_closed_output_pipe_changes_no_exit_status() {
+    let (_d, root, local) = root_and_local();
+    write_random(&root.join("f"), 100_000, 12);
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let closed = |args: &[&str]| {
+        let mut c = Command::new(LP).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop((c.stdout.take(), c.stderr.take()));
+        c.wait().unwrap().code()
+    };
+    let url = format!("ftp://127.0.0.1:{port}/f");
+    assert_eq!(closed(&["cp", &url, local.join("f").to_str().unwrap()]), Some(0));
+    assert_same_file(&root.join("f"), &local.join("f"));
+    assert_eq!(closed(&["cp", &format!("{url}-missing"), local.join("g").to_str().unwrap()]), Some(1));
+    assert_eq!(closed(&["sum", &url]), Some(0));
+}
+
 #[test]
 fn ctrl_c_during_an_upload_leaves_nothing_on_the_server() {
     let (_d, root, _local) = root_and_local();

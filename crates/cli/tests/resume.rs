@@ -327,6 +327,27 @@ fn partial_run(u: &Under, name: &str) -> String {
     succeeded(start_cp(&["--partial", &url, u.local.join("big").to_str().unwrap()]).wait_with_output().unwrap())
 }
 
+/// SIGHUP (a closed terminal or ssh session) stops `cp --partial` as
+/// Ctrl-C does, and the download is kept: it killed `cp`, and nothing was
+/// kept (nor a file named from the start removed: NFS) (a defect hunt's
+/// find). The next run resumes it.
+#[test]
+fn a_download_hung_up_on_is_kept_with_partial() {
+    let (u, cp) = download_under_way(&["--partial"]);
+    let pid = u.srv.0.id();
+    midway(|| vec![pid]);
+    let st = Command::new("kill").args(["-HUP", &cp.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let out = cp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(names(&u.local), [".big.lightpath-partial"], "{err}");
+    let err = partial_run(&u, "big");
+    assert!(err.contains("kept by an earlier run"), "{err}");
+    let (src, dst) = u.files();
+    assert_same_file(&src, &dst);
+}
+
 /// `cp --partial`: a download interrupted midway is kept, and the next
 /// run takes it up, compares it with the server's file and fetches only
 /// the rest; nothing but the complete file is left.

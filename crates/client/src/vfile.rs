@@ -283,7 +283,7 @@ impl TreeHeld {
     pub(crate) fn say_kept(&self) {
         if self.files > 0 {
             let (f, b) = (self.files, self.bytes);
-            eprintln!("lightpath: {f} files of the tree ({b} bytes) were kept from earlier tries");
+            say!("lightpath: {f} files of the tree ({b} bytes) were kept from earlier tries");
         }
     }
 
@@ -374,7 +374,7 @@ fn warn_skipped(n: u64, place: &str, server: bool) {
     } else {
         "FIFOs, devices, sockets are not copied"
     };
-    eprintln!("lightpath: warning: {n} special file(s) skipped{place} ({what})");
+    say!("lightpath: warning: {n} special file(s) skipped{place} ({what})");
 }
 
 /// Queue `OPTS VSTO` with the mode and mtime of the tree's own directory

@@ -719,7 +719,7 @@ mod named;
 mod temp;
 pub use beneath::{access_denied, is_entry_refused, mode_refused, refused_by_file_system, EntryRefused};
 pub use fence::OnHidden;
-pub use named::remove_temp_files;
+pub use named::{remove_temp_files, remove_temp_files_within};
 use temp::temp_name;
 pub use temp::{char_cut, is_temp_name, RunFiles, TempFile};
 

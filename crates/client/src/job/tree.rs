@@ -52,7 +52,7 @@ pub(super) async fn try_tree(
         lister.iter().chain(dst_s.iter()).filter(|s| s.feat.lpvf.is_none()).map(|s| s.ctl.name.clone()).collect();
     if !lacking.is_empty() {
         if !sopts.quiet {
-            eprintln!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
+            say!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
         }
         if let Some(d) = dst_s {
             d.quit().await;

@@ -183,7 +183,7 @@ fn keep(task: &Task, dst: &Path) {
     let Some(&have) = k.have.ranges().first() else { return };
     let note = Note { source: describe(&task.item.src), size: task.item.size, have };
     match k.target.keep_as(&note.encode()) {
-        Ok(kept) => eprintln!(
+        Ok(kept) => say!(
             "lightpath: kept {} bytes of {} as {} (the same cp --partial resumes it)",
             have.1 - have.0,
             dst.display(),

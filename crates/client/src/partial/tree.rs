@@ -286,17 +286,17 @@ pub(crate) fn end(src: &Location, target: &Location, held: &TreeHeld, failed: bo
             Location::Local(_) => "copies the whole tree again",
             Location::Remote(_) => "sends the whole tree again",
         };
-        eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept, not noted: a run with --partial notes what it leaves, and the same command then sends only the rest; without, the same command {again})");
+        say!("lightpath: {f} files of the tree ({b} bytes) are complete in {t} (kept, not noted: a run with --partial notes what it leaves, and the same command then sends only the rest; without, the same command {again})");
         return;
     }
     (note.after, note.files, note.bytes) = (after, held.files, held.bytes);
     let Some(bytes) = note.encoded() else {
         let (f, b, t) = (note.files, note.bytes, &note.target);
-        eprintln!("lightpath: {f} files of the tree ({b} bytes) are complete in {t}; not noted for --partial: a line break in its source or target cannot be");
+        say!("lightpath: {f} files of the tree ({b} bytes) are complete in {t}; not noted for --partial: a line break in its source or target cannot be");
         return;
     };
     match write_note(&path, &bytes) {
-        Ok(()) => eprintln!(
+        Ok(()) => say!(
             "lightpath: {} files of the tree ({} bytes) are complete in {}; noted: the same cp -r --partial sends only the rest",
             note.files, note.bytes, note.target
         ),

@@ -153,7 +153,7 @@ pub(crate) fn end(task: &Task, failed: bool, keep: bool) {
 fn write(path: &Path, note: &Note) {
     let bytes = note.encode();
     if Note::parse(&bytes).as_ref() != Ok(note) {
-        eprintln!(
+        say!(
             "lightpath: {}: the upload cannot be noted for --partial (a line break in its source or URL)",
             note.source
         );
@@ -163,7 +163,7 @@ fn write(path: &Path, note: &Note) {
         prune(dir, SystemTime::now());
     }
     match write_note(path, &bytes) {
-        Ok(()) => eprintln!(
+        Ok(()) => say!(
             "lightpath: the server wrote {} bytes of {} before the copy stopped; noted: the same cp --partial sends only the rest while the server keeps them",
             note.sent.have.covered(),
             note.source
