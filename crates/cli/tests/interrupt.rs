@@ -391,18 +391,8 @@ fn a_killed_server_leaves_no_partial_upload() {
 #[test]
 fn sigterm_stops_the_server_and_removes_the_names_of_uploads_under_way() {
     let (d, root, _local) = root_and_local();
-    let port = free_port();
     let log = d.path().join("server.log");
-    let hide_proc = r#"umount -l /proc && exec "$0" "$@""#;
-    let mut srv = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--", "sh", "-c", hide_proc, LP, "serve", "--anonymous-write"])
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--root"])
-        .arg(&root)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_port(&mut srv, port);
-    let srv = Proc(srv);
+    let (srv, port) = lp_server_without_proc(&root, &log);
     let src = scratch();
     sparse(&src.path().join("big"));
     let url = format!("ftp://127.0.0.1:{port}/big");

@@ -328,3 +328,30 @@ fn manifest_chunks_go_twice_between_lightpath_peers() {
     assert_same_tree(&a.join("tree"), &local.join("one"));
     assert_eq!(repeated(&lc), [0], "one stream: each chunk once");
 }
+
+/// A tree (one virtual file) uploaded to a server without `/proc` (a
+/// chroot), and downloaded back from it: its directories get their modes
+/// and mtimes. Both failed, "setting the metadata of sub: No such file
+/// or directory", the files there but the directories left 0700 (a
+/// defect hunt's find).
+#[test]
+fn trees_go_both_ways_with_a_server_without_proc() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let (d, root, local) = root_and_local();
+    let t = local.join("t");
+    std::fs::create_dir_all(t.join("sub/deeper")).unwrap();
+    write_random(&t.join("sub/deeper/f"), 30_000, 13);
+    write_random(&t.join("a"), 1_000, 14);
+    std::fs::set_permissions(t.join("sub"), std::fs::Permissions::from_mode(0o751)).unwrap();
+    let (_srv, port) = lp_server_without_proc(&root, &d.path().join("server.log"));
+    let (code, err) = cp(&["-r", &t.display().to_string(), &format!("ftp://127.0.0.1:{port}/")]);
+    assert_eq!(code, 0, "upload: {err}");
+    let meta = |p: &Path| std::fs::metadata(p).map(|m| (m.mode() & 0o7777, m.mtime())).unwrap();
+    assert_eq!(meta(&root.join("t/sub")), meta(&t.join("sub")));
+    assert_same_file(&t.join("sub/deeper/f"), &root.join("t/sub/deeper/f"));
+    let back = d.path().join("back");
+    std::fs::create_dir(&back).unwrap();
+    let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", back.display())]);
+    assert_eq!(code, 0, "download: {err}");
+    assert_eq!(meta(&back.join("t/sub")), meta(&t.join("sub")));
+}

@@ -508,16 +508,14 @@ impl Root {
     pub fn set_dir_meta_strict(&self, rel: &[u8], mode: u32, (sec, nsec): (i64, u32)) -> io::Result<()> {
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat2(&self.dir, Self::rel(rel), flags, Mode::empty(), STRICT)?;
-        let link = fd_link(&fd);
         // Its own setgid bit stays, as GNU chmod keeps a directory's: a
         // shared group directory (2775) the tree went into lost it, and
         // files made in it afterwards the group.
         let setgid = rustix::fs::fstat(&fd)?.st_mode & 0o2000;
-        rustix::fs::chmodat(rustix::fs::CWD, link.as_str(), Mode::from_raw_mode(mode | setgid), AtFlags::empty())?;
         let omit = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT };
         let mtime = rustix::fs::Timespec { tv_sec: sec, tv_nsec: nsec.into() };
         let times = rustix::fs::Timestamps { last_access: omit, last_modification: mtime };
-        Ok(rustix::fs::utimensat(rustix::fs::CWD, link.as_str(), &times, AtFlags::empty())?)
+        dir_meta_at(&fd, Mode::from_raw_mode(mode | setgid), Some(&times))
     }
 
     /// Like [`Root::create_temp`] (mode 0600), with a strict parent.
@@ -577,36 +575,6 @@ fn mkdir_in(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<bool> {
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// Make the directory `name` of `dir` (never a symlink) `u+rwx` if this
-/// process owns it and it is not: through an `O_PATH` descriptor and its
-/// `/proc/self/fd` link, which lead to that directory alone.
-fn let_owner_in(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
-    let_owner_at(&fd).map(drop)
-}
-
-/// Make the directory `fd` `u+rwx` if this process owns it and it is
-/// not; whether it changed the mode. Through its `/proc/self/fd` link:
-/// an `O_PATH` descriptor takes no `fchmod`.
-fn let_owner_at(fd: &OwnedFd) -> io::Result<bool> {
-    let st = rustix::fs::fstat(fd)?;
-    if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o700 == 0o700 {
-        return Ok(false);
-    }
-    let mode = Mode::from_raw_mode((st.st_mode & 0o7777) | 0o700);
-    rustix::fs::chmodat(rustix::fs::CWD, fd_link(fd).as_str(), mode, AtFlags::empty())?;
-    Ok(true)
-}
-
-/// The `/proc/self/fd` link of `fd`, which leads to its file alone (an
-/// `O_PATH` descriptor's too): what changes a file by descriptor where
-/// no call takes one.
-fn fd_link(fd: &OwnedFd) -> String {
-    use std::os::fd::AsRawFd;
-    format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
 /// One path component: not empty, `.`, `..`, and without `/`.
@@ -716,10 +684,12 @@ impl StrictDir {
 mod beneath;
 mod fence;
 mod named;
+mod procfd;
 mod temp;
 pub use beneath::{access_denied, is_entry_refused, mode_refused, refused_by_file_system, EntryRefused};
 pub use fence::OnHidden;
 pub use named::{remove_temp_files, remove_temp_files_within};
+use procfd::{dir_meta_at, fd_link, let_owner_at, let_owner_in};
 use temp::temp_name;
 pub use temp::{char_cut, is_temp_name, RunFiles, TempFile};
 

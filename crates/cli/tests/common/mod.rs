@@ -244,6 +244,25 @@ pub fn lp_server_at(root: &Path, listen: &str, port: u16, extra: &[&str]) -> Pro
     Proc(child)
 }
 
+/// `lightpath serve --anonymous-write` on `root` in a mount namespace of
+/// its own without `/proc` (as in a chroot), its stderr in `log`: it
+/// names files being received from the start (as on NFS) and changes
+/// directories without `/proc/self/fd`. Its port.
+pub fn lp_server_without_proc(root: &Path, log: &Path) -> (Proc, u16) {
+    own_peer_book();
+    let port = free_port();
+    let hide_proc = r#"umount -l /proc && exec "$0" "$@""#;
+    let mut srv = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c", hide_proc, LP, "serve", "--anonymous-write"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--root"])
+        .arg(root)
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_port(&mut srv, port);
+    (Proc(srv), port)
+}
+
 /// A server at -v with `extra` arguments, logging to `log`; its port.
 pub fn logged_server(root: &Path, log: &Path, extra: &[&str]) -> (Proc, u16) {
     let port = free_port();
