@@ -339,13 +339,23 @@ async fn until_interrupted<T>(
     // A closed terminal or ssh session: as Ctrl-C (rsync's way). It
     // killed the copy, and files named from the start stayed, hidden,
     // and --partial kept nothing (a defect hunt's find).
-    let mut hup = signal(SignalKind::hangup())?;
+    // Under `nohup` (SIGHUP ignored) it is left alone.
+    let mut hup = match lightpath_sys::privs::hangup_ignored() {
+        false => Some(signal(SignalKind::hangup())?),
+        true => None,
+    };
+    let hung_up = async {
+        match hup.as_mut() {
+            Some(h) => drop(h.recv().await),
+            None => std::future::pending().await,
+        }
+    };
     tokio::pin!(job);
     tokio::select! {
         r = &mut job => return Ok(Some(r?)),
         _ = int.recv() => {}
         _ = term.recv() => {}
-        _ = hup.recv() => {}
+        _ = hung_up => {}
     }
     cancel.store(true, Ordering::Relaxed);
     crate::log::say("\nlightpath: interrupted: stopping the transfers (Ctrl-C again to quit at once)");

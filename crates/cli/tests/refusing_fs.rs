@@ -178,6 +178,11 @@ fn files_arrive_where_the_file_system_keeps_no_modes() {
     let (code, err) = cp(&["-r", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", back.display())]);
     assert_eq!(code, 0, "tree download: {err}");
     assert_same_file(&t.join("sub/g"), &back.join("t/sub/g"));
+    // A single download over a file there (a review's find: EPERM).
+    std::fs::write(back.join("f"), b"OLD").unwrap();
+    let (code, err) = cp(&[&format!("ftp://127.0.0.1:{port}/new"), &back.join("f").display().to_string()]);
+    assert_eq!(code, 0, "download over a file: {err}");
+    assert_same_file(&local.join("f"), &back.join("f"));
 }
 
 /// A tree uploaded over one whose directory `locked` the server's login
@@ -208,4 +213,23 @@ fn a_tree_upload_leaves_out_what_a_directory_it_may_not_write_in_would_hold() {
     }
     assert!(failed.iter().any(|l| l.contains("1 more file(s) or directories in it were left out: beneath")), "{err}");
     assert!(std::fs::read_dir(root.join("t/locked")).unwrap().next().is_none(), "{err}");
+}
+
+/// `--verify` of a tree downloaded into a copy whose `d` is a file: `d`
+/// and what is beneath it are left out, named so, and not called "kept,
+/// unverified" as if they had been written (a review's find).
+#[test]
+fn verify_does_not_call_what_was_left_out_kept() {
+    let (_d, root, local) = root_and_local();
+    std::fs::create_dir_all(root.join("t/d")).unwrap();
+    write_random(&root.join("t/d/f"), 5_000, 15);
+    write_random(&root.join("t/g"), 5_000, 16);
+    std::fs::create_dir_all(local.join("t")).unwrap();
+    std::fs::write(local.join("t/d"), b"a file where the tree has a directory").unwrap();
+    let (_srv, port) = lp_server(&root, &["--anonymous"]);
+    let (code, err) =
+        cp(&["-r", "--verify", "MD5", &format!("ftp://127.0.0.1:{port}/t"), &format!("{}/", local.display())]);
+    assert_eq!(code, 1, "{err}");
+    assert_same_file(&root.join("t/g"), &local.join("t/g"));
+    assert!(!err.contains("kept, unverified"), "{err}");
 }

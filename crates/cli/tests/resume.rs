@@ -348,6 +348,29 @@ fn a_download_hung_up_on_is_kept_with_partial() {
     assert_same_file(&src, &dst);
 }
 
+/// Under `nohup` (SIGHUP ignored) a hang-up leaves `cp` alone: it took
+/// SIGHUP up over the inherited ignore and stopped (a review's find).
+#[test]
+fn a_download_under_nohup_goes_on_after_a_hangup() {
+    let (d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (srv, port) = lp_server(&root, &["--anonymous-write"]);
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let cp = Command::new("nohup")
+        .arg(LP)
+        .args(["cp", "-q", &url, local.join("big").to_str().unwrap()])
+        .current_dir(d.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = srv.0.id();
+    midway(|| vec![pid]);
+    let st = Command::new("kill").args(["-HUP", &cp.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    succeeded(cp.wait_with_output().unwrap());
+    assert_same_file(&root.join("big"), &local.join("big"));
+}
+
 /// `cp --partial`: a download interrupted midway is kept, and the next
 /// run takes it up, compares it with the server's file and fetches only
 /// the rest; nothing but the complete file is left.

@@ -226,9 +226,13 @@ fn open_path(path: &Path, (in_place, new_mode): (bool, u32)) -> Result<Output, C
     };
     // Unnamed until complete where the file system allows it: a killed
     // client leaves nothing. From here on, a failure drops it.
-    let tmp = TempFile::in_dir(dir, name, new_mode).map_err(&err)?;
+    // Made with the old file's bits where one is replaced: a file system
+    // that keeps none (FAT through FUSE, bindfs --chmod-deny) refuses the
+    // chmod, and the new file then shows no more than the old one did
+    // (the refusal failed the download: a review's find).
+    let tmp = TempFile::in_dir(dir, name, mode.unwrap_or(new_mode)).map_err(&err)?;
     if let Some(m) = mode {
-        tmp.file().set_permissions(std::fs::Permissions::from_mode(m)).map_err(&err)?;
+        set_mode_kept(tmp.file(), m).map_err(&err)?;
     }
     Ok(Output::Temp(tmp))
 }
@@ -347,6 +351,15 @@ pub struct OpenTarget {
 }
 
 /// What a downloaded file gets when complete, before its name.
+/// `f`'s permission bits set to `m`; where the file system keeps none
+/// ([`lightpath_sys::root::mode_refused`]) it keeps those it has.
+fn set_mode_kept(f: &File, m: u32) -> std::io::Result<()> {
+    match f.set_permissions(std::fs::Permissions::from_mode(m)) {
+        Err(e) if lightpath_sys::root::mode_refused(&e) => Ok(()),
+        r => r,
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FinishMeta {
     /// Permission bits (`& 0o777`), exactly: the umask left out.
@@ -358,7 +371,7 @@ pub struct FinishMeta {
 impl FinishMeta {
     fn apply(&self, f: &File) -> std::io::Result<()> {
         if let Some(m) = self.mode {
-            f.set_permissions(std::fs::Permissions::from_mode(m))?;
+            set_mode_kept(f, m)?;
         }
         if let Some(t) = self.mtime {
             let secs = std::time::Duration::from_secs(t.unsigned_abs());

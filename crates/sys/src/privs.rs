@@ -1,4 +1,5 @@
-//! Dropping root after the control port is bound (`serve --run-as USER`).
+//! Dropping root after the control port is bound (`serve --run-as USER`),
+//! and what the process inherited: its open files limit, an ignored SIGHUP.
 
 use std::ffi::CString;
 use std::io;
@@ -57,4 +58,17 @@ pub fn raise_open_files_limit() -> io::Result<(Option<u64>, Option<u64>)> {
     }
     setrlimit(Resource::Nofile, Rlimit { current: old.maximum, maximum: old.maximum })?;
     Ok((old.current, old.maximum))
+}
+
+/// Whether SIGHUP is ignored, as `nohup` leaves it: a program run so must
+/// not take it up, or the hang-up `nohup` guards against stops it (`cp`
+/// stops on SIGHUP otherwise; a review's find: under `nohup` it did).
+pub fn hangup_ignored() -> bool {
+    // SAFETY: `sigaction` with a null new action only reads the current
+    // disposition of SIGHUP into `old`, a zeroed struct of its type that
+    // lives here; no handler is changed.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
 }

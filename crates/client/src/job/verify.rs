@@ -99,6 +99,9 @@ async fn verify_local(
 pub(crate) fn kept_unverified(alg: &str, e: ClientError, dst: &Location) -> ClientError {
     match e {
         e @ ClientError::VerifyFailed { .. } => e,
+        // A lost connection is the session's: the file goes again, and
+        // the session is opened anew (a review's find: wrapped, neither).
+        e if e.is_transient() => e,
         e => ClientError::NotVerified {
             alg: alg.to_string(),
             why: e.to_string(),
@@ -184,4 +187,29 @@ pub(crate) fn compare_digests(
 pub(crate) fn local_digest(alg: &str, p: &std::path::Path) -> Result<String, ClientError> {
     let src = LocalSource::File(p.to_path_buf()).open()?;
     checksum(src.as_ref(), alg, 0, None).map_err(|e| ClientError::Local(format!("{}: {e}", p.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lost control connection during the check goes through as it is:
+    /// transient, the file goes again on a new session. Wrapped as "could
+    /// not check it", it was final and the dead session was used on (a
+    /// review's find). A refused CKSM is wrapped.
+    #[test]
+    fn only_a_final_error_makes_a_copy_unverified() {
+        let dst = Location::Local("/d/f".into());
+        let lost = ClientError::Control("s".into(), "control connection lost".into());
+        assert!(matches!(kept_unverified("MD5", lost, &dst), ClientError::Control(..)));
+        let refused = ClientError::Refused {
+            server: "s".into(),
+            cmd: "CKSM MD5 0 -1 /f".into(),
+            reply: "Command not supported.".into(),
+            code: 500,
+            here: crate::DataEnd::Fine,
+        };
+        let e = kept_unverified("MD5", refused, &dst);
+        assert!(matches!(&e, ClientError::NotVerified { .. }) && e.to_string().contains("/d/f is kept"), "{e}");
+    }
 }

@@ -88,8 +88,12 @@ pub(crate) async fn verify_tree(
     let (a, b) =
         tokio::join!(digests(alg, &srcs, s, Reader::AsNamed), digests(alg, &dsts, d.as_deref_mut(), here.clone()));
     let mut failed = Vec::new();
+    // Beneath an entry left out (a directory the destination refused):
+    // never written, and counted among those left out, not "kept".
+    let beneath = |src: &str| named.iter().any(|n| src.strip_prefix(n.as_str()).is_some_and(|r| r.starts_with('/')));
     for (i, (a, b)) in items.iter().zip(a.into_iter().zip(b)) {
-        if left_out && ((a.is_err() && b.is_err()) || named.contains(&describe(&i.src))) {
+        let src = describe(&i.src);
+        if left_out && ((a.is_err() && b.is_err()) || named.contains(&src) || beneath(&src)) {
             // One the tree's sender left out (not readable at the source
             // and not here, or named so), reported as such (not all by
             // name).

@@ -68,6 +68,9 @@ pub fn remove_temp_files() -> usize {
 /// waits for that, whatever the signal.)
 pub fn remove_temp_files_within(limit: std::time::Duration) -> Option<usize> {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(remove_temp_files()));
-    rx.recv_timeout(limit).ok()
+    // No thread to be had (a process at its limit): removed here, unbounded.
+    match std::thread::Builder::new().spawn(move || tx.send(remove_temp_files())) {
+        Ok(_) => rx.recv_timeout(limit).ok(),
+        Err(_) => Some(remove_temp_files()),
+    }
 }
