@@ -333,7 +333,18 @@ fn partial_run(u: &Under, name: &str) -> String {
 /// find). The next run resumes it.
 #[test]
 fn a_download_hung_up_on_is_kept_with_partial() {
-    let (u, cp) = download_under_way(&["--partial"]);
+    // SIGHUP's default disposition (this test may itself run under
+    // `nohup`, whose ignore `cp` respects: the next test).
+    let (d, root, local) = root_and_local();
+    islands(&root.join("big"), LEN);
+    let (srv, port) = lp_server(&root, &["--anonymous-write"]);
+    let url = format!("ftp://127.0.0.1:{port}/big");
+    let cp = Command::new("env")
+        .args(["--default-signal=HUP", LP, "-v", "cp", "--partial", &url, local.join("big").to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let u = Under { _d: d, root, local, srv, port };
     let pid = u.srv.0.id();
     midway(|| vec![pid]);
     let st = Command::new("kill").args(["-HUP", &cp.id().to_string()]).status().unwrap();
