@@ -241,7 +241,7 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         // files are named from the start (NFS); a file kept for --partial
         // already has its kept name. Bounded: a hung file system (FUSE,
         // hard NFS) kept a second Ctrl-C from quitting.
-        lightpath_sys::root::remove_temp_files_within(TEMP_REMOVAL);
+        let answered = lightpath_sys::root::remove_temp_files_within(TEMP_REMOVAL).is_some();
         // --partial keeps what a download or an upload left; a third-party
         // copy (no local end) is resumed within its run only.
         let unfinished = match (a.partial, third_party) {
@@ -253,7 +253,10 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
             }
             (false, _) => "unfinished files removed",
         };
-        crate::log::say(&format!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept"));
+        // The removal gave up on a file system that did not answer: its
+        // temporary names may be left, and saying "removed" would be false.
+        let hung = if answered { "" } else { " (the file system did not answer: temporary files may be left)" };
+        crate::log::say(&format!("lightpath: interrupted: transfers stopped; {unfinished}, finished ones kept{hung}"));
         return Ok(Outcome::Interrupted);
     };
     Ok(report(&a, &results, &progress, started.elapsed()))

@@ -635,3 +635,36 @@ fn passwd_refuses_a_password_serve_would_never_check() {
     assert!(line("carol", &"p".repeat(1024)).starts_with("carol:"), "1024 bytes are taken");
     assert_eq!(line("carol", &"p".repeat(1025)), "", "1025 bytes are refused");
 }
+
+/// `passwd` on a terminal whose standard error is a closed pipe (a
+/// prompt nobody reads): the line is still made. Printing the prompt
+/// panicked (exit 101).
+#[test]
+fn passwd_on_a_terminal_makes_its_line_with_a_closed_standard_error() {
+    use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
+    let mut ch = std::process::Command::new(LP)
+        .args(["passwd", "dave"])
+        .stdin(slave)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(ch.stderr.take());
+    // passwd flushes what was typed ahead when it turns echo off: type
+    // once it has (the master sees the terminal's modes).
+    let echo = || rustix::termios::tcgetattr(&master).unwrap().local_modes.contains(rustix::termios::LocalModes::ECHO);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while echo() {
+        assert!(std::time::Instant::now() < until, "passwd never turned echo off");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::File::from(master).write_all(b"secret\n").unwrap();
+    let out = ch.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("dave:$argon2id$"), "{out:?}");
+}

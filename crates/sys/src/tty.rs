@@ -11,8 +11,10 @@ pub fn read_secret(prompt: &str) -> io::Result<String> {
     let tty = rustix::termios::isatty(&stdin);
     let saved = if tty { Some(rustix::termios::tcgetattr(&stdin)?) } else { None };
     if let Some(old) = &saved {
-        eprint!("{prompt}");
-        io::stderr().flush()?;
+        // `eprint!` panics on a closed standard error; the prompt is a
+        // courtesy, so failing to show it is no error.
+        let mut err = io::stderr();
+        let _ = err.write_all(prompt.as_bytes()).and_then(|()| err.flush());
         let mut quiet = old.clone();
         quiet.local_modes.remove(rustix::termios::LocalModes::ECHO);
         rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Flush, &quiet)?;
@@ -21,7 +23,7 @@ pub fn read_secret(prompt: &str) -> io::Result<String> {
     let read = stdin.lock().read_line(&mut line);
     if let Some(old) = &saved {
         let _ = rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Flush, old);
-        eprintln!();
+        let _ = io::stderr().write_all(b"\n");
     }
     read?;
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
