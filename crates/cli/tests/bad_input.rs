@@ -552,6 +552,14 @@ fn a_change_of_user_is_a_login_of_its_own() {
     std::thread::sleep(std::time::Duration::from_millis(2500));
     assert_eq!(as_user("bob", "wrong"), 530, "the earlier failures do not count");
     assert_eq!(as_user("bob", "b2"), 230, "past the first login's timeout");
+    // Only the first login forgives: a third failure after it closes the
+    // connection however often the user logged in again in between.
+    assert_eq!(as_user("alice", "wrong"), 530);
+    assert_eq!(as_user("alice", "a1"), 230);
+    assert_eq!(as_user("bob", "wrong"), 530);
+    let (code, text) = c.reply();
+    assert_eq!(code, 421, "{text}");
+    assert!(text.contains("Too many failed logins"), "{text}");
 }
 
 /// `--idle-timeout` closes a logged-in session that sends nothing (900 s

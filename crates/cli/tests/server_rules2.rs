@@ -346,3 +346,28 @@ fn a_name_holding_an_lf_never_reaches_another_file() {
     std::io::Read::read_to_string(&mut lf, &mut said).unwrap();
     assert!(said.contains("\r\n230") && said.contains("\r\n200") && said.contains("\r\n221"), "{said}");
 }
+
+/// A server running as root (CAP_FSETID: the kernel keeps the bits) drops
+/// setuid and setgid from a file a client writes in place (APPE here;
+/// ESTO opens the file alike, `sys::root`'s test): they stayed, so a
+/// client chose the contents of a setuid-root program.
+#[test]
+fn a_setuid_file_written_in_place_loses_the_bit() {
+    let (_d, root) = with_root();
+    let (_s, port) = lp_server(&root, &["--anonymous-write"]);
+    let mut c = Raw::login(port);
+    for (verb, mode) in [("APPE prog", 0o6755), ("APPE prog", 0o4700)] {
+        std::fs::write(root.join("prog"), b"#!/bin/sh\n").unwrap();
+        chmod(&root.join("prog"), mode);
+        let at = c.pasv();
+        c.send(verb.as_bytes());
+        let mut data = std::net::TcpStream::connect(at).unwrap();
+        std::io::Write::write_all(&mut data, b"id\n").unwrap();
+        drop(data);
+        let (code, text) = c.final_reply();
+        assert_eq!(code, 226, "{verb}: {text}");
+        let now = std::fs::metadata(root.join("prog")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(now, mode & 0o1777, "{verb} of a {mode:o} file");
+        assert_eq!(std::fs::read(root.join("prog")).unwrap(), b"#!/bin/sh\nid\n");
+    }
+}

@@ -47,6 +47,11 @@ pub struct PiConfig {
     /// client is there too: a client elsewhere would reach the server's
     /// loopback or private network through it.
     pub client: Option<IpAddr>,
+    /// This server's own addresses (all its interfaces'). Where PORT may
+    /// name any host, it still may not name one of these for a client
+    /// elsewhere: the connection would come from the host itself, into
+    /// services that trust it or that a firewall keeps from outside.
+    pub host: Vec<IpAddr>,
 }
 
 /// Transfer mode (RFC 959 3.4, GFD.20 MODE E).
@@ -545,10 +550,17 @@ impl ServerPi {
                 "PORT to {ip}: this server connects only to its client ({p}); `serve --data-peers any` allows third-party transfers."
             )),
             Some(_) => None,
-            None => self.cfg.client.filter(|&c| crate::hostport::reaches_inside(ip, c)).map(|c| {
+            None => self.cfg.client.filter(|&c| self.reaches_in(ip, c.to_canonical())).map(|c| {
                 format!("PORT to {ip}: an address inside this server's host or network, named by a client at {c}.")
             }),
         }
+    }
+
+    /// Whether `ip`, named by a client at `client`, reaches into this
+    /// server's host or site from outside it (canonical addresses).
+    fn reaches_in(&self, ip: IpAddr, client: IpAddr) -> bool {
+        let own = |a: IpAddr| self.cfg.host.iter().any(|h| h.to_canonical() == a);
+        crate::hostport::reaches_inside(ip, client) || (own(ip) && !own(client) && !client.is_loopback())
     }
 
     fn set_buffer(&mut self, n: u64, text: &str) {

@@ -25,6 +25,7 @@ fn cfg(anonymous: bool, read_only: bool) -> PiConfig {
         dcon_port: Some(4242),
         data_peer: None,
         client: None,
+        host: Vec::new(),
     }
 }
 
@@ -982,4 +983,27 @@ fn port_to_any_host_is_not_port_into_the_servers_own_network() {
     assert_eq!(actions(&s.send(b"PORT 198,51,100,7,4,1\r\n")), [&Action::Active(vec![far])]);
     let mut s = Session::logged_in(at("10.9.9.9"));
     assert_eq!(actions(&s.send(b"PORT 198,51,100,7,4,1\r\n")), [&Action::Active(vec![far])]);
+}
+
+/// Nor may it name the server's own public address for a client
+/// elsewhere (a bounce into the host's own services: a security hunt's
+/// find); a client on the host itself may.
+#[test]
+fn port_to_any_host_is_not_port_to_the_servers_own_address() {
+    let host = vec!["127.0.0.1".parse().unwrap(), "198.51.100.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
+    let at = |client: &str| PiConfig { client: Some(client.parse().unwrap()), host: host.clone(), ..cfg(false, false) };
+    let mut s = Session::logged_in(at("203.0.113.2"));
+    for own in ["PORT 198,51,100,1,183,166", "EPRT |1|198.51.100.1|47150|", "EPRT |2|2001:db8::1|5000|"] {
+        let out = s.send(format!("{own}\r\n").as_bytes());
+        assert_eq!(codes(&out), [501], "{own}");
+        assert!(replies(&out)[0].text().contains("inside this server's host"), "{own}: {out:?}");
+        assert!(actions(&out).is_empty(), "{own}");
+    }
+    let far: SocketAddr = "203.0.113.9:1025".parse().unwrap();
+    assert_eq!(actions(&s.send(b"PORT 203,0,113,9,4,1\r\n")), [&Action::Active(vec![far])]);
+    let own: SocketAddr = "198.51.100.1:1025".parse().unwrap();
+    for local in ["198.51.100.1", "127.0.0.1", "::ffff:198.51.100.1"] {
+        let mut s = Session::logged_in(at(local));
+        assert_eq!(actions(&s.send(b"PORT 198,51,100,1,4,1\r\n")), [&Action::Active(vec![own])], "{local}");
+    }
 }

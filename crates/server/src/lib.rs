@@ -158,6 +158,7 @@ impl ServerCtx {
             dcon_port: self.ahead.as_ref().map(|a| a.1),
             data_peer: self.data_peer(peer),
             client: peer,
+            host: own_addresses(),
         }
     }
 
@@ -169,6 +170,15 @@ impl ServerCtx {
             DataPeers::Any => None,
         }
     }
+}
+
+/// This host's addresses, read per session (they change); none, said,
+/// where the kernel will not list them.
+fn own_addresses() -> Vec<IpAddr> {
+    lightpath_sys::topo::host_addresses().unwrap_or_else(|e| {
+        tracing::warn!("cannot list this host's addresses ({e}): PORT to them is not refused");
+        Vec::new()
+    })
 }
 
 /// A bound server.

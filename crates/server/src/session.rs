@@ -69,8 +69,11 @@ struct Session {
     held: Vec<u8>,
     /// When the connection was accepted (it must log in within the limits' `login_wait`).
     since: tokio::time::Instant,
-    /// Failed logins so far.
+    /// Failed logins that count: all of the connection's but those before
+    /// its first login.
     failed_logins: u32,
+    /// The connection has changed user after a login at least once.
+    changed_user: bool,
 }
 
 /// The data connection options of a session whose control connection has
@@ -141,6 +144,7 @@ pub async fn run(stream: TcpStream, ctx: Arc<ServerCtx>, _ticket: crate::admissi
         held: Vec::new(),
         since,
         failed_logins: 0,
+        changed_user: false,
     };
     tracing::info!(?peer, "session start");
     if let Err(e) = s.drive(rx).await {
@@ -258,7 +262,13 @@ impl Session {
                 // A USER after a login (a change of user) starts a login
                 // of its own: the timeout counted from the accept, and the
                 // first login's failures, refused it (a defect hunt's find).
-                (self.failed_logins, self.since) = (0, tokio::time::Instant::now());
+                // Only the first login forgives: forgiving every one let a
+                // user guess another's password without end, logging in
+                // again as itself after each two (a security hunt's find).
+                self.since = tokio::time::Instant::now();
+                if !std::mem::replace(&mut self.changed_user, true) {
+                    self.failed_logins = 0;
+                }
             }
         }
     }

@@ -140,9 +140,24 @@ impl Root {
         let extra = if how == WriteMode::Append { OFlags::APPEND } else { OFlags::empty() };
         self.peek_writable(rel, RESOLVE)?;
         let f = File::from(self.open_at(rel, OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | extra, 0o644)?);
-        Self::regular_only(&f)?;
+        let st = rustix::fs::fstat(&f)?;
+        Self::regular_stat(&st)?;
+        Self::drop_set_ids(&f, st.st_mode)?;
         rustix::fs::fcntl_setfl(&f, extra)?;
         Ok(f)
+    }
+
+    /// A file written in place loses its setuid and setgid bits before
+    /// the first byte, as the kernel does for a writer without
+    /// CAP_FSETID: a server running as root kept them, so a client chose
+    /// the contents of a setuid-root program (a security hunt's find).
+    fn drop_set_ids(f: &File, mode: u32) -> io::Result<()> {
+        let ids = u32::from(rustix::fs::Mode::SUID.bits() | rustix::fs::Mode::SGID.bits());
+        if mode & ids == 0 {
+            return Ok(());
+        }
+        rustix::fs::fchmod(f, rustix::fs::Mode::from_raw_mode(mode & 0o1777))?;
+        Ok(())
     }
 
     /// A new root at the directory `rel` beneath this one (for serving a

@@ -495,28 +495,47 @@ pub fn nic_of(ip: IpAddr) -> Result<Option<String>> {
     if ip.is_unspecified() {
         return Ok(None);
     }
+    let mut found = None;
+    each_address(|name, a| {
+        if a == ip && found.is_none() {
+            found = Some(name.split(':').next().unwrap_or_default().to_string());
+        }
+    })?;
+    Ok(found)
+}
+
+/// Every address of this host's interfaces (`getifaddrs`), loopback ones
+/// too: a server that may connect anywhere must still not be sent at its
+/// own services by a client elsewhere.
+pub fn host_addresses() -> Result<Vec<IpAddr>> {
+    let mut all = Vec::new();
+    each_address(|_, a| all.push(a))?;
+    Ok(all)
+}
+
+/// `f(interface name, address)` for each IPv4 and IPv6 address of each
+/// interface. rustix has no wrapper for getifaddrs, so this is a libc call.
+fn each_address(mut f: impl FnMut(&str, IpAddr)) -> Result<()> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a pointer to a list it allocated into `head`;
     // we free it exactly once below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(TopoError::Sys { call: "getifaddrs", source: io::Error::last_os_error() });
     }
-    let mut found = None;
     let mut cur = head;
-    while !cur.is_null() && found.is_none() {
+    while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
         let ifa = unsafe { &*cur };
         // SAFETY: ifa_addr is null or points to a sockaddr of the family it names.
-        if unsafe { sockaddr_ip(ifa.ifa_addr) } == Some(ip) && !ifa.ifa_name.is_null() {
+        if let (Some(ip), false) = (unsafe { sockaddr_ip(ifa.ifa_addr) }, ifa.ifa_name.is_null()) {
             // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy();
-            found = Some(name.split(':').next().unwrap_or_default().to_string());
+            f(&unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy(), ip.to_canonical());
         }
         cur = ifa.ifa_next;
     }
     // SAFETY: `head` came from a successful getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
-    Ok(found)
+    Ok(())
 }
 
 /// The IP address in a sockaddr, for AF_INET and AF_INET6.

@@ -267,6 +267,24 @@ fn loopback_address_is_on_lo() {
     assert_eq!(topo::nic_of("203.0.113.254".parse().unwrap()).unwrap(), None);
 }
 
+/// The host's addresses are those `ip addr` shows: loopback and the
+/// address this host's route to the outside leaves from.
+#[test]
+fn the_hosts_addresses_are_its_interfaces() {
+    let all = topo::host_addresses().unwrap();
+    assert!(all.contains(&"127.0.0.1".parse().unwrap()), "{all:?}");
+    assert!(!all.contains(&"203.0.113.254".parse().unwrap()), "{all:?}");
+    let out = std::process::Command::new("ip").args(["-o", "addr", "show"]).output().unwrap();
+    let shown: Vec<std::net::IpAddr> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace().skip_while(|w| !w.starts_with("inet")).nth(1)?.split('/').next()?.parse().ok()
+        })
+        .collect();
+    assert!(!shown.is_empty());
+    assert!(shown.iter().all(|a| all.contains(a)), "ip addr: {shown:?}, getifaddrs: {all:?}");
+}
+
 #[test]
 fn pinning_narrows_the_affinity_of_this_thread_only() {
     let allowed = topo::allowed_cpus().unwrap();

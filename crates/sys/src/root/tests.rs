@@ -237,3 +237,18 @@ fn a_long_names_temporary_name_is_cut_between_characters() {
     let raw = temp_name(OsStr::from_bytes(&tails));
     assert!(is_temp_name(&raw) && raw.iter().filter(|&&b| b == 0x80).count() == 179, "not cut back to nothing");
 }
+
+#[test]
+fn a_file_written_in_place_loses_its_setuid_and_setgid_bits() {
+    let (p, r) = scratch();
+    for (mode, left) in [(0o6755, 0o755), (0o4644, 0o644), (0o3775, 0o1775), (0o750, 0o750)] {
+        std::fs::write(p.join("root/prog"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(p.join("root/prog"), std::fs::Permissions::from_mode(mode)).unwrap();
+        for how in [WriteMode::InPlace, WriteMode::Append] {
+            drop(r.open_write(b"prog", how).unwrap());
+            let now = std::fs::metadata(p.join("root/prog")).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(now, left, "{mode:o} written {how:?}");
+        }
+    }
+    std::fs::remove_dir_all(&p).unwrap();
+}
