@@ -308,6 +308,9 @@ fn data_from_another_host_is_refused_unless_asked_for() {
     assert!(ported.load(Ordering::Relaxed), "the client never sent PORT: the test proves nothing");
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(dest.join("f")).unwrap(), REAL);
+    // Said of the client's side, with the client's option (it named the
+    // server's `--data-peers`).
+    assert!(err.contains("not from the server's address (cp --data-from-any accepts it)"), "{err}");
     let (code, err) = cp(&["--data-from-any", &format!("ftp://127.0.0.1:{port}/f"), &format!("{}/g", dest.display())]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read(dest.join("g")).unwrap(), FORGED, "the first connection, from anyone, was taken");

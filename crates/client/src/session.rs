@@ -624,6 +624,7 @@ fn data_channel(window: Option<usize>, cc: Option<&str>, from: Option<IpAddr>) -
     dc.opts.recv_window = window;
     dc.opts.congestion = lightpath_engine::congestion_choice(cc);
     dc.opts.accept_from = from;
+    dc.opts.accept_hint = lightpath_sys::net::AcceptHint::Client;
     dc
 }
 

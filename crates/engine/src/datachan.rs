@@ -113,7 +113,7 @@ pub(crate) fn notsent_fitted() -> bool {
 pub(crate) fn admitted(opts: &SockOpts, peer: SocketAddr) -> bool {
     let ok = opts.admits(peer);
     if !ok {
-        tracing::warn!(%peer, "data connection refused: not from the client's address (serve --data-peers any accepts it)");
+        tracing::warn!(%peer, "data connection refused: {}", opts.accept_hint.why());
     }
     ok
 }

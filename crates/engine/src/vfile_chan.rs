@@ -26,6 +26,7 @@ use crate::vfile::{Pack, PackItem, PackReader, PackStats, UnpackStats, Unpacker,
 use crate::DataChannel;
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
@@ -138,16 +139,43 @@ pub struct VfileSink {
     manifest: Mutex<Reassembly>,
 }
 
-#[derive(Default)]
 struct Reassembly {
     /// Bytes that came more than once, dropped.
     repeated: u64,
     next: u64,
     early: BTreeMap<u64, Vec<u8>>,
     early_bytes: usize,
+    /// Where every tree's `early_bytes` add up ([`EARLY_ALL`]).
+    all: &'static AtomicUsize,
+}
+
+impl Default for Reassembly {
+    fn default() -> Self {
+        Reassembly::counted_in(&EARLY_ALL)
+    }
+}
+
+impl Drop for Reassembly {
+    fn drop(&mut self) {
+        self.all.fetch_sub(self.early_bytes, Ordering::Relaxed);
+    }
 }
 
 impl Reassembly {
+    fn counted_in(all: &'static AtomicUsize) -> Self {
+        Reassembly { repeated: 0, next: 0, early: BTreeMap::new(), early_bytes: 0, all }
+    }
+
+    fn charge(&mut self, n: usize) -> usize {
+        self.early_bytes += n;
+        self.all.fetch_add(n, Ordering::Relaxed) + n
+    }
+
+    fn release(&mut self, n: usize) {
+        self.early_bytes -= n;
+        self.all.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// Manifest bytes at `off`, to wait until the bytes before them came.
     /// Bytes already handed on are dropped unread. A chunk at the offset
     /// of one still waiting (its copy) must agree with it where they
@@ -169,12 +197,17 @@ impl Reassembly {
             return Ok(());
         }
         self.repeated += waiting as u64;
-        self.early_bytes += held(buf.len());
+        let all = self.charge(held(buf.len()));
+        if let Some(replaced) = self.early.insert(off, buf.to_vec()) {
+            self.release(held(replaced.len()));
+        }
         if self.early_bytes > MAX_EARLY_MANIFEST {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "manifest gap too large"));
         }
-        if let Some(replaced) = self.early.insert(off, buf.to_vec()) {
-            self.early_bytes -= held(replaced.len());
+        if all > MAX_EARLY_MANIFEST_ALL {
+            let mib = MAX_EARLY_MANIFEST_ALL >> 20;
+            let why = format!("the manifests of the trees being received hold over {mib} MiB waiting for gaps");
+            return Err(io::Error::new(io::ErrorKind::ResourceBusy, why));
         }
         Ok(())
     }
@@ -185,7 +218,7 @@ impl Reassembly {
         loop {
             let (&at, _) = self.early.first_key_value().filter(|(&at, _)| at <= self.next)?;
             let mut chunk = self.early.remove(&at)?;
-            self.early_bytes -= held(chunk.len());
+            self.release(held(chunk.len()));
             let end = at + chunk.len() as u64;
             self.repeated += self.next.min(end) - at;
             if end > self.next {
@@ -201,6 +234,16 @@ impl Reassembly {
 /// otherwise make us buffer without bound), each waiting chunk charged
 /// [`held`].
 const MAX_EARLY_MANIFEST: usize = 64 << 20;
+
+/// What all trees received at once may hold of [`MAX_EARLY_MANIFEST`]:
+/// each tree's own limit let a writer hold 64 MiB per session, 1.5 GB
+/// with 24 sessions (a security hunt's find). Past it a tree fails as a
+/// busy server's (450), to be tried again.
+const MAX_EARLY_MANIFEST_ALL: usize = 256 << 20;
+
+/// Manifest bytes every tree being received holds waiting, charged
+/// [`held`].
+static EARLY_ALL: AtomicUsize = AtomicUsize::new(0);
 
 /// What holding one waiting chunk costs beyond its bytes (a map entry and
 /// a vector: about 100 bytes), charged against [`MAX_EARLY_MANIFEST`] so
@@ -269,6 +312,7 @@ pub fn recv_opts(idle: std::time::Duration) -> RecvOpts {
 #[cfg(test)]
 mod tests {
     use super::{Reassembly, EARLY_CHUNK_COST};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Feed `(offset, bytes)` pieces; what comes out in order.
     fn reassemble(pieces: &[(u64, &[u8])]) -> Vec<u8> {
@@ -298,6 +342,23 @@ mod tests {
         let refused = (1..1_000_000u64).find_map(|off| m.add(off, b"x").err());
         assert!(refused.is_some_and(|e| e.to_string().contains("manifest gap too large")));
         assert!(m.early.len() < 262_000, "{}", m.early.len());
+    }
+
+    /// Trees held together are limited too, as a busy server's error;
+    /// what a tree held is given back when it ends.
+    #[test]
+    fn trees_together_may_hold_only_so_much_waiting() {
+        static ALL: AtomicUsize = AtomicUsize::new(0);
+        let chunk = vec![7u8; 1 << 20];
+        let fill = |m: &mut Reassembly| (1..=60u64).find_map(|i| m.add(i << 20, &chunk).err());
+        let mut trees: Vec<Reassembly> = (0..4).map(|_| Reassembly::counted_in(&ALL)).collect();
+        assert!(trees.iter_mut().all(|m| fill(m).is_none()), "4 x 60 MiB fit");
+        let mut fifth = Reassembly::counted_in(&ALL);
+        let e = fill(&mut fifth).expect("a fifth tree is refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+        drop((trees, fifth));
+        assert_eq!(ALL.load(Ordering::Relaxed), 0, "all given back");
+        assert!(fill(&mut Reassembly::counted_in(&ALL)).is_none());
     }
 
     #[test]

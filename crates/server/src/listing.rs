@@ -3,6 +3,8 @@
 
 use lightpath_sys::root::{Allowed, FileType, Stat};
 
+pub mod held;
+
 pub use lightpath_proto::ftptime::format as ftp_time;
 
 fn type_fact(st: &Stat, name: &[u8]) -> &'static str {

@@ -3,13 +3,14 @@
 //! upload visible under its name only when it is complete.
 
 use crate::fsops::{io_reply, DEV_NULL, DEV_ZERO};
+use crate::listing::held::Held;
 use crate::listing::{facts, list_line, Rights};
 use crate::partial::{self, Owner};
 use crate::reserve::Reservation;
 use lightpath_engine::dio::{file_sink, DirectFileSource};
 use lightpath_engine::{
-    BytesSource, Control, DataChannel, EngineError, FileSource, Growth, NullSink, RecvOpts, SendPlan, Sink, Source,
-    ZeroSource, DEFAULT_BLOCK,
+    Control, DataChannel, EngineError, FileSource, Growth, NullSink, RecvOpts, SendPlan, Sink, Source, ZeroSource,
+    DEFAULT_BLOCK,
 };
 use lightpath_proto::{Mode, RangeSet, Reply, Restart, Transfer, TransferKind, VPath};
 use lightpath_sys::root::{Allowed, FileType, Root, Stat, TempFile, WriteMode};
@@ -243,7 +244,7 @@ fn open_source(root: &Root, cfg: &crate::ServerConfig, t: &Transfer, ctl: &Contr
         TransferKind::Mlsd | TransferKind::List | TransferKind::Nlst => {
             return listing(root, t.may_write, t).map(|(b, left_out)| {
                 ctl.set_skipped(left_out);
-                Opened::Ready(Box::new(BytesSource(b)))
+                Opened::Ready(Box::new(b))
             })
         }
         _ => {}
@@ -547,7 +548,20 @@ fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
 
 /// A listing of `t.path`, and how many names it left out (a line break in
 /// them), for the final reply ([`Reply::with_names_left_out`]).
-fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<(Vec<u8>, u64), Reply> {
+fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<(Held, u64), Reply> {
+    let (out, left_out) = {
+        let _turn = crate::listing::held::build_slot();
+        build_listing(root, writable, t)?
+    };
+    let busy = |held: usize| {
+        let mib = held >> 20;
+        Reply::new(450, format!("Server busy: listings of other sessions hold {mib} MiB not yet read; try again"))
+    };
+    Ok((Held::take(out).map_err(busy)?, left_out))
+}
+
+/// [`listing`]'s bytes.
+fn build_listing(root: &Root, writable: bool, t: &Transfer) -> Result<(Vec<u8>, u64), Reply> {
     let p = &t.path;
     let (st, own, parent) = root.stat_allowed(p.relative()).map_err(|e| io_reply(p, &e))?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {

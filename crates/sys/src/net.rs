@@ -164,6 +164,29 @@ pub struct SockOpts {
     /// data or could write it. `None`: from anywhere. Not a socket option;
     /// it travels with the listener's options to wherever it accepts.
     pub accept_from: Option<std::net::IpAddr>,
+    /// Who `accept_from` is, and how to accept anyone, for the warning
+    /// of a refusal: a client's listener named the server's side.
+    pub accept_hint: AcceptHint,
+}
+
+/// Whose listener refused a data connection ([`SockOpts::accept_hint`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AcceptHint {
+    /// A server's: only its client's connections are taken.
+    #[default]
+    Server,
+    /// A client's (a MODE E download's port): only its server's.
+    Client,
+}
+
+impl AcceptHint {
+    /// Why a connection was refused, and the option that takes it.
+    pub fn why(self) -> &'static str {
+        match self {
+            AcceptHint::Server => "not from the client's address (serve --data-peers any accepts it)",
+            AcceptHint::Client => "not from the server's address (cp --data-from-any accepts it)",
+        }
+    }
 }
 
 impl SockOpts {
