@@ -138,7 +138,8 @@ fn a_connection_must_log_in_in_time_and_is_closed_after_three_failures() {
     let hash = passwd.wait_with_output().unwrap();
     std::fs::write(d.path().join("users"), &hash.stdout).unwrap();
     let users = d.path().join("users");
-    let (s, port) = lp_server(&root, &["--users", users.to_str().unwrap(), "--login-timeout", "2"]);
+    let args = ["--users", users.to_str().unwrap(), "--login-timeout", "2", "--reply-timeout", "60"];
+    let (s, port) = lp_server(&root, &args);
     let base = fds(s.0.id());
     let mut idle = Raw::connect(port);
     let t = Instant::now();
@@ -156,6 +157,20 @@ fn a_connection_must_log_in_in_time_and_is_closed_after_three_failures() {
     assert_eq!(code, 421, "{text}");
     assert!(text.contains("Too many failed logins"), "{text}");
     drop(idle);
+    // A client that sends command after command and reads no reply is
+    // closed at the login's time too: it was kept for the whole reply
+    // timeout (300 s by default, 60 here), holding megabytes of buffer.
+    let mut deaf = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    deaf.set_write_timeout(Some(Duration::from_secs(45))).unwrap();
+    let t = Instant::now();
+    let feats = b"FEAT\r\n".repeat(10_000);
+    let err = loop {
+        if let Err(e) = std::io::Write::write_all(&mut deaf, &feats) {
+            break e;
+        }
+    };
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?} before {err}", t.elapsed());
+    assert_ne!(err.kind(), std::io::ErrorKind::WouldBlock, "the server kept it open: {err}");
 }
 
 /// A connection to `to` from the address `from`.

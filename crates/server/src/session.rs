@@ -346,11 +346,21 @@ impl Session {
         let mut rest = &out[..];
         // Each write must make progress within `wait`: a client reading
         // slowly but steadily is not dropped, one reading nothing is.
+        // Before a login, no write outlasts the login's time: a client
+        // that sent commands and read no reply kept its session (and
+        // megabytes of socket buffer) for the whole `wait` (a security
+        // hunt's find).
         while !rest.is_empty() {
-            match tokio::time::timeout(wait, self.out.write(rest)).await {
+            let login_left = self.pi.user().is_none().then(|| self.deadline());
+            let until = tokio::time::Instant::now() + wait;
+            match tokio::time::timeout_at(login_left.map_or(until, |d| d.min(until)), self.out.write(rest)).await {
                 Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(Ok(n)) => rest = &rest[n..],
                 Ok(Err(e)) => return Err(e),
+                Err(_) if self.must_close().is_some() => {
+                    let why = "the client did not log in in time and took none of its replies";
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why));
+                }
                 Err(_) => {
                     let why = format!("the client took none of its replies for {} s", wait.as_secs());
                     return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why));
