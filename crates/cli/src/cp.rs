@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 /// Options of `lightpath cp`.
 #[derive(Debug, Args)]
 pub struct CpArgs {
-    /// Sources (ftp://host[:port]/path, local paths, or file:///path with %XX decoded), then the destination.
+    /// Sources (ftp://[user[:password]@]host[:port]/path, local paths, or file:///path with %XX decoded),
+    /// then the destination. A user without a password takes LIGHTPATH_PASSWORD's (out of the process list).
     #[arg(required = true, num_args = 2..)]
     pub paths: Vec<std::ffi::OsString>,
     /// Parallel MODE E streams per transfer, 1 to 128 (default: chosen from

@@ -502,8 +502,20 @@ fn an_anonymous_login_refused_says_how_to_give_a_user() {
     let (_s, port) = lp_server(&root, &["--users", users.to_str().unwrap()]);
     let (code, err) = cp(&["--retries", "0", &url(port, "/f"), local.join("f").to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("as anonymous: give a user as ftp://USER:PASSWORD@host/path"), "{err}");
+    assert!(err.contains("give a user as ftp://USER@host/path, its password in LIGHTPATH_PASSWORD"), "{err}");
     let alice = format!("ftp://alice:secret@127.0.0.1:{port}/f");
     let (code, err) = cp(&[&alice, local.join("f").to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
+    // The password out of the process list: from the environment, for a
+    // URL that names a user without one; one in the URL wins.
+    let alice = format!("ftp://alice@127.0.0.1:{port}/f");
+    let g = local.join("g");
+    for (pass, want) in [("secret", Some(0)), ("wrong", Some(1))] {
+        let (code, err, _) =
+            cp_within(&["--retries", "0", &alice, g.to_str().unwrap()], &[("LIGHTPATH_PASSWORD", pass)], 60);
+        assert_eq!(code, want, "LIGHTPATH_PASSWORD={pass}: {err}");
+    }
+    let given = format!("ftp://alice:secret@127.0.0.1:{port}/f");
+    let (code, err, _) = cp_within(&[&given, g.to_str().unwrap()], &[("LIGHTPATH_PASSWORD", "wrong")], 60);
+    assert_eq!(code, Some(0), "{err}");
 }

@@ -157,7 +157,11 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
     let u = url::Url::parse(&escaped).map_err(|e| LocationError::Url(arg.into(), e.to_string()))?;
     let host = u.host_str().ok_or_else(|| LocationError::Url(arg.into(), "no host".into()))?;
     let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
-    let pass = u.password().map(decode).unwrap_or_else(|| "lightpath@".to_string());
+    let pass = match u.password() {
+        Some(p) => decode(p),
+        None if !u.username().is_empty() => password_from_env().unwrap_or_else(|| "lightpath@".to_string()),
+        None => "lightpath@".to_string(),
+    };
     let mut raw = u.path().to_string();
     if let Some(q) = u.query() {
         raw = format!("{raw}?{q}");
@@ -172,6 +176,14 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
         pass,
         path: percent_decode(&raw),
     }))
+}
+
+/// The password of a user a URL names without one: `LIGHTPATH_PASSWORD`.
+/// A password in the URL is in every process list (`/proc/PID/cmdline`
+/// is readable by all users: a security hunt's find); the environment
+/// is the owner's alone.
+fn password_from_env() -> Option<String> {
+    std::env::var("LIGHTPATH_PASSWORD").ok().filter(|p| !p.is_empty())
 }
 
 /// URL `arg` as written, without the password of its user

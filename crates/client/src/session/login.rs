@@ -148,7 +148,9 @@ impl Session {
             // server does not take: say how to give one.
             ClientError::Login(server, why) if anonymous => ClientError::Login(
                 server,
-                format!("{why} (as anonymous: give a user as ftp://USER:PASSWORD@host/path)"),
+                format!(
+                    "{why} (as anonymous: give a user as ftp://USER@host/path, its password in LIGHTPATH_PASSWORD)"
+                ),
             ),
             e => e,
         })?;
