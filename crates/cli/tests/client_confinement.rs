@@ -258,5 +258,6 @@ fn a_partial_copy_from_a_lightpath_server_lands_at_its_offset() {
     let (got, src) = (std::fs::read(&dst).unwrap(), std::fs::read(root.join("f")).unwrap());
     assert_eq!(got.len(), 250_000);
     assert!(got[..1000].iter().all(|&b| b == b'S'), "the old bytes before the hole stay");
+    assert!(got[1000..100_000].iter().all(|&b| b == 0), "the hole stays a hole");
     assert_eq!(&got[100_000..], &src[100_000..250_000]);
 }

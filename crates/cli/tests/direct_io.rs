@@ -26,6 +26,9 @@ fn a_large_flushed_download_over_loopback_is_written_directly() {
     assert!(ok, "{log}");
     assert_same_file(&root.join("big"), &local.join("big"));
     assert!(log.contains("download written with direct I/O"), "{log}");
+    // The sink's own word that it opened the file for direct I/O (the line
+    // above is the plan's, said before any write).
+    assert!(log.contains("download sink mode=direct") && !log.contains("no direct I/O"), "{log}");
 }
 
 #[test]

@@ -375,11 +375,28 @@ fn third_party_every_pairing_both_clients() {
 fn memory_to_memory_both_ways() {
     let d = scratch();
     let root = open_dir(&d.path().join("root"));
-    let (_srv, port) = lp_server(&root, &["--anonymous-write", "--memory-paths"]);
+    let log = d.path().join("log");
+    let (_srv, port) = logged_server(&root, &log, &["--memory-paths"]);
     assert!(guc(&["-p", "4", "-len", "67108864", &url(port, "/dev/zero"), "file:///dev/null"]));
     assert!(guc(&["-p", "4", "-len", "67108864", "file:///dev/zero", &url(port, "/dev/null")]));
     assert!(lp_cp(&["-p", "4", "--len", "64M", &url(port, "/dev/zero"), "/dev/null"]));
     assert!(!root.join("dev").exists(), "memory paths are virtual");
+    // Every transfer moved its 64 MiB (exit codes alone would pass a
+    // server that sent nothing and said 226).
+    let done = |file: &str| {
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines()
+            .filter(|l| l.contains("transfer done") && l.contains(&format!("file={file} ")))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let t = std::time::Instant::now();
+    while done("/dev/zero").len() + done("/dev/null").len() < 3 && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (zero, null) = (done("/dev/zero"), done("/dev/null"));
+    assert_eq!((zero.len(), null.len()), (2, 1), "{zero:?} {null:?}");
+    assert!(zero.iter().chain(&null).all(|l| l.contains("bytes=67108864")), "{zero:?} {null:?}");
 }
 
 /// A tree's destination's missing parents are made, as `mkdir -p` would

@@ -116,6 +116,8 @@ fn esto_and_rest_retr_still_work() {
     assert!(lp_cp(&["--off", "1000", "--len", "5000", part.to_str().unwrap(), &url(port, "/g")]));
     let g = std::fs::read(root.join("g")).unwrap();
     assert_eq!((g.len(), &g[1000..6000]), (300_000, &data[1000..6000]));
+    // Only the part: a client that sent the whole file passed the check above.
+    assert!(g[..1000].iter().chain(&g[6000..]).all(|&b| b == 0), "bytes outside the part changed");
     // A part past the end of the local file is refused before anything
     // moves (it was sent short, and the copy said it was whole).
     let (code, err) = cp(&["--off", "299000", "--len", "5000", part.to_str().unwrap(), &url(port, "/h")]);
@@ -135,7 +137,9 @@ fn esto_and_rest_retr_still_work() {
     let tail = local.join("tail");
     let (code, err) = cp(&["--off", "299000", &far, tail.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(&std::fs::read(&tail).unwrap()[299_000..], &data[299_000..]);
+    let got = std::fs::read(&tail).unwrap();
+    assert_eq!((got.len(), &got[299_000..]), (300_000, &data[299_000..]));
+    assert!(got[..299_000].iter().all(|&b| b == 0), "more than the tail was fetched");
     let (code, err) = cp(&["--off", "300001", &far, local.join("none").to_str().unwrap()]);
     assert!(code != 0 && err.contains("past the end of the file (300000 bytes)"), "{err}");
     // REST + RETR in MODE S.

@@ -285,15 +285,27 @@ fn a_file_rewritten_before_a_stream_dies_is_not_joined() {
 /// not after its retries, and the kept bytes go with it.
 #[test]
 fn ctrl_c_while_waiting_to_retry_stops_and_leaves_nothing() {
-    let (mut u, cp) = download_under_way(&["--retries", "10"]);
+    let (mut u, mut cp) = download_under_way(&["--retries", "10"]);
     u.kill_server_midway();
-    std::thread::sleep(Duration::from_millis(300));
+    // Signalled once cp says it waits to try again (a fixed pause raced it).
+    let (lines, said) = (std::io::BufReader::new(cp.stderr.take().unwrap()), std::sync::mpsc::channel());
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(lines).map_while(Result::ok) {
+            if line.contains("trying again") {
+                let _ = said.0.send(());
+            }
+            all += &line;
+            all.push('\n');
+        }
+        all
+    });
+    assert!(said.1.recv_timeout(Duration::from_secs(30)).is_ok(), "cp never said it would try again");
     let t = Instant::now();
     assert!(Command::new("kill").args(["-INT", &cp.id().to_string()]).status().unwrap().success());
-    let out = cp.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("trying again"), "{err}");
+    let status = cp.wait().unwrap();
+    let err = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
     // Ten retries would take minutes, and cp's grace period after Ctrl-C
     // is 10 s: the worker stops at the signal, its pause watches for it.
     assert!(t.elapsed() < Duration::from_secs(5), "stopped after {:?}", t.elapsed());

@@ -136,11 +136,13 @@ fn files_refused_before_any_session_was_held_go_on_with_the_one_taken() {
     flat(&local.join("src"), N);
     std::fs::create_dir(root.join("in")).unwrap();
     let (_s, port) = lp_server(&root, &["--anonymous-write", "--max-sessions-per-ip", "1"]);
+    // Held before the copy starts, so its first sessions are refused
+    // (asserted below: the test proves nothing otherwise).
+    let held = Raw::login(port);
     let holder = std::thread::spawn(move || {
-        let _c = Raw::login(port);
         std::thread::sleep(Duration::from_millis(600));
+        drop(held);
     });
-    std::thread::sleep(Duration::from_millis(200));
     let mut args = vec!["--cc".to_string(), "2".into(), "--no-connect-ahead".into()];
     args.extend((0..N).map(|i| local.join(format!("src/f{i:03}")).display().to_string()));
     args.push(format!("ftp://127.0.0.1:{port}/in/"));
@@ -148,5 +150,6 @@ fn files_refused_before_any_session_was_held_go_on_with_the_one_taken() {
     let (code, log) = cp_timed(&args, 120);
     holder.join().unwrap();
     assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("greeting refused"), "no session was turned away: {log}");
     assert_same_tree(&local.join("src"), &root.join("in"));
 }

@@ -317,12 +317,3 @@ fn describe_has_a_line_per_thread_and_the_notes() {
     assert_eq!(lines.iter().filter(|l| l.starts_with("note: ")).count(), p.notes.len());
     assert_eq!(lines.len(), 8 + p.notes.len());
 }
-
-#[test]
-fn placement_is_deterministic_and_fixed_by_devices_not_sessions() {
-    let topo = Topology {
-        nodes: vec![node(0, 0..8), node(1, 8..16)],
-        devices: vec![nic("ens1f0", Some(1), Some(25_000)), disk("nvme0n1", Some(0), Media::Nvme)],
-    };
-    assert_eq!(place(&topo, None, &root()).unwrap(), place(&topo, None, &root()).unwrap());
-}

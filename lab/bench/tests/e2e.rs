@@ -107,9 +107,7 @@ fn check_run(r: &RunRecord) {
 
 #[test]
 fn loopback_quick_run_measures_consistently() {
-    if !common::can_run() {
-        return;
-    }
+    common::need_tools();
     let dir = common::scenarios(&[("a-memory.toml", MEMORY), ("b-tree-3pt.toml", TREE_3PT), ("z-file.toml", FILE)]);
     let cache = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();

@@ -11,9 +11,7 @@ use lightpath_bench::{BenchArgs, Interrupted};
 
 #[test]
 fn interrupted_run_cleans_up() {
-    if !common::can_run() {
-        return;
-    }
+    common::need_tools();
     let slow = "repetitions = 3\ntimeout = \"120s\"\n[path]\nkind = \"loopback\"\n[dataset]\nkind = \"memory\"\nsize = \"400G\"\n\
                 [[tool]]\ntool = \"globus-url-copy\"\nparallel = 1\n";
     let dir = common::scenarios(&[("slow.toml", slow)]);

@@ -23,7 +23,7 @@ pub fn islands(p: &Path, len: u64) {
     std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
 }
 
-pub const LEN: u64 = 2 << 30;
+pub const LEN: u64 = 1 << 30;
 
 /// Bytes process `pid` has read so far (`rchar`: `read`, `pread` and
 /// `sendfile` alike), 0 once it is gone.
