@@ -1,4 +1,5 @@
 //! `lightpath`: GridFTP server, client, demo, WAN lab and benchmarks in one binary.
+#![forbid(unsafe_code)]
 
 mod congestion;
 mod cp;

@@ -1,6 +1,7 @@
 //! The lightpath GridFTP client: URLs, sessions, two-party and third-party
 //! copies of files and trees with parallel streams, concurrency and
 //! pipelining. Works with any GridFTP server: features come from FEAT.
+#![forbid(unsafe_code)]
 
 /// `eprintln!` that ignores a failed write: a closed stderr (`cp ... 2>&1
 /// | tee log`, the `tee` gone with the Ctrl-C) panicked the copy, exit

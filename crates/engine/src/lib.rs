@@ -3,6 +3,7 @@
 //! MODE E over parallel TCP connections (any stream carries any block),
 //! MODE S, zero-copy sends from files (`sendfile`), the per-session data
 //! channel with connection reuse, and checksums.
+#![forbid(unsafe_code)]
 
 pub mod checksum;
 pub mod datachan;

@@ -53,10 +53,6 @@ impl Control {
     pub fn new() -> Self {
         Self::default()
     }
-    /// A control block that also adds every byte to `total` (job-wide progress).
-    pub fn with_total(total: Arc<AtomicU64>) -> Self {
-        Control { parent: Some(total), ..Self::default() }
-    }
     /// Bytes moved so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)

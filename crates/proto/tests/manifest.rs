@@ -286,3 +286,21 @@ fn link_targets_count_against_the_name_limit() {
     assert_eq!(v.check(&Entry { path: b"m".to_vec(), ..link.clone() }), Ok(()));
     assert_eq!(v.check(&link), Err(ManifestError::Limit("path bytes")));
 }
+
+/// The record lengths docs/manifest.md gives (and the constants say) are
+/// what the encoder writes.
+#[test]
+fn records_are_as_long_as_documented() {
+    use lightpath_proto::manifest::{END_LEN, ENTRY_FIXED_LEN};
+    let mut out = Vec::new();
+    encode_header(&mut out);
+    assert_eq!(out.len(), HEADER_LEN);
+    let link =
+        Entry { path: b"abc".to_vec(), kind: Kind::Symlink { target: b"de".to_vec() }, mode: 0o777, mtime_ns: 0 };
+    out.clear();
+    encode_entry_unchecked(&link, &mut out);
+    assert_eq!(out.len(), ENTRY_FIXED_LEN + 3 + 2);
+    out.clear();
+    encode_end_unchecked(Summary { entries: 1, total: 0 }, &mut out);
+    assert_eq!(out.len(), END_LEN);
+}

@@ -241,18 +241,34 @@ fn cksm(
         let src = FileSource::new(f, false).map_err(|e| io_reply(p, &e))?;
         checksum_until(&src, (alg, offset, len), &stop)
     };
-    match sum {
-        Ok(s) => Ok(Reply::new(213, s)),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-            Err(Reply::new(426, format!("{}: CKSM aborted.", p.display())))
-        }
-        Err(e) => Err(Reply::new(501, format!("{}: {e}", p.display()))),
+    sum.map(|s| Reply::new(213, s)).map_err(|e| cksm_failed(p, &e))
+}
+
+/// The reply to a CKSM that failed: 501 for what the command asked
+/// (an unknown algorithm, a range past the end), 426 when stopped, 451
+/// for the server's disk (every error was a 501, "syntax error in
+/// parameters", which a client does not try again).
+fn cksm_failed(p: &VPath, e: &io::Error) -> Reply {
+    match e.kind() {
+        io::ErrorKind::Interrupted => Reply::new(426, format!("{}: CKSM aborted.", p.display())),
+        io::ErrorKind::InvalidInput => Reply::new(501, format!("{}: {e}", p.display())),
+        _ => Reply::new(451, format!("Error on the server's disk: {}: {e}", p.display())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cksm_that_could_not_read_is_the_servers_fault() {
+        let p = VPath::root().join(b"f").unwrap();
+        let code = |kind: io::ErrorKind| cksm_failed(&p, &io::Error::new(kind, "x")).code;
+        assert_eq!(code(io::ErrorKind::InvalidInput), 501);
+        assert_eq!(code(io::ErrorKind::Interrupted), 426);
+        assert_eq!(code(io::ErrorKind::Other), 451);
+        assert_eq!(code(io::ErrorKind::UnexpectedEof), 451);
+    }
 
     fn vp(s: &str) -> VPath {
         VPath::root().join(s.as_bytes()).unwrap()

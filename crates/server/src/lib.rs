@@ -1,5 +1,6 @@
 //! The lightpath GridFTP server: listener, authentication, sessions, and
 //! confinement of every path to the served root.
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod ahead;

@@ -152,7 +152,7 @@ impl Root {
     /// CAP_FSETID: a server running as root kept them, so a client chose
     /// the contents of a setuid-root program (a security hunt's find).
     fn drop_set_ids(f: &File, mode: u32) -> io::Result<()> {
-        let ids = u32::from(rustix::fs::Mode::SUID.bits() | rustix::fs::Mode::SGID.bits());
+        let ids = rustix::fs::Mode::SUID.bits() | rustix::fs::Mode::SGID.bits();
         if mode & ids == 0 {
             return Ok(());
         }

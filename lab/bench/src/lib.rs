@@ -10,6 +10,7 @@
 //! (process groups, Ctrl-C), `tools` (command lines; `fio` for the disk
 //! reference), `dataset`/`gen`/`manifest` (data), `scratchfs` (a fresh file system
 //! for every run's output) and `sampler`; then `record`, `stats`, `report` and `plot` for output.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 

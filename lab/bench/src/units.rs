@@ -66,7 +66,8 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         "h" => num * 3600.0,
         _ => bail!("`{text}`: unknown duration unit `{unit}` (use us, ms, s, m, h)"),
     };
-    Ok(Duration::from_secs_f64(secs))
+    // Checked: a duration too long for `Duration` (300 digits) panicked.
+    Duration::try_from_secs_f64(secs).map_err(|_| anyhow::anyhow!("`{text}`: not a duration this harness can wait"))
 }
 
 /// Formats bytes with a binary unit (`1.50 GiB`).
@@ -189,6 +190,7 @@ mod tests {
         assert_eq!(parse_duration("95ms").unwrap(), Duration::from_millis(95));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("3 fortnights").is_err());
+        assert!(parse_duration(&format!("1{}h", "0".repeat(300))).is_err(), "too long: an error, no panic");
     }
 
     #[test]

@@ -102,14 +102,6 @@ pub fn set_sysctl(ns: &str, key: &str, value: &str) -> Result<(), LabError> {
     })
 }
 
-/// Reads a sysctl inside namespace `ns`.
-pub fn get_sysctl(ns: &str, key: &str) -> Result<String, LabError> {
-    let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    in_ns(ns, || fs::read_to_string(&path))?
-        .map(|s| s.trim().to_string())
-        .map_err(|e| LabError::Netns { ns: ns.to_string(), source: e })
-}
-
 /// `(rx_dropped, tx_dropped)` of interface `dev` in namespace `ns`.
 pub(crate) fn drop_stats(ns: &str, dev: &str) -> Option<(u64, u64)> {
     let text = in_ns(ns, || fs::read_to_string("/proc/thread-self/net/dev")).ok()?.ok()?;

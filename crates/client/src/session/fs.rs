@@ -179,14 +179,8 @@ impl Session {
         cmds.into_iter().map(|c| self.ctl.check(&c).map(|()| c)).collect()
     }
 
-    /// `RNFR from` and `RNTO to` for each pair, pipelined
-    /// ([`Session::final_replies`]): one result a pair.
-    pub async fn rename_many(&mut self, moves: &[(Vec<u8>, Vec<u8>)]) -> Vec<Result<(), ClientError>> {
-        let replies = self.flight(rename_cmds(moves)).await;
-        self.renamed(&replies, moves)
-    }
-
-    /// What the replies to [`rename_cmds`] of `moves` say: one result a pair.
+    /// What the replies to [`rename_cmds`] of `moves` (`RNFR from`, `RNTO
+    /// to` for each pair, pipelined) say: one result a pair.
     pub(crate) fn renamed(
         &self,
         replies: &[Result<Reply, ClientError>],
