@@ -23,12 +23,21 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # compiled here so that they cannot rot (one had, unnoticed).
 (cd fuzz && cargo check --locked --quiet)
 log=$(mktemp)
-cargo test --workspace --locked 2>&1 | tee "$log"
+# Every test binary runs even after one fails (--no-fail-fast), so that
+# one failure does not hide the others, and the totals below are printed
+# either way; the script's status is still the tests'.
+set +e
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
+tests_rc=${PIPESTATUS[0]}
+set -e
 # The benchmark harness in --quick mode (loopback + one short emulated path),
 # so it cannot rot. Results go to a scratch directory, not bench/results.
-cargo run --locked --quiet --bin lightpath -- bench --quick --out target/bench-quick
+if [ "$tests_rc" -eq 0 ]; then
+    cargo run --locked --quiet --bin lightpath -- bench --quick --out target/bench-quick
+fi
 
 # One closing line with the totals of every test binary above.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"
+exit "$tests_rc"

@@ -257,6 +257,13 @@ fn allo_is_a_hint_for_esto_and_appe() {
     }
     assert_eq!(std::fs::read(root.join("esto")).unwrap(), b"hello world");
     assert_eq!(std::fs::read(root.join("app")).unwrap(), b"head-hello worldhello world");
+    // The real guc -len past the end of its source: ALLO 2000000, then
+    // ESTO A 0 with the 11 bytes there are.
+    let small = d.path().join("small");
+    std::fs::write(&small, b"hello world").unwrap();
+    let from = format!("file://{}", small.display());
+    assert!(guc(&["-len", "2000000", &from, &format!("ftp://127.0.0.1:{port}/by-guc")]));
+    assert_eq!(std::fs::read(root.join("by-guc")).unwrap(), b"hello world");
 }
 
 /// Without ALLO, a stream-mode upload ends when its data connection

@@ -384,22 +384,45 @@ fn a_pipelined_flight_is_answered_in_a_few_segments() {
     assert!(n <= 8, "{n} segments for 13 replies:\n{got}");
 }
 
-/// guc `-tcp-bs 8192` sends `SITE STORBUFSIZE` before PASV. The listener
-/// must take the size before the client connects: the window scale of the
-/// handshake comes from the buffer then, and a small buffer set only after
-/// the accept left a window below one segment (10 MB took 66 s).
+/// guc `-tcp-bs 8192` sends `SITE RETRBUFSIZE` (a download) or `SITE
+/// STORBUFSIZE` (an upload) before PASV, as the real guc shows below. The
+/// listener must take the size before the client connects: the window
+/// scale of the handshake comes from the buffer then, and a small buffer
+/// set only after the accept left a window below one segment (10 MB took
+/// 66 s).
 #[test]
 fn a_buffer_size_sent_before_pasv_sizes_the_handshake() {
-    let (_d, root, _local) = root_and_local();
+    let (_d, root, local) = root_and_local();
     let (_s, port) = lp_server(&root, &["--anonymous-write"]);
     let mut c = Raw::login(port);
     let conn = std::net::TcpStream::connect(c.pasv()).unwrap();
     let autotuned = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
     assert!(autotuned >= 4, "a default listener offers room to grow: wscale {autotuned}");
-    assert_eq!(c.cmd("SITE STORBUFSIZE 8192").0, 200);
-    let conn = std::net::TcpStream::connect(c.pasv()).unwrap();
-    let wscale = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
-    assert!(wscale <= 1, "an 8 KiB buffer offers a window scale of 0 or 1, not {wscale}");
+    for verb in ["STORBUFSIZE", "RETRBUFSIZE"] {
+        assert_eq!(c.cmd(&format!("SITE {verb} 8192")).0, 200);
+        let conn = std::net::TcpStream::connect(c.pasv()).unwrap();
+        let wscale = lightpath_sys::net::tcp_peer_wscale(&conn).unwrap();
+        assert!(wscale <= 1, "{verb}: an 8 KiB buffer offers a window scale of 0 or 1, not {wscale}");
+        assert_eq!(c.cmd("SITE STORBUFSIZE 0").0, 200, "back to autotuning");
+    }
+    // The real guc's order, both ways: the size, then PASV.
+    write_random(&root.join("f"), 3_000_000, 5);
+    let dl = local.join("f");
+    let cases = [
+        ("RETRBUFSIZE", format!("ftp://127.0.0.1:{port}/f"), format!("file://{}", dl.display())),
+        ("STORBUFSIZE", format!("file://{}", dl.display()), format!("ftp://127.0.0.1:{port}/up")),
+    ];
+    for (verb, from, to) in cases {
+        need("globus-url-copy");
+        let out = std::process::Command::new("globus-url-copy").args(["-dbg", "-tcp-bs", "8192", &from, &to]).output();
+        let out = out.unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{said}");
+        let at = |l: &str| said.lines().position(|x| x.trim() == l).unwrap_or_else(|| panic!("no {l}: {said}"));
+        assert!(at(&format!("SITE {verb} 8192")) < at("PASV"), "{said}");
+    }
+    assert_same_file(&root.join("f"), &dl);
+    assert_same_file(&root.join("f"), &root.join("up"));
 }
 
 /// Names and replies are the peer's bytes: `ls` prints their control

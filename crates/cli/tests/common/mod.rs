@@ -309,7 +309,7 @@ fn wait_serving(child: &mut Child, port: u16) {
     }
 }
 
-fn need(tool: &str) {
+pub fn need(tool: &str) {
     let ok = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
