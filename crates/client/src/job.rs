@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex};
 mod crew;
 mod dirs;
 mod publish;
+mod start;
 mod tree;
 mod verify;
 
 use crew::{next_batch, BatchOut, Crew};
 use dirs::make_dirs;
-use tree::{tree_noted, try_tree};
+use start::{refuse_misuse, session_opts, speculation};
+use tree::try_tree;
 pub(crate) use verify::{compare_digests, discard_copy, discard_local_by, kept_unverified, local_digest, mismatch};
 use verify::{verify_batch, Side};
 
@@ -186,35 +188,8 @@ pub async fn copy(
     mut opts: CopyOptions,
     progress: Arc<Progress>,
 ) -> Result<Vec<FileResult>, ClientError> {
-    let sopts = SessionOpts {
-        streams: opts.streams,
-        target_bps: opts.target_bps,
-        block: opts.block,
-        pipeline: opts.pipeline,
-        total: progress.bytes.clone(),
-        cancel: progress.cancel.clone(),
-        direct_io: opts.direct_io,
-        connect_ahead: opts.connect_ahead,
-        fastopen: opts.fastopen,
-        congestion: opts.congestion.clone(),
-        data_from_any: opts.data_from_any,
-        keep_interrupted: opts.partial,
-        mlsr: opts.mlsr,
-        quiet: opts.quiet,
-        sessions: 1,
-    };
-    let zero = Location::Local("/dev/zero".into());
-    if opts.part.is_none() && srcs.contains(&zero) {
-        // It has no end: without a length it sent nothing, exit 0.
-        return Err(ClientError::Usage("/dev/zero as a source needs --len (how many bytes)".into()));
-    }
-    if opts.part.is_some() && opts.verify.is_some() {
-        // It compared the whole source's checksum with the part copied:
-        // every such copy failed, its part left in place.
-        return Err(ClientError::Usage(
-            "--verify checks whole files: not with --off/--len (a part of a file); nothing copied".into(),
-        ));
-    }
+    let sopts = session_opts(&opts, &progress);
+    refuse_misuse(&srcs, &opts)?;
     let remote_src = one_source_server(&srcs, &dst)?;
     if opts.recursive {
         for s in &srcs {
@@ -231,26 +206,9 @@ pub async fn copy(
     let verify = opts.verify.as_deref();
     verify::checkable(verify, &srcs, &dst)?;
     let tree = opts.recursive && srcs.len() == 1 && opts.part.is_none();
-    // A remote tree to a local directory, or one remote file to a local
-    // path: VRET or RETR goes with the login (one round trip less).
     let one_file = !opts.recursive && srcs.len() == 1 && opts.part.is_none();
-    // Not with --verify: the servers' CKSM algorithms are checked first.
-    let spec = match (&remote_src, &dst) {
-        _ if verify.is_some() => Speculation::None,
-        (Some(r), Location::Local(_)) if tree && same_server(r) && !tree_noted(&opts, &srcs[0], &dst) => {
-            Speculation::Tree(r.path.as_slice())
-        }
-        // A RETR in the login flight goes before FEAT says what the server
-        // is: only with a name every server reads as sent (GCT drops bytes
-        // outside printable ASCII, and `café` fetched `caf`: an audit).
-        (Some(r), Location::Local(d))
-            if one_file
-                && same_server(r)
-                && crate::control::any_server_reads(&r.path)
-                && !(opts.partial && crate::partial::kept_for(d, &r.path)) =>
-        {
-            Speculation::File(r.path.as_slice())
-        }
+    let spec = match &remote_src {
+        Some(r) if same_server(r) => speculation(r, &srcs[0], &dst, &opts, (tree, one_file)),
         _ => Speculation::None,
     };
     let mut lister = match &remote_src {
