@@ -184,40 +184,13 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         (Some(off), None) => Some((off, lightpath_client::job::TO_END)),
         (None, None) => None,
     };
-    // As `cp` does, before anything is asked: each file failed alone with
-    // "No such file or directory", after its data had moved.
-    if let (false, true, Location::Local(d)) = (a.recursive, srcs.len() > 1, &dst) {
-        if !d.is_dir() {
-            let n = srcs.len();
-            let why = format!("target {} is not a directory (copying {n} files needs one that exists)", d.display());
-            return Err(ClientError::Usage(why).into());
-        }
-    }
+    not_a_directory(&a, &srcs, &dst)?;
     if a.partial && !lightpath_client::partial::notes_possible() {
         crate::log::say(
             "lightpath: neither XDG_STATE_HOME nor HOME is set: --partial keeps downloaded files, but notes no upload or tree for a later run",
         );
     }
-    let opts = CopyOptions {
-        streams: a.parallel.unwrap_or(0),
-        target_bps: a.rate_hint,
-        cc: a.cc,
-        recursive: a.recursive,
-        pipeline: a.pipeline,
-        block: a.block,
-        part,
-        verify: a.verify.clone(),
-        fsync: a.fsync,
-        direct_io: a.direct_io.into(),
-        connect_ahead: !a.no_connect_ahead,
-        fastopen: !a.no_fastopen,
-        congestion: crate::congestion::check(a.congestion.as_deref())?,
-        data_from_any: a.data_from_any,
-        retries: a.retries,
-        partial: a.partial,
-        mlsr: !a.no_mlsr,
-        quiet: a.quiet,
-    };
+    let opts = copy_options(&a, part)?;
     // Data will move through this process: its I/O threads and buffer pool
     // start while the control connection logs in.
     let third_party = !matches!(dst, Location::Local(_)) && srcs.iter().all(|s| matches!(s, Location::Remote(_)));
@@ -261,6 +234,45 @@ fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Interrupted);
     };
     Ok(report(&a, &results, &progress, started.elapsed()))
+}
+
+/// The client's options from `cp`'s arguments and the part (`--off`,
+/// `--len`) asked for.
+fn copy_options(a: &CpArgs, part: Option<(u64, u64)>) -> anyhow::Result<CopyOptions> {
+    Ok(CopyOptions {
+        streams: a.parallel.unwrap_or(0),
+        target_bps: a.rate_hint,
+        cc: a.cc,
+        recursive: a.recursive,
+        pipeline: a.pipeline,
+        block: a.block,
+        part,
+        verify: a.verify.clone(),
+        fsync: a.fsync,
+        direct_io: a.direct_io.into(),
+        connect_ahead: !a.no_connect_ahead,
+        fastopen: !a.no_fastopen,
+        congestion: crate::congestion::check(a.congestion.as_deref())?,
+        data_from_any: a.data_from_any,
+        retries: a.retries,
+        partial: a.partial,
+        mlsr: !a.no_mlsr,
+        quiet: a.quiet,
+    })
+}
+
+/// Several files into a local target that is not a directory, refused as
+/// `cp` does, before anything is asked: each file failed alone with "No
+/// such file or directory", after its data had moved.
+fn not_a_directory(a: &CpArgs, srcs: &[Location], dst: &Location) -> anyhow::Result<()> {
+    if let (false, true, Location::Local(d)) = (a.recursive, srcs.len() > 1, dst) {
+        if !d.is_dir() {
+            let n = srcs.len();
+            let why = format!("target {} is not a directory (copying {n} files needs one that exists)", d.display());
+            return Err(ClientError::Usage(why).into());
+        }
+    }
+    Ok(())
 }
 
 /// Say what failed, then (unless `-q` and nothing failed: a quiet copy
