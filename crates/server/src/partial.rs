@@ -25,6 +25,11 @@ pub const KEEP_FOR: Duration = Duration::from_secs(15 * 60);
 /// Partial uploads kept at most (each holds a file of its full size).
 pub const MAX_KEPT: usize = 16;
 
+/// Partial uploads kept at most for one user (anonymous logins are one):
+/// one user's broken uploads pushed out every other user's, the oldest
+/// going first (a security hunt's find).
+pub const MAX_KEPT_PER_USER: usize = 4;
+
 /// Bytes an upload must have written to be kept: less is as quickly sent
 /// again, and a client that breaks many small uploads holds no disk.
 pub const MIN_KEPT: u64 = 1 << 20;
@@ -64,6 +69,22 @@ pub struct Partials<F> {
     keep_for: Duration,
 }
 
+/// Which kept upload goes (oldest first, `kept` is in keeping order)
+/// before one more of `user`'s is kept: its own oldest past
+/// [`MAX_KEPT_PER_USER`]; past [`MAX_KEPT`], the oldest of the user who
+/// holds the most.
+fn evictee<F>(kept: &[Partial<F>], user: &str) -> Option<usize> {
+    let of = |u: &str| kept.iter().filter(|p| p.owner.user == u).count();
+    if of(user) >= MAX_KEPT_PER_USER {
+        return kept.iter().position(|p| p.owner.user == user);
+    }
+    if kept.len() < MAX_KEPT {
+        return None;
+    }
+    let most = kept.iter().map(|p| of(&p.owner.user)).max()?;
+    kept.iter().position(|p| of(&p.owner.user) == most)
+}
+
 impl<F> Partials<F> {
     /// Keeping each partial upload for `keep_for` (zero: none is kept).
     pub fn new(keep_for: Duration) -> Self {
@@ -89,8 +110,8 @@ impl<F> Partials<F> {
         if let Some(i) = kept.iter().position(|p| p.owner == owner && p.path == path) {
             gone.push(kept.remove(i).file);
         }
-        if kept.len() >= MAX_KEPT {
-            gone.push(kept.remove(0).file);
+        if let Some(i) = evictee(&kept, &owner.user) {
+            gone.push(kept.remove(i).file);
         }
         kept.push(Partial { owner, path: path.to_vec(), file, have, size, meta, since: now });
         gone
@@ -207,15 +228,41 @@ mod tests {
         ps.keep(t0, (owner("a"), b"/f"), 3, set(&[(0, 1)]), &stor(None, None));
         let (p, gone) = ps.take(t0 + KEEP_FOR, &owner("a"), b"/f");
         assert!(p.is_none() && gone == vec![3], "expired at take");
-        for i in 0..MAX_KEPT + 2 {
-            ps.keep(t0, (owner("a"), format!("/{i}").as_bytes()), i, RangeSet::new(), &stor(None, None));
+        // Four users of four each fill the server; a fifth user's push out
+        // the oldest of a user who holds the most.
+        let who = |i: usize| owner(&format!("u{}", i % 4));
+        for i in 0..MAX_KEPT {
+            ps.keep(t0, (who(i), format!("/{i}").as_bytes()), i, RangeSet::new(), &stor(None, None));
         }
         assert_eq!(ps.len(), MAX_KEPT);
-        assert!(ps.take(t0, &owner("a"), b"/0").0.is_none() && ps.take(t0, &owner("a"), b"/1").0.is_none());
-        assert!(ps.take(t0, &owner("a"), b"/2").0.is_some());
+        for i in MAX_KEPT..MAX_KEPT + 2 {
+            assert_eq!(
+                ps.keep(t0, (owner("e"), format!("/{i}").as_bytes()), i, RangeSet::new(), &stor(None, None)).len(),
+                1
+            );
+        }
+        assert_eq!(ps.len(), MAX_KEPT);
+        assert!(ps.take(t0, &who(0), b"/0").0.is_none() && ps.take(t0, &who(1), b"/1").0.is_none());
+        assert!(ps.take(t0, &who(2), b"/2").0.is_some());
+        assert!(ps.take(t0, &owner("e"), b"/16").0.is_some());
         let none = Partials::new(Duration::ZERO);
         assert_eq!(none.keep(t0, (owner("a"), b"/f"), 7, set(&[(0, 1)]), &stor(None, None)), vec![7], "keeping none");
         assert!(none.is_empty());
+    }
+
+    /// One user's broken uploads push out only its own: the fifth goes
+    /// in place of its oldest, however few the others keep.
+    #[test]
+    fn one_user_keeps_at_most_its_share() {
+        let (ps, t0) = (Partials::new(KEEP_FOR), Instant::now());
+        ps.keep(t0, (owner("alice"), b"/a"), 100, RangeSet::new(), &stor(None, None));
+        for i in 0..10 {
+            let gone =
+                ps.keep(t0, (owner("mallory"), format!("/{i}").as_bytes()), i, RangeSet::new(), &stor(None, None));
+            assert_eq!(gone, if i < MAX_KEPT_PER_USER { vec![] } else { vec![i - MAX_KEPT_PER_USER] }, "{i}");
+        }
+        assert_eq!(ps.len(), 1 + MAX_KEPT_PER_USER);
+        assert!(ps.take(t0, &owner("alice"), b"/a").0.is_some(), "alice's stays");
     }
 
     fn stor(restart: Option<Restart>, allo: Option<u64>) -> Transfer {
