@@ -370,4 +370,20 @@ fn a_setuid_file_written_in_place_loses_the_bit() {
         assert_eq!(now, mode & 0o1777, "{verb} of a {mode:o} file");
         assert_eq!(std::fs::read(root.join("prog")).unwrap(), b"#!/bin/sh\nid\n");
     }
+    // A server run as another user may still write a group- or
+    // world-writable setgid file it does not own (the kernel drops the
+    // bit then); our chmod of it was refused, and with it the APPE.
+    let (_s, port) = lp_server(&root, &["--anonymous-write", "--run-as", "gftp"]);
+    let mut c = Raw::login(port);
+    std::fs::write(root.join("prog"), b"#!/bin/sh\n").unwrap();
+    chmod(&root.join("prog"), 0o2777);
+    let at = c.pasv();
+    c.send(b"APPE prog");
+    let mut data = std::net::TcpStream::connect(at).unwrap();
+    std::io::Write::write_all(&mut data, b"id\n").unwrap();
+    drop(data);
+    let (code, text) = c.final_reply();
+    assert_eq!(code, 226, "{text}");
+    assert_eq!(std::fs::metadata(root.join("prog")).unwrap().permissions().mode() & 0o7777, 0o777);
+    assert_eq!(std::fs::read(root.join("prog")).unwrap(), b"#!/bin/sh\nid\n");
 }
