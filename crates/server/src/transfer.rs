@@ -550,7 +550,9 @@ fn data_reply_at(p: Option<&VPath>, e: EngineError) -> Reply {
 /// them), for the final reply ([`Reply::with_names_left_out`]).
 fn listing(root: &Root, writable: bool, t: &Transfer) -> Result<(Held, u64), Reply> {
     let (out, left_out) = {
-        let _turn = crate::listing::held::build_slot();
+        let Some(_turn) = crate::listing::held::build_slot(crate::listing::held::SLOT_WAIT) else {
+            return Err(Reply::new(450, "Server busy: other listings are being built; try again"));
+        };
         build_listing(root, writable, t)?
     };
     let busy = |held: usize| {
