@@ -10,7 +10,7 @@ bash scripts/install-test-deps.sh
 # The WAN emulator's tests skip themselves under this variable (for a
 # machine without root); here every test runs, or fails.
 unset LIGHTPATH_SKIP_LAB_TESTS
-# The interrupt tests have the receiver reserve 2 GiB files, two tests at
+# The interrupt tests have the receiver reserve large files, two tests at
 # a time; say so up front when the disk is short (CI once failed on 9 GiB).
 free_gib=$(( $(df --output=avail -k . | tail -1) / 1048576 ))
 echo "free disk space here: ${free_gib} GiB"

@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
         data_peer: None,
         client: (cfg & 0x40 != 0).then_some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
         host: vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
+        host_data_ports: vec![(32768, 60999)],
     });
     let greeting = drain(&mut pi, read_only);
     assert_eq!(greeting, 1);

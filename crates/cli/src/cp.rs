@@ -177,6 +177,7 @@ fn start_failure_code(e: &anyhow::Error) -> u8 {
 
 fn run_inner(mut a: CpArgs) -> anyhow::Result<Outcome> {
     a.timeouts.apply()?;
+    lightpath_client::location::one_env_password(&a.paths).map_err(|e| ClientError::Usage(e.to_string()))?;
     let dst = Location::parse_os(&a.paths.pop().unwrap_or_default())?;
     let srcs = a.paths.iter().map(|s| Location::parse_os(s)).collect::<Result<Vec<_>, _>>()?;
     let part = match (a.off, a.len) {

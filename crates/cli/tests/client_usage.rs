@@ -518,4 +518,16 @@ fn an_anonymous_login_refused_says_how_to_give_a_user() {
     let given = format!("ftp://alice:secret@127.0.0.1:{port}/f");
     let (code, err, _) = cp_within(&[&given, g.to_str().unwrap()], &[("LIGHTPATH_PASSWORD", "wrong")], 60);
     assert_eq!(code, Some(0), "{err}");
+    // One password for one login: a copy naming two users without
+    // passwords is refused before anything is sent (the one site's
+    // password went to the other), and anonymous never gets it.
+    let bob = format!("ftp://bob@127.0.0.1:{port}/g");
+    let (code, err, _) = cp_within(&[&alice, &bob], &[("LIGHTPATH_PASSWORD", "secret")], 60);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("alice@127.0.0.1") && err.contains("bob@127.0.0.1"), "{err}");
+    let anon = format!("ftp://anonymous@127.0.0.1:{port}/f");
+    let (code, err, _) =
+        cp_within(&["--retries", "0", &anon, g.to_str().unwrap()], &[("LIGHTPATH_PASSWORD", "secret")], 60);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("as anonymous"), "logged in as anonymous, not with alice's password: {err}");
 }

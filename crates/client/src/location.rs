@@ -9,6 +9,11 @@ pub enum LocationError {
     /// Not a URL we can use.
     #[error("bad URL {0}: {1}")]
     Url(String, String),
+    /// `LIGHTPATH_PASSWORD` would go to more than one login.
+    #[error(
+        "LIGHTPATH_PASSWORD would be sent to {0}: it is one password, for one user of one server; give the others in their URLs"
+    )]
+    SharedPassword(String),
 }
 
 /// A GridFTP server and a path on it.
@@ -85,7 +90,10 @@ impl Location {
     /// local path.
     pub fn parse(arg: &str) -> Result<Location, LocationError> {
         // The URL an error shows has no password (it went to cron logs).
-        Self::parse_shown(arg).map_err(|LocationError::Url(u, why)| LocationError::Url(without_password(&u), why))
+        Self::parse_shown(arg).map_err(|e| match e {
+            LocationError::Url(u, why) => LocationError::Url(without_password(&u), why),
+            e => e,
+        })
     }
 
     fn parse_shown(arg: &str) -> Result<Location, LocationError> {
@@ -159,7 +167,7 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
     let user = if u.username().is_empty() { "anonymous".to_string() } else { decode(u.username()) };
     let pass = match u.password() {
         Some(p) => decode(p),
-        None if !u.username().is_empty() => password_from_env().unwrap_or_else(|| "lightpath@".to_string()),
+        None if !is_anonymous(&user) => password_from_env().unwrap_or_else(|| "lightpath@".to_string()),
         None => "lightpath@".to_string(),
     };
     let mut raw = u.path().to_string();
@@ -176,6 +184,33 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
         pass,
         path: percent_decode(&raw),
     }))
+}
+
+/// Whether `user` is an anonymous login, whose password is no secret
+/// (an e-mail address by custom): `LIGHTPATH_PASSWORD` never goes there.
+fn is_anonymous(user: &str) -> bool {
+    ["anonymous", "ftp"].contains(&user)
+}
+
+/// Refuses `args` (a command's paths) when `LIGHTPATH_PASSWORD` would go
+/// to more than one login (user, host, port): a third-party copy naming
+/// two users sent the one site's password to the other (a review's find).
+pub fn one_env_password(args: &[std::ffi::OsString]) -> Result<(), LocationError> {
+    if password_from_env().is_none() {
+        return Ok(());
+    }
+    let mut logins: Vec<String> = Vec::new();
+    for arg in args.iter().filter_map(|a| a.to_str()) {
+        let Ok(Location::Remote(r)) = Location::parse(arg) else { continue };
+        let login = format!("{}@{}:{}", r.user, r.host, r.port);
+        if without_password(arg) == arg && !is_anonymous(&r.user) && !logins.contains(&login) {
+            logins.push(login);
+        }
+    }
+    match logins.len() {
+        0 | 1 => Ok(()),
+        _ => Err(LocationError::SharedPassword(logins.join(" and "))),
+    }
 }
 
 /// The password of a user a URL names without one: `LIGHTPATH_PASSWORD`.

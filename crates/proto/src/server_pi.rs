@@ -52,6 +52,11 @@ pub struct PiConfig {
     /// elsewhere: the connection would come from the host itself, into
     /// services that trust it or that a firewall keeps from outside.
     pub host: Vec<IpAddr>,
+    /// Ports of the host's own addresses PORT may name all the same: where
+    /// data listeners bind (the kernel's ephemeral range, a configured
+    /// data port range), so that a third-party copy between two servers
+    /// of one host still works; services listen on fixed ports outside.
+    pub host_data_ports: Vec<(u16, u16)>,
 }
 
 /// Transfer mode (RFC 959 3.4, GFD.20 MODE E).
@@ -531,7 +536,7 @@ impl ServerPi {
     }
 
     fn set_active(&mut self, addrs: Vec<SocketAddr>) {
-        if let Some(why) = addrs.iter().find_map(|a| self.refuse_active(a.ip())) {
+        if let Some(why) = addrs.iter().find_map(|a| self.refuse_active(*a)) {
             return self.reply(501, why);
         }
         self.reply(200, "PORT Command successful.");
@@ -539,8 +544,8 @@ impl ServerPi {
     }
 
     /// Why the server must not connect to `ip`, if it must not.
-    fn refuse_active(&self, ip: IpAddr) -> Option<String> {
-        let ip = ip.to_canonical();
+    fn refuse_active(&self, a: SocketAddr) -> Option<String> {
+        let ip = a.ip().to_canonical();
         let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
         if ip.is_unspecified() || ip.is_multicast() || broadcast {
             return Some(format!("PORT to {ip}: not a host address."));
@@ -550,7 +555,7 @@ impl ServerPi {
                 "PORT to {ip}: this server connects only to its client ({p}); `serve --data-peers any` allows third-party transfers."
             )),
             Some(_) => None,
-            None => self.cfg.client.filter(|&c| self.reaches_in(ip, c.to_canonical())).map(|c| {
+            None => self.cfg.client.filter(|&c| self.reaches_in((ip, a.port()), c.to_canonical())).map(|c| {
                 format!("PORT to {ip}: an address inside this server's host or network, named by a client at {c}.")
             }),
         }
@@ -558,9 +563,10 @@ impl ServerPi {
 
     /// Whether `ip`, named by a client at `client`, reaches into this
     /// server's host or site from outside it (canonical addresses).
-    fn reaches_in(&self, ip: IpAddr, client: IpAddr) -> bool {
+    fn reaches_in(&self, (ip, port): (IpAddr, u16), client: IpAddr) -> bool {
         let own = |a: IpAddr| self.cfg.host.iter().any(|h| h.to_canonical() == a);
-        crate::hostport::reaches_inside(ip, client) || (own(ip) && !own(client) && !client.is_loopback())
+        let data_port = self.cfg.host_data_ports.iter().any(|&(low, high)| (low..=high).contains(&port));
+        crate::hostport::reaches_inside(ip, client) || (own(ip) && !own(client) && !client.is_loopback() && !data_port)
     }
 
     fn set_buffer(&mut self, n: u64, text: &str) {

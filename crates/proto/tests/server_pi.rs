@@ -26,6 +26,7 @@ fn cfg(anonymous: bool, read_only: bool) -> PiConfig {
         data_peer: None,
         client: None,
         host: Vec::new(),
+        host_data_ports: Vec::new(),
     }
 }
 
@@ -1006,4 +1007,10 @@ fn port_to_any_host_is_not_port_to_the_servers_own_address() {
         let mut s = Session::logged_in(at(local));
         assert_eq!(actions(&s.send(b"PORT 198,51,100,1,4,1\r\n")), [&Action::Active(vec![own])], "{local}");
     }
+    // A data listener's port on the host (another server's PASV, for a
+    // third-party copy between two servers of one host) is allowed.
+    let mut s = Session::logged_in(PiConfig { host_data_ports: vec![(32768, 60999)], ..at("203.0.113.2") });
+    let listener: SocketAddr = "198.51.100.1:40000".parse().unwrap();
+    assert_eq!(actions(&s.send(b"PORT 198,51,100,1,156,64\r\n")), [&Action::Active(vec![listener])]);
+    assert_eq!(codes(&s.send(b"PORT 198,51,100,1,24,235\r\n")), [501], "port 6379, a service's");
 }

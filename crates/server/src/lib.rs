@@ -160,7 +160,15 @@ impl ServerCtx {
             data_peer: self.data_peer(peer),
             client: peer,
             host: own_addresses(),
+            host_data_ports: self.host_data_ports(),
         }
+    }
+
+    /// Where data listeners of this host bind: the kernel's ephemeral
+    /// ports, and `--data-ports` if given.
+    fn host_data_ports(&self) -> Vec<(u16, u16)> {
+        let configured = self.cfg.data_ports.map(|r| (r.low, r.high));
+        lightpath_sys::net::ephemeral_ports().into_iter().chain(configured).collect()
     }
 
     /// The only address data connections of a session whose client is at

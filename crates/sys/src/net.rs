@@ -444,3 +444,11 @@ pub fn start_recv_window(sock: &impl AsFd, bytes: usize) -> io::Result<()> {
     set_recv_lowat(sock, bytes)?;
     set_recv_lowat(sock, 1)
 }
+
+/// The kernel's ephemeral port range (`net.ipv4.ip_local_port_range`,
+/// which IPv6 shares), where listeners bound to port 0 get their port.
+pub fn ephemeral_ports() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(|n| n.parse::<u16>().ok());
+    Some((it.next()??, it.next()??))
+}

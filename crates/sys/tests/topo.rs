@@ -267,6 +267,15 @@ fn loopback_address_is_on_lo() {
     assert_eq!(topo::nic_of("203.0.113.254".parse().unwrap()).unwrap(), None);
 }
 
+/// The ephemeral range is the sysctl's.
+#[test]
+fn the_ephemeral_ports_are_the_kernels() {
+    let (low, high) = lightpath_sys::net::ephemeral_ports().unwrap();
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    assert_eq!(text.split_whitespace().collect::<Vec<_>>(), [low.to_string(), high.to_string()]);
+    assert!(low <= high);
+}
+
 /// The host's addresses are those `ip addr` shows: loopback and the
 /// address this host's route to the outside leaves from.
 #[test]
