@@ -188,7 +188,7 @@ fn parse_ftp(arg: &str) -> Result<Location, LocationError> {
 
 /// Whether `user` is an anonymous login, whose password is no secret
 /// (an e-mail address by custom): `LIGHTPATH_PASSWORD` never goes there.
-fn is_anonymous(user: &str) -> bool {
+pub(crate) fn is_anonymous(user: &str) -> bool {
     ["anonymous", "ftp"].contains(&user)
 }
 

@@ -149,6 +149,14 @@ impl ServerCtx {
 
     /// Protocol configuration of a session whose client is at `peer`.
     pub fn pi_config(&self, peer: Option<IpAddr>) -> PiConfig {
+        let data_peer = self.data_peer(peer);
+        // The host's addresses matter only where PORT may name any host:
+        // not read for every session of a server that connects only to
+        // its clients.
+        let (host, host_data_ports) = match data_peer {
+            None => (own_addresses(), self.host_data_ports()),
+            Some(_) => (Vec::new(), Vec::new()),
+        };
         PiConfig {
             banner: format!("lightpath GridFTP Server {}", env!("CARGO_PKG_VERSION")),
             anonymous: self.cfg.anonymous,
@@ -157,10 +165,10 @@ impl ServerCtx {
             version: env!("CARGO_PKG_VERSION").to_string(),
             cksum_algs: lightpath_engine::checksum::ALGORITHMS.iter().map(|s| s.to_string()).collect(),
             dcon_port: self.ahead.as_ref().map(|a| a.1),
-            data_peer: self.data_peer(peer),
+            data_peer,
             client: peer,
-            host: own_addresses(),
-            host_data_ports: self.host_data_ports(),
+            host,
+            host_data_ports,
         }
     }
 

@@ -142,7 +142,7 @@ impl Session {
             Speculation::File(f) => s.speculate_retr(f).await?,
             Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(..) => {}
         }
-        let anonymous = ["anonymous", "ftp"].contains(&remote.user.as_str());
+        let anonymous = crate::location::is_anonymous(&remote.user);
         let (feat, replies) = s.ctl.login_read(extra.len()).await.map_err(|e| match e {
             // A URL without a user logs in as anonymous, which this
             // server does not take: say how to give one.
