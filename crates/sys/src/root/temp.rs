@@ -174,14 +174,14 @@ impl TempFile {
     /// the final name: `D/x` and `d/x` end in the same name, and where
     /// names ignore case the second replaced the first (a review's find).
     pub fn commit_in(self, run: &RunFiles, key: &[u8]) -> io::Result<()> {
-        let st = rustix::fs::fstat(self.file())?;
+        let id = FileId::of(self.file(), "", AtFlags::EMPTY_PATH)?;
         // Known before it is named: a file of the run that takes the same
         // name at the same time then finds it.
-        run.lock().insert((st.st_dev, st.st_ino), key.to_vec());
+        run.lock().insert(id, key.to_vec());
         let r = self.commit_with(Some((run, key)));
         if r.is_err() {
             // Gone: its inode may be a later file's, not the run's.
-            run.lock().remove(&(st.st_dev, st.st_ino));
+            run.lock().remove(&id);
         }
         r
     }
@@ -230,8 +230,8 @@ impl TempFile {
         if let (Some(held), Some((_, key))) = (held.as_mut(), run) {
             // A file system without inodes (exFAT through FUSE) may number
             // the file anew once renamed.
-            let st = rustix::fs::statat(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
-            held.insert((st.st_dev, st.st_ino), key.to_vec());
+            let id = FileId::of(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
+            held.insert(id, key.to_vec());
         }
         Ok(())
     }
@@ -316,8 +316,7 @@ impl RunFiles {
     /// else the lock, held while the caller replaces it.
     fn not_taken(&self, dir: &OwnedFd, name: &[u8], key: &[u8]) -> io::Result<MutexGuard<'_, RunFilesSet>> {
         let mut held = self.lock();
-        if let Ok(st) = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
-            let id = (st.st_dev, st.st_ino);
+        if let Ok(id) = FileId::of(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
             match held.get(&id) {
                 Some(k) if k != key => {
                     let why = "another file of this copy took its name (the file system holds the two names for one)";
@@ -333,9 +332,36 @@ impl RunFiles {
     }
 }
 
-/// Each file's device and inode, and the key ([`TempFile::commit_in`])
-/// of the file the run gave that name.
-type RunFilesSet = std::collections::HashMap<(u64, u64), Vec<u8>>;
+/// Each file's identity, and the key ([`TempFile::commit_in`]) of the
+/// file the run gave that name.
+type RunFilesSet = std::collections::HashMap<FileId, Vec<u8>>;
+
+/// A file's device and inode, and its birth time where the file system
+/// records one (ext4, XFS, Btrfs, tmpfs): an inode number is given again
+/// once its file is removed, and a later file that only shares the
+/// number is another file. Without the birth time, a test process whose
+/// earlier tests' files were removed refused a file of its own as taken
+/// (a CI run's failure), and so would a `cp` whose copied file someone
+/// removed while it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    born: Option<(i64, u32)>,
+}
+
+impl FileId {
+    fn of<Fd: AsFd, P: rustix::path::Arg>(dir: Fd, path: P, flags: AtFlags) -> io::Result<Self> {
+        use rustix::fs::StatxFlags;
+        let st = rustix::fs::statx(dir, path, flags, StatxFlags::INO | StatxFlags::BTIME)?;
+        let born = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
+        Ok(Self {
+            dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            born: born.then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)),
+        })
+    }
+}
 
 /// The extended attribute holding a kept file's note ([`TempFile::keep_as`]).
 const NOTE_XATTR: &str = "user.lightpath.partial";

@@ -1,6 +1,7 @@
 //! Unit tests of the served root's confinement.
 
 use super::*;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 
 fn scratch() -> (PathBuf, Root) {
@@ -219,6 +220,28 @@ fn a_file_of_a_run_does_not_replace_another_of_the_same_run() {
     assert_eq!(std::fs::read(p.join("root/b")).unwrap(), b"", "not the run's: replaced");
     let names: Vec<_> = r.read_dir(b"").unwrap().into_iter().map(|e| e.0).collect();
     assert_eq!(names, [&b"A"[..], b"a", b"b", b"sub"], "no temporary file left");
+    std::fs::remove_dir_all(&p).unwrap();
+}
+
+/// A file of the run that was removed gives its inode number to a later
+/// file: that one is not the run's, and replacing it is no collision
+/// (ext4 gives a freed number again at once; a CI run failed on it).
+#[test]
+fn a_removed_file_of_a_run_does_not_make_its_inode_number_taken() {
+    let (p, r) = scratch();
+    let d = r.strict_dir(b"").unwrap();
+    let run = RunFiles::default();
+    let mut reused = false;
+    for _ in 0..20 {
+        d.create_temp(b"x", 0o644).unwrap().commit_in(&run, b"x").unwrap();
+        let ino = std::fs::metadata(p.join("root/x")).unwrap().ino();
+        std::fs::remove_file(p.join("root/x")).unwrap();
+        std::fs::write(p.join("root/y"), b"old").unwrap();
+        reused |= std::fs::metadata(p.join("root/y")).unwrap().ino() == ino;
+        d.create_temp(b"y", 0o644).unwrap().commit_in(&run, b"y").expect("another file, not the run's");
+        std::fs::remove_file(p.join("root/y")).unwrap();
+    }
+    assert!(reused, "the file system never gave the number again: nothing was tested");
     std::fs::remove_dir_all(&p).unwrap();
 }
 
