@@ -109,7 +109,7 @@ fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
 #[test]
 fn a_third_party_copy_is_not_stalled_between_slow_markers() {
     let (a, b) = (scratch(), scratch());
-    std::fs::File::create(a.path().join("big")).unwrap().set_len(16 << 30).unwrap();
+    std::fs::File::create(a.path().join("big")).unwrap().set_len(4 << 30).unwrap();
     let slow = ["--anonymous-write", "--marker-interval", "2"];
     let (_sa, pa) = lp_server(a.path(), &slow);
     let (_sb, pb) = lp_server(b.path(), &slow);
@@ -121,7 +121,7 @@ fn a_third_party_copy_is_not_stalled_between_slow_markers() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{took:?}: {err}");
     assert!(took > std::time::Duration::from_secs(2), "{took:?}: no marker gap was waited through");
-    assert_eq!(std::fs::metadata(b.path().join("big")).unwrap().len(), 16 << 30);
+    assert_eq!(std::fs::metadata(b.path().join("big")).unwrap().len(), 4 << 30);
 }
 
 /// A stopped server (SIGSTOP: connections are taken, no greeting comes)
