@@ -102,10 +102,32 @@ impl Session {
         let extra: Vec<Vec<u8>> = flight.iter().flat_map(|p| stat_cmds(p)).collect();
         ctl.login_send(&remote.user, &remote.pass, &extra).await?;
         let recv_window = start_window(&opts, ctl.rtt);
-        let mut s = Session {
+        let mut s = Session::logging_in(ctl, remote.clone(), opts, recv_window);
+        s.dc = Some(s.new_dc());
+        s.send_speculation(pending, spec).await?;
+        let anonymous = crate::location::is_anonymous(&remote.user);
+        let (feat, replies) = s.ctl.login_read(extra.len()).await.map_err(|e| anonymous_hint(e, anonymous))?;
+        if !rtt_known {
+            s.recv_window = start_window(&s.opts, s.ctl.rtt);
+            s.dc = Some(s.new_dc());
+        }
+        if s.opts.fastopen && s.ctl.fastopen_used() {
+            tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
+        }
+        s.feat = feat;
+        s.stats = flight.into_iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
+        if let Some(b) = book {
+            s.write_in(&b, peer);
+        }
+        Ok(s)
+    }
+
+    /// A session whose login is on its way: nothing known of the server yet.
+    fn logging_in(ctl: ControlConn, remote: Remote, opts: SessionOpts, recv_window: Option<usize>) -> Session {
+        Session {
             ctl,
             feat: Features::default(),
-            remote: remote.clone(),
+            remote,
             dc: None,
             mode_e: None,
             parallelism: 0,
@@ -123,50 +145,35 @@ impl Session {
             data_lost: false,
             broken_off: None,
             opts,
-        };
-        s.dc = Some(s.new_dc());
+        }
+    }
+
+    /// What a login sends before its replies come: the data connections
+    /// opened ahead (`pending`, to a peer the book knows), then the first
+    /// transfer's commands (`spec`).
+    async fn send_speculation(
+        &mut self,
+        pending: Option<tokio::task::JoinHandle<ahead::AheadConns>>,
+        spec: Speculation<'_>,
+    ) -> Result<(), ClientError> {
         if let Some(job) = pending {
             // They started with the control connection: give them its RTT again.
-            if let Some(a) = ahead::finish(job, s.ctl.rtt * 2 + Duration::from_millis(20)).await {
+            if let Some(a) = ahead::finish(job, self.ctl.rtt * 2 + Duration::from_millis(20)).await {
                 let upload = matches!(spec, Speculation::Upload(_) | Speculation::UploadTree(..));
-                s.offer_ahead(a, !upload).await?;
+                self.offer_ahead(a, !upload).await?;
                 match spec {
-                    Speculation::Upload(Some((path, size, meta))) => s.speculate_stor(path, size, meta).await?,
-                    Speculation::UploadTree(tree, root) => crate::vfile::speculate_vsto(&mut s, tree, root).await?,
+                    Speculation::Upload(Some((path, size, meta))) => self.speculate_stor(path, size, meta).await?,
+                    Speculation::UploadTree(tree, root) => crate::vfile::speculate_vsto(self, tree, root).await?,
                     _ => {}
                 }
             }
         }
         match spec {
-            Speculation::Tree(t) => s.speculate_vret(t).await?,
-            Speculation::File(f) => s.speculate_retr(f).await?,
+            Speculation::Tree(t) => self.speculate_vret(t).await?,
+            Speculation::File(f) => self.speculate_retr(f).await?,
             Speculation::None | Speculation::Upload(_) | Speculation::UploadTree(..) => {}
         }
-        let anonymous = crate::location::is_anonymous(&remote.user);
-        let (feat, replies) = s.ctl.login_read(extra.len()).await.map_err(|e| match e {
-            // A URL without a user logs in as anonymous, which this
-            // server does not take: say how to give one.
-            ClientError::Login(server, why) if anonymous => ClientError::Login(
-                server,
-                format!(
-                    "{why} (as anonymous: give a user as ftp://USER@host/path, its password in LIGHTPATH_PASSWORD)"
-                ),
-            ),
-            e => e,
-        })?;
-        if !rtt_known {
-            s.recv_window = start_window(&s.opts, s.ctl.rtt);
-            s.dc = Some(s.new_dc());
-        }
-        if s.opts.fastopen && s.ctl.fastopen_used() {
-            tracing::info!(server = %s.ctl.name, "login flight sent with the SYN (TCP Fast Open)");
-        }
-        s.feat = feat;
-        s.stats = flight.into_iter().cloned().zip(replies.chunks(2).map(|r| stat_of(&r[0], &r[1]))).collect();
-        if let Some(b) = book {
-            s.write_in(&b, peer);
-        }
-        Ok(s)
+        Ok(())
     }
 
     /// Write down what FEAT said of the server (`known`: what the book said
@@ -176,5 +183,17 @@ impl Session {
         let rtt_us = self.ctl.rtt.as_micros() as u64;
         let entry = self.feat.dcon.map(|p| Peer { ahead_port: if unreachable { 0 } else { p }, rtt_us });
         book.remember(&self.remote.host, self.remote.port, entry);
+    }
+}
+
+/// A refused login as anonymous (a URL without a user): the error says
+/// how to give one.
+fn anonymous_hint(e: ClientError, anonymous: bool) -> ClientError {
+    match e {
+        ClientError::Login(server, why) if anonymous => ClientError::Login(
+            server,
+            format!("{why} (as anonymous: give a user as ftp://USER@host/path, its password in LIGHTPATH_PASSWORD)"),
+        ),
+        e => e,
     }
 }
