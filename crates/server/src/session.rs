@@ -543,33 +543,14 @@ impl Session {
         // SBUF / SITE BUFSIZE: a fixed socket buffer only when asked (it disables autotuning).
         dc.opts.buffer = fixed_buffer(t.settings.tcp_buffer);
         let (ctx, c2) = (self.ctx.clone(), ctl.clone());
-        let loopback = self.peer.is_some_and(|p| p.ip().is_loopback());
         let upload = t.kind.is_upload();
-        // Only uploads wait for an unknown RTT (`ClientPath::learn_rtt`).
-        let unknown = self.rtt.is_zero() && upload;
-        let control = unknown.then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
-        let owner = Owner { user: self.pi.user().unwrap_or_default().to_string(), ip: self.peer.map(|p| p.ip()) };
-        let path = transfer::ClientPath { rtt: self.rtt, loopback, control, owner };
+        let path = self.client_path(upload);
         let mut job = tokio::task::spawn_blocking(move || {
             let r = transfer::execute(&ctx, &mut dc, t, &c2, ready_tx, path);
             (dc, r)
         });
         let ready = ready_rx.await.unwrap_or_else(|_| Err(Reply::new(451, "Internal error.")));
-        let started = match ready {
-            Ok(reused) => {
-                let text = if reused {
-                    "Beginning transfer; reusing existing data connection."
-                } else {
-                    "Beginning transfer."
-                };
-                self.send(&Reply::new(if reused { 125 } else { 150 }, text)).await?;
-                true
-            }
-            Err(r) => {
-                self.send(&r).await?;
-                false
-            }
-        };
+        let started = self.announce(ready).await?;
         if started && markers {
             self.send(&perf(0, &ctl)).await?;
         }
@@ -587,11 +568,68 @@ impl Session {
         if !started {
             return Ok(());
         }
+        self.log_outcome(&result, &ctl, &kind, &file, start);
+        self.send_outcome(result.map(|_| ()), &ctl, markers, listing, upload).await
+    }
+
+    /// What the transfer knows of the client's side of the path: an upload
+    /// waits for an unknown RTT (`ClientPath::learn_rtt`) on the control
+    /// connection.
+    fn client_path(&self, upload: bool) -> transfer::ClientPath {
+        let loopback = self.peer.is_some_and(|p| p.ip().is_loopback());
+        let unknown = self.rtt.is_zero() && upload;
+        let control = unknown.then(|| self.out.as_ref().as_fd().try_clone_to_owned().ok()).flatten();
+        let owner = Owner { user: self.pi.user().unwrap_or_default().to_string(), ip: self.peer.map(|p| p.ip()) };
+        transfer::ClientPath { rtt: self.rtt, loopback, control, owner }
+    }
+
+    /// Send 150 (or 125 on a reused data connection), or the transfer's
+    /// refusal; whether it started.
+    async fn announce(&mut self, ready: Result<bool, Reply>) -> std::io::Result<bool> {
+        Ok(match ready {
+            Ok(reused) => {
+                let text = if reused {
+                    "Beginning transfer; reusing existing data connection."
+                } else {
+                    "Beginning transfer."
+                };
+                self.send(&Reply::new(if reused { 125 } else { 150 }, text)).await?;
+                true
+            }
+            Err(r) => {
+                self.send(&r).await?;
+                false
+            }
+        })
+    }
+
+    /// The transfer's line in the server's log.
+    fn log_outcome<T>(
+        &self,
+        result: &Result<T, Reply>,
+        ctl: &Control,
+        kind: &str,
+        file: &dyn std::fmt::Display,
+        start: std::time::Instant,
+    ) {
         let (user, secs) = (self.pi.user().unwrap_or_default().to_string(), start.elapsed().as_secs_f64());
-        match &result {
+        match result {
             Ok(_) => tracing::info!(peer = ?self.peer, %user, %kind, %file, bytes = ctl.bytes(), secs, "transfer done"),
             Err(r) => tracing::warn!(peer = ?self.peer, %user, %kind, %file, reply = %r.text(), "transfer failed"),
         }
+    }
+
+    /// The transfer's final reply (`markers`: perf and restart markers were
+    /// asked for): 226 with the tree's counts, or the failure, after the
+    /// restart marker of what a failed upload wrote.
+    async fn send_outcome(
+        &mut self,
+        result: Result<(), Reply>,
+        ctl: &Control,
+        markers: bool,
+        listing: bool,
+        upload: bool,
+    ) -> std::io::Result<()> {
         match result {
             Ok(_) => {
                 if markers {
