@@ -438,15 +438,7 @@ pub async fn put_tree(
     files: Arc<AtomicU64>,
     held: &mut TreeHeld,
 ) -> Result<u64, ClientError> {
-    s.set_mode(true).await?;
-    s.settle().await?; // a refused DCON drops the connections opened ahead
-    let sent = vsto_sent(s, rpath).await?;
-    let pasv = if s.cached_send() == 0 { Some(s.pasv().await?) } else { None };
-    if !sent {
-        held.ask_to_resume_upload(s).await?;
-        send_root(s, root).await?;
-        s.ctl.send(&verb("VSTO", rpath)).await?;
-    }
+    let pasv = start_vsto(s, root, rpath, held).await?;
     let (streams, block) = (s.streams(), s.opts.block);
     // A server that says it takes them gets each manifest chunk twice.
     let copies = s.feat.lpvf_copies.min(MAX_COPIES);
@@ -505,14 +497,44 @@ pub async fn put_tree(
         placed(&counted, fin, held);
     }
     let changed = changed.lock().unwrap_or_else(|p| p.into_inner()).take();
+    tree_result(r.map(|(bytes, _)| bytes), changed, held)
+}
+
+/// Send what a VSTO needs before it (MODE E, PASV unless a cached
+/// connection serves, the resume and root options) and the VSTO itself
+/// unless it went with the login; the address PASV gave.
+async fn start_vsto(
+    s: &mut Session,
+    root: Option<TreeRoot>,
+    rpath: &[u8],
+    held: &mut TreeHeld,
+) -> Result<Option<std::net::SocketAddr>, ClientError> {
+    s.set_mode(true).await?;
+    s.settle().await?; // a refused DCON drops the connections opened ahead
+    let sent = vsto_sent(s, rpath).await?;
+    let pasv = if s.cached_send() == 0 { Some(s.pasv().await?) } else { None };
+    if !sent {
+        held.ask_to_resume_upload(s).await?;
+        send_root(s, root).await?;
+        s.ctl.send(&verb("VSTO", rpath)).await?;
+    }
+    Ok(pasv)
+}
+
+/// A tree upload's result: a failure while a file here changed under its
+/// read is that file's ([`ClientError::SourceChanged`]), whatever the
+/// server said of it, and the tree goes again.
+fn tree_result(
+    r: Result<u64, ClientError>,
+    changed: Option<(Vec<u8>, String)>,
+    held: &mut TreeHeld,
+) -> Result<u64, ClientError> {
     match changed {
-        // Whatever the server said of it, the cause is the file here: the
-        // tree goes again ([`ClientError::SourceChanged`]).
         Some((path, why)) if r.is_err() => {
             held.note_changed(path);
             Err(ClientError::SourceChanged(why))
         }
-        _ => r.map(|(bytes, _)| bytes),
+        _ => r,
     }
 }
 
