@@ -25,18 +25,8 @@ pub(super) async fn try_tree(
     verify: Option<&str>,
     retries: u32,
 ) -> Result<Option<Vec<FileResult>>, ClientError> {
-    let is_dir = match (src, lister.as_mut()) {
-        (Location::Local(p), _) => p.is_dir(),
-        (Location::Remote(r), Some(s)) => crate::plan::remote_stat(r, Some(s), true).await?.0,
-        (Location::Remote(_), None) => false,
-    };
-    if !is_dir {
+    if !is_tree(src, lister).await? {
         return Ok(None);
-    }
-    if let Location::Local(p) = src {
-        // A tree that cannot be listed fails here, before any server is
-        // asked to take it (an upload waited for its reply, and retried).
-        crate::plan::listable(p)?;
     }
     let target = tree_target(src, dst, sopts.keep_interrupted);
     let mut dst_s = match &target {
@@ -48,12 +38,7 @@ pub(super) async fn try_tree(
         }
         Location::Local(_) => None,
     };
-    let lacking: Vec<String> =
-        lister.iter().chain(dst_s.iter()).filter(|s| s.feat.lpvf.is_none()).map(|s| s.ctl.name.clone()).collect();
-    if !lacking.is_empty() {
-        if !sopts.quiet {
-            say!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
-        }
+    if !all_offer_lpvf(lister, &dst_s, sopts.quiet) {
         if let Some(d) = dst_s {
             d.quit().await;
         }
@@ -70,16 +55,7 @@ pub(super) async fn try_tree(
     let files = Some(files.load(std::sync::atomic::Ordering::Relaxed)).filter(|&n| n != UNCOUNTED);
     if let (Ok(_), Some(alg)) = (&out[0].result, verify) {
         let ends = (lister.as_mut(), dst_s.as_mut());
-        match crate::vfile::verify_tree(src, &target, alg, ends, &unreadable).await {
-            Ok((failed, checked)) => {
-                out.extend(failed);
-                // (Files left out as unreadable are told apart above.)
-                if unreadable.is_empty() {
-                    out.extend(unchecked(src, &target, files.map(|n| n.saturating_sub(checked))));
-                }
-            }
-            Err(e) => out[0].result = Err(e),
-        }
+        verify_into(&mut out, (src, &target), alg, ends, (&unreadable, files)).await;
     }
     if out[0].result.is_ok() {
         let failed: u64 = out[1..].iter().map(|r| r.files.unwrap_or(1)).sum();
@@ -91,6 +67,54 @@ pub(super) async fn try_tree(
         s.quit().await;
     }
     Ok(Some(out))
+}
+
+/// Whether `src` is a directory (a remote one asked through `lister`).
+/// A local tree that cannot be listed fails here, before any server is
+/// asked to take it (an upload waited for its reply, and retried).
+async fn is_tree(src: &Location, lister: &mut Option<Session>) -> Result<bool, ClientError> {
+    let is_dir = match (src, lister.as_mut()) {
+        (Location::Local(p), _) => p.is_dir(),
+        (Location::Remote(r), Some(s)) => crate::plan::remote_stat(r, Some(s), true).await?.0,
+        (Location::Remote(_), None) => false,
+    };
+    if let (true, Location::Local(p)) = (is_dir, src) {
+        crate::plan::listable(p)?;
+    }
+    Ok(is_dir)
+}
+
+/// Whether every remote end offers LPVF; if not, say which do not and
+/// that the tree goes file by file.
+fn all_offer_lpvf(lister: &Option<Session>, dst: &Option<Session>, quiet: bool) -> bool {
+    let lacking: Vec<String> =
+        lister.iter().chain(dst.iter()).filter(|s| s.feat.lpvf.is_none()).map(|s| s.ctl.name.clone()).collect();
+    if !lacking.is_empty() && !quiet {
+        say!("lightpath: {} does not offer LPVF (virtual file): copying file by file with pipelined commands over reused MODE E channels", lacking.join(", "));
+    }
+    lacking.is_empty()
+}
+
+/// `--verify` of a copied tree: the files that failed, and a result for
+/// those its walk did not see (`files`: how many were copied), are added
+/// to `out`; a verify that could not run fails the tree's result.
+async fn verify_into(
+    out: &mut Vec<FileResult>,
+    (src, target): (&Location, &Location),
+    alg: &str,
+    ends: (Option<&mut Session>, Option<&mut Session>),
+    (unreadable, files): (&Unreadables, Option<u64>),
+) {
+    match crate::vfile::verify_tree(src, target, alg, ends, unreadable).await {
+        Ok((failed, checked)) => {
+            out.extend(failed);
+            // (Files left out as unreadable are told apart: `left_out`.)
+            if unreadable.is_empty() {
+                out.extend(unchecked(src, target, files.map(|n| n.saturating_sub(checked))));
+            }
+        }
+        Err(e) => out[0].result = Err(e),
+    }
 }
 
 /// A failed result standing for the `n` files of a tree copied (and
