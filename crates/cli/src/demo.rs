@@ -61,9 +61,32 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let file = root.join("demo.bin");
     generate(&file, a.size).with_context(|| format!("writing {}", file.display()))?;
     let rt = tokio::runtime::Runtime::new()?;
-    let cfg = ServerConfig {
+    let cfg = server_config(root.clone())?;
+    let server = rt.block_on(Server::bind(cfg))?;
+    let addr = server.local_addr()?;
+    rt.spawn(server.run());
+    crate::log::say(&format!("lightpath demo: server on {addr}, copying with {} parallel MODE E streams", a.parallel));
+    let src = Location::parse(&format!("ftp://{addr}/demo.bin"))?;
+    let opts = copy_options(a.parallel);
+    let progress = Arc::new(Progress::default());
+    let pb = bar(progress.clone(), a.size);
+    let t = Instant::now();
+    let results = rt.block_on(copy(vec![src], Location::Local(local.join("demo.bin")), opts, progress))?;
+    pb.finish_and_clear();
+    if let Some(e) = results.iter().find_map(|r| r.result.as_ref().err()) {
+        anyhow::bail!("demo transfer failed: {e}");
+    }
+    summary(&format!("{} file(s)", results.len()), 0, a.size, t.elapsed());
+    crate::log::say("lightpath demo: MD5 verified by the server's CKSM against the received file");
+    Ok(())
+}
+
+/// The demo's server: anonymous and read-only on `root`, on a free port
+/// of the loopback.
+fn server_config(root: std::path::PathBuf) -> anyhow::Result<ServerConfig> {
+    Ok(ServerConfig {
         listen: "127.0.0.1:0".parse()?,
-        root: root.clone(),
+        root,
         anonymous: true,
         anonymous_writes: false,
         read_only: true,
@@ -79,14 +102,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         data_peers: Default::default(),
         keep_partial: lightpath_server::partial::KEEP_FOR,
         marker_interval: 5,
-    };
-    let server = rt.block_on(Server::bind(cfg))?;
-    let addr = server.local_addr()?;
-    rt.spawn(server.run());
-    crate::log::say(&format!("lightpath demo: server on {addr}, copying with {} parallel MODE E streams", a.parallel));
-    let src = Location::parse(&format!("ftp://{addr}/demo.bin"))?;
-    let opts = CopyOptions {
-        streams: a.parallel,
+    })
+}
+
+/// The demo's copy: one file over `streams` MODE E streams, verified by
+/// MD5 (the server's CKSM against the received file).
+fn copy_options(streams: u32) -> CopyOptions {
+    CopyOptions {
+        streams,
         target_bps: 0,
         cc: 1,
         recursive: false,
@@ -104,18 +127,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         partial: false,
         mlsr: true,
         quiet: false,
-    };
-    let progress = Arc::new(Progress::default());
-    let pb = bar(progress.clone(), a.size);
-    let t = Instant::now();
-    let results = rt.block_on(copy(vec![src], Location::Local(local.join("demo.bin")), opts, progress))?;
-    pb.finish_and_clear();
-    if let Some(e) = results.iter().find_map(|r| r.result.as_ref().err()) {
-        anyhow::bail!("demo transfer failed: {e}");
     }
-    summary(&format!("{} file(s)", results.len()), 0, a.size, t.elapsed());
-    crate::log::say("lightpath demo: MD5 verified by the server's CKSM against the received file");
-    Ok(())
 }
 
 fn bar(p: Arc<Progress>, total: u64) -> ProgressBar {
