@@ -260,30 +260,26 @@ fn check_addresses(args: &mut ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Run the server until killed.
-pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
-    check_addresses(&mut args)?;
-    let (l, ahead, users) = bind_and_drop(&args)?;
-    if users.as_ref().is_some_and(|u| u.is_empty()) {
+/// The users file against the options: one naming nobody is said; one
+/// naming a user as anonymous logins are named (who would log in with
+/// any password) is refused where anonymous logins are on.
+fn check_users(args: &ServeArgs, users: Option<&lightpath_server::users::Users>) -> anyhow::Result<()> {
+    if users.is_some_and(|u| u.is_empty()) {
         tracing::warn!("the users file names nobody: no user can log in");
     }
-    // A user named so would log in as anonymous, with any password.
     let anon = |n: &&str| lightpath_proto::server_pi::is_anonymous_name(n);
     if let (true, Some(n)) = (args.anonymous || args.anonymous_write, users.iter().flat_map(|u| u.names()).find(anon)) {
         anyhow::bail!("the users file names {n:?}, a name anonymous logins take (any password); rename the user or drop --anonymous");
     }
-    // After the uid change: what this process may set is what counts.
-    args.congestion = crate::congestion::check(args.congestion.as_deref())?;
-    let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
-    let io = IoConfig { net_threads: args.net_threads, disk_threads };
-    let mut management = Vec::new();
-    match crate::placement::plan(
-        args.listen.ip(),
-        &args.root,
-        args.devices.as_deref(),
-        io.net_threads,
-        args.disk_threads,
-    ) {
+    Ok(())
+}
+
+/// Pin the I/O threads and place their buffers by the hardware's
+/// topology (`--devices` when given, which must then work); the CPUs
+/// left for management work.
+fn place_io_threads(args: &ServeArgs, net_threads: usize) -> anyhow::Result<Vec<u32>> {
+    match crate::placement::plan(args.listen.ip(), &args.root, args.devices.as_deref(), net_threads, args.disk_threads)
+    {
         Ok(p) => {
             p.lines.iter().for_each(|l| tracing::info!("placement: {l}"));
             iothreads::set_pins(p.pins);
@@ -294,26 +290,48 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             if let Some(n) = p.buffer_node {
                 iothreads::set_buffer_node(n);
             }
-            management = p.management;
+            Ok(p.management)
         }
-        Err(e) if args.devices.is_some() => return Err(e),
-        Err(e) => tracing::info!("placement: none ({e:#}); I/O threads unpinned"),
+        Err(e) if args.devices.is_some() => Err(e),
+        Err(e) => {
+            tracing::info!("placement: none ({e:#}); I/O threads unpinned");
+            Ok(Vec::new())
+        }
     }
+}
+
+/// Where data connections opened ahead are taken. Not the control port
+/// + 1 (taken): a firewall opened for that, as README says, stops them;
+/// said by default, not only at -v.
+fn say_ahead_port(port: Option<u16>, asked: AheadPort, control: u16) {
+    match port {
+        Some(p) if asked == AheadPort::Auto && Some(p) != control.checked_add(1) => {
+            tracing::warn!(
+                "data connections opened ahead: port {p} (the control port + 1 was taken; give --ahead-port to choose)"
+            )
+        }
+        Some(p) => tracing::info!("data connections opened ahead: port {p}"),
+        None => {}
+    }
+}
+
+/// Run the server until killed.
+pub fn run(mut args: ServeArgs) -> anyhow::Result<()> {
+    check_addresses(&mut args)?;
+    let (l, ahead, users) = bind_and_drop(&args)?;
+    check_users(&args, users.as_ref())?;
+    // After the uid change: what this process may set is what counts.
+    args.congestion = crate::congestion::check(args.congestion.as_deref())?;
+    let disk_threads = args.disk_threads.unwrap_or(IoConfig::default().disk_threads);
+    let io = IoConfig { net_threads: args.net_threads, disk_threads };
+    let management = place_io_threads(&args, io.net_threads)?;
     iothreads::configure(io).context("starting the I/O threads")?;
     let rt = runtime(management, blocking_threads(args.max_sessions))?;
     rt.block_on(async {
         let root = args.root.display().to_string();
         let server = Server::with_users(args.config(), users, l, ahead)?;
         let addr = server.local_addr()?;
-        match server.ahead_port() {
-            // Not the control port + 1 (taken): a firewall opened for that,
-            // as README says, stops them; said by default, not only at -v.
-            Some(p) if args.ahead_port == AheadPort::Auto && Some(p) != addr.port().checked_add(1) => {
-                tracing::warn!("data connections opened ahead: port {p} (the control port + 1 was taken; give --ahead-port to choose)")
-            }
-            Some(p) => tracing::info!("data connections opened ahead: port {p}"),
-            None => {}
-        }
+        say_ahead_port(server.ahead_port(), args.ahead_port, addr.port());
         // Handlers in place before the server says it serves: a signal
         // right after that line killed it (a defect hunt's find).
         use tokio::signal::unix::{signal, SignalKind};
