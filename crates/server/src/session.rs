@@ -633,7 +633,7 @@ impl Session {
         match result {
             Ok(_) => {
                 if markers {
-                    self.markers(&ctl).await?;
+                    self.markers(ctl).await?;
                 }
                 // A virtual file's tree: the file count (lightpath clients
                 // show it for third-party trees, which only servers see),
