@@ -300,9 +300,9 @@ fn place_io_threads(args: &ServeArgs, net_threads: usize) -> anyhow::Result<Vec<
     }
 }
 
-/// Where data connections opened ahead are taken. Not the control port
-/// + 1 (taken): a firewall opened for that, as README says, stops them;
-/// said by default, not only at -v.
+/// Where data connections opened ahead are taken. A port other than the
+/// control port plus one (taken) is said by default, not only at -v: a
+/// firewall opened for that one, as README says, stops them.
 fn say_ahead_port(port: Option<u16>, asked: AheadPort, control: u16) {
     match port {
         Some(p) if asked == AheadPort::Auto && Some(p) != control.checked_add(1) => {
