@@ -8,11 +8,12 @@
 # setfacl (acl) for a test of a file an ACL keeps from its sender; g++
 # for libfuzzer-sys, whose build script compiles libFuzzer when the fuzz
 # targets are checked (scripts/test.sh); bindfs for a file system that
-# keeps no permission bits (`--chmod-deny`, as FAT through FUSE).
+# keeps no permission bits (`--chmod-deny`, as FAT through FUSE);
+# fincore (util-linux-extra) to see a file leave the page cache.
 # Idempotent.
 set -euo pipefail
 
-PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl g++ bindfs)
+PKGS=(globus-gridftp-server-progs globus-gass-copy-progs iperf3 fio hyperfine iproute2 procps mount e2fsprogs acl g++ bindfs util-linux-extra)
 EXTRA_PKGS=${LIGHTPATH_EXTRA_PKGS:-}
 
 missing=()
