@@ -177,7 +177,7 @@ impl TempFile {
         let id = FileId::of(self.file(), "", AtFlags::EMPTY_PATH)?;
         // Known before it is named: a file of the run that takes the same
         // name at the same time then finds it.
-        run.lock().insert(id, key.to_vec());
+        run.lock().insert(id, RunFile::new(&self.dir, &self.name, key)?);
         let r = self.commit_with(Some((run, key)));
         if r.is_err() {
             // Gone: its inode may be a later file's, not the run's.
@@ -231,7 +231,7 @@ impl TempFile {
             // A file system without inodes (exFAT through FUSE) may number
             // the file anew once renamed.
             let id = FileId::of(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
-            held.insert(id, key.to_vec());
+            held.insert(id, RunFile::new(&self.dir, &self.name, key)?);
         }
         Ok(())
     }
@@ -318,12 +318,14 @@ impl RunFiles {
         let mut held = self.lock();
         if let Ok(id) = FileId::of(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
             match held.get(&id) {
-                Some(k) if k != key => {
+                Some(f) if f.key != key && f.still_names(dir, id) => {
                     let why = "another file of this copy took its name (the file system holds the two names for one)";
                     return Err(EntryRefused::error(why));
                 }
                 // The same file going again (a retry): the one it replaces
-                // is gone, and its number may be another's.
+                // is gone, and its number may be another's. Or a file of
+                // the run that is gone, its number and birth time given to
+                // another file (ext4 takes birth times from a clock tick).
                 Some(_) => drop(held.remove(&id)),
                 None => {}
             }
@@ -332,9 +334,35 @@ impl RunFiles {
     }
 }
 
-/// Each file's identity, and the key ([`TempFile::commit_in`]) of the
-/// file the run gave that name.
-type RunFilesSet = std::collections::HashMap<FileId, Vec<u8>>;
+/// Each file's identity, and the file the run gave that name.
+type RunFilesSet = std::collections::HashMap<FileId, RunFile>;
+
+/// A file a run named: its key ([`TempFile::commit_in`]), and the
+/// directory and name it was given.
+#[derive(Debug)]
+struct RunFile {
+    key: Vec<u8>,
+    dir: (u64, u64),
+    name: Vec<u8>,
+}
+
+impl RunFile {
+    fn new(dir: &OwnedFd, name: &[u8], key: &[u8]) -> io::Result<Self> {
+        let st = rustix::fs::fstat(dir)?;
+        Ok(Self { key: key.to_vec(), dir: (st.st_dev, st.st_ino), name: name.to_vec() })
+    }
+
+    /// Whether its name in `dir` still holds the file `id`: another
+    /// file's name for it (`A` for `a` where names ignore case), not a
+    /// removed file's inode number given to a new file. The identity
+    /// alone does not tell them apart: ext4 takes a new file's birth time
+    /// from the clock's tick, and a file removed and one created within
+    /// the tick shared number and birth time (a defect hunt's find).
+    fn still_names(&self, dir: &OwnedFd, id: FileId) -> bool {
+        let same_dir = rustix::fs::fstat(dir).is_ok_and(|st| (st.st_dev, st.st_ino) == self.dir);
+        same_dir && FileId::of(dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|f| f == id)
+    }
+}
 
 /// A file's device and inode, and its birth time where the file system
 /// records one (ext4, XFS, Btrfs, tmpfs): an inode number is given again
@@ -342,7 +370,8 @@ type RunFilesSet = std::collections::HashMap<FileId, Vec<u8>>;
 /// number is another file. Without the birth time, a test process whose
 /// earlier tests' files were removed refused a file of its own as taken
 /// (a CI run's failure), and so would a `cp` whose copied file someone
-/// removed while it ran.
+/// removed while it ran. Birth times are a clock tick's, not unique:
+/// [`RunFile::still_names`] settles a match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct FileId {
     dev: u64,
@@ -525,6 +554,28 @@ mod temp_tests {
         let e = t.commit().expect_err("a failed close commits nothing");
         assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
         assert!(names(&d).is_empty(), "{:?}", names(&d));
+    }
+
+    /// A file of the run whose number (and birth time: one clock tick's on
+    /// ext4) a new file took once it was removed does not make that file
+    /// the run's: replacing it is no collision. Set here as the run would
+    /// find it, since the kernel decides whether two birth times match.
+    /// While the run's name still holds the file, it is a collision.
+    #[test]
+    fn a_run_file_whose_name_is_gone_is_not_a_collision() {
+        let (d, dir) = scratch();
+        let run = RunFiles::default();
+        std::fs::write(d.path().join("y"), b"another's").unwrap();
+        let id = FileId::of(&*dir, "y", AtFlags::SYMLINK_NOFOLLOW).unwrap();
+        run.lock().insert(id, RunFile::new(&dir, b"x", b"x").unwrap());
+        TempFile::create(dir.clone(), OsStr::new("y"), 0o644).unwrap().commit_in(&run, b"y").expect("not the run's");
+        assert_eq!(std::fs::read(d.path().join("y")).unwrap(), b"");
+        let run = RunFiles::default();
+        std::fs::hard_link(d.path().join("y"), d.path().join("x")).unwrap();
+        let id = FileId::of(&*dir, "y", AtFlags::SYMLINK_NOFOLLOW).unwrap();
+        run.lock().insert(id, RunFile::new(&dir, b"x", b"x").unwrap());
+        let e = TempFile::create(dir, OsStr::new("y"), 0o644).unwrap().commit_in(&run, b"y").unwrap_err();
+        assert!(e.to_string().contains("another file of this copy took its name"), "{e}");
     }
 
     /// An unnamed file shows in its directory only once committed, under
