@@ -590,7 +590,7 @@ impl Drop for Pool {
 mod tests {
     use super::super::chunk::Spares;
     use super::*;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     /// Threads of this process named `lp-unpack-*`.
     fn unpack_threads() -> usize {
@@ -646,6 +646,13 @@ mod tests {
         let pools: Vec<Pool> = (0..6).map(|i| Pool::new(ctx(d.path()), 3 + i * 4, 4).unwrap()).collect();
         let size = *WRITERS.size.get().unwrap();
         assert!(before <= size, "{before} writer threads before, of {size}");
+        // A new thread takes its name as it starts (std names it from
+        // within): until then it has its spawner's, and is not counted (a
+        // defect hunt: this test alone failed 38 of 40 times).
+        let named = Instant::now();
+        while unpack_threads() < size && named.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(unpack_threads(), size, "six pools, one set of {size} writer threads");
         let done = AtomicBool::new(false);
         let most = std::thread::scope(|sc| {
