@@ -295,6 +295,17 @@ impl Liveness {
         self.moved = tokio::time::Instant::now();
     }
 
+    /// Whether the destination went silent: no word for one and a half
+    /// of its marker gaps (5 s until two markers came). One that speaks
+    /// on without data shows the source stalled. Judged by
+    /// `--reply-timeout` alone, a destination stopped between its first
+    /// marker (0 bytes) and the next was taken for a stalled source: its
+    /// silence began a moment after the source's 150 (a defect hunt).
+    fn silent(&self) -> bool {
+        let gap = self.gap.unwrap_or(std::time::Duration::from_secs(5));
+        self.heard + gap.mul_f64(1.5) <= tokio::time::Instant::now()
+    }
+
     fn deadline(&self) -> tokio::time::Instant {
         self.heard.min(self.moved) + self.stall_after()
     }
@@ -326,7 +337,7 @@ async fn stalled(
     note: &mut (dyn FnMut(&mut Reply) + Send),
 ) -> ClientError {
     let secs = live.stall_after().as_secs();
-    if live.heard + live.stall_after() <= tokio::time::Instant::now() {
+    if live.silent() {
         d.lost();
         let why = format!("no reply for {secs} s after its perf markers: the transfer under way stalled ({})", verbs.1);
         return stop_other(s, verbs.0, running.0, ClientError::Control(d.ctl.name.clone(), why), &mut |_| {}).await;
