@@ -19,6 +19,8 @@ pub struct AheadConns {
     pub token: Token,
     /// The connections.
     pub conns: Vec<TcpStream>,
+    /// The server's port they went to (its DCON port as the book knew it).
+    pub port: u16,
 }
 
 /// Start connecting `n` data connections to `host:port` and writing their
@@ -42,7 +44,7 @@ pub fn start(host: &str, port: u16, n: u32, window: Option<usize>, fastopen: boo
                 Err(e) => tracing::debug!("data connection ahead to {host}:{port}: {e}"),
             }
         }
-        AheadConns { token, conns }
+        AheadConns { token, conns, port }
     })
 }
 

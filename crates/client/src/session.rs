@@ -172,6 +172,8 @@ pub struct Session {
     /// interrupted ([`Session::break_off`]), if it came in time: for
     /// what it says the server holds.
     broken_off: Option<Reply>,
+    /// The port this session's data connections opened ahead went to.
+    ahead_to: Option<u16>,
     /// Shared options.
     pub opts: SessionOpts,
 }
@@ -190,6 +192,7 @@ impl Session {
         let n = a.conns.len();
         self.ctl.queue_optional(&format!("DCON {} {n}", a.token.to_hex())).await?;
         self.dc().adopt(a.conns);
+        self.ahead_to = Some(a.port);
         tracing::info!(server = %self.ctl.name, n, "data connections opened ahead (DCON)");
         Ok(())
     }
@@ -396,8 +399,13 @@ impl Session {
     /// The server took `DCON` but our connections never reached it: with
     /// TCP Fast Open they look open at once, so only the server can tell.
     /// The book stops opening them ahead to this server.
+    /// Unless the server now announces another DCON port than the one
+    /// they went to: the book has that one from FEAT already
+    /// ([`Session::write_in`]). A server restarted on another port, its
+    /// old one taken by another program, lost connections ahead for good
+    /// (a defect hunt's find).
     fn ahead_unreachable(&self) {
-        if !self.opts.connect_ahead {
+        if !self.opts.connect_ahead || !out_of_reach(self.feat.dcon, self.ahead_to) {
             return;
         }
         tracing::info!(server = %self.ctl.name, "its DCON port is out of reach: no more data connections ahead to it");
@@ -648,10 +656,24 @@ fn data_address(a: SocketAddr, peer: Option<IpAddr>) -> SocketAddr {
     }
 }
 
+/// Whether a refused DCON (425: none of its connections arrived) shows
+/// the server's DCON port out of reach: they went to the port it
+/// announces (`announced`, from FEAT), not to an older one from the book.
+fn out_of_reach(announced: Option<u16>, went_to: Option<u16>) -> bool {
+    announced.is_none() || announced == went_to
+}
+
 #[cfg(test)]
 mod tests {
     use super::login::follow_flight;
-    use super::{data_address, data_channel, Speculation};
+    use super::{data_address, data_channel, out_of_reach, Speculation};
+
+    #[test]
+    fn a_dcon_port_is_out_of_reach_only_where_the_connections_went() {
+        assert!(out_of_reach(Some(2001), Some(2001)));
+        assert!(!out_of_reach(Some(2002), Some(2001)), "the server moved: FEAT's port is tried next");
+        assert!(out_of_reach(None, Some(2001)), "no port announced: nothing to try");
+    }
 
     #[test]
     fn no_speculation_on_a_path_held_out_of_the_login_flight() {

@@ -144,6 +144,7 @@ impl Session {
             out_of_step: false,
             data_lost: false,
             broken_off: None,
+            ahead_to: None,
             opts,
         }
     }
