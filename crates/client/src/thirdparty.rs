@@ -185,7 +185,7 @@ async fn watch_both(
         tokio::select! {
             biased;
             _ = cancelled(&job) => return Err(interrupted(s, d, s_fin.is_none(), d_fin.is_none()).await),
-            _ = tokio::time::sleep_until(live.deadline()), if live.markers => {
+            _ = tokio::time::sleep_until(live.deadline()), if live.marker.is_some() => {
                 let running = (s_fin.is_none(), d_fin.is_none());
                 return Err(stalled((s, d), verbs, &live, running, &mut note).await);
             }
@@ -262,32 +262,44 @@ fn count_marker(r: &Reply, total: &AtomicU64, seen: &mut u64) -> Option<bool> {
 /// timeout (until the server's own idle limit, 120 s, or for good), and a
 /// hung destination was blamed on the source (a defect hunt's find).
 struct Liveness {
-    markers: bool,
+    /// When the destination's last perf marker came.
+    marker: Option<tokio::time::Instant>,
     heard: tokio::time::Instant,
     moved: tokio::time::Instant,
-    /// The longest wait seen between two markers (`None`: two not seen).
+    /// The longest wait seen between two perf markers (`None`: two not
+    /// seen). From marker to marker: GCT sends its restart markers on a
+    /// timer of their own, and a gap measured from one of those (a
+    /// second before a perf marker) was far shorter than the markers'
+    /// period (a review's find).
     gap: Option<std::time::Duration>,
 }
 
 impl Liveness {
     fn new() -> Liveness {
         let now = tokio::time::Instant::now();
-        Liveness { markers: false, heard: now, moved: now, gap: None }
+        Liveness { marker: None, heard: now, moved: now, gap: None }
     }
 
     /// The destination said something: `Some(more)` a perf marker.
     fn heard(&mut self, marker: Option<bool>) {
         let now = tokio::time::Instant::now();
-        if marker.is_some() && self.markers {
-            self.gap = Some(self.gap.unwrap_or_default().max(now - self.heard));
-        }
         self.heard = now;
         if let Some(more) = marker {
-            self.markers = true;
+            if let Some(last) = self.marker {
+                self.gap = Some(self.gap.unwrap_or_default().max(now - last));
+            }
+            self.marker = Some(now);
             if more {
-                self.moved = self.heard;
+                self.moved = now;
             }
         }
+    }
+
+    /// The longest gap between perf markers, 5 s (GCT's and serve's
+    /// default) until two came; capped: a gap survived once must not
+    /// stretch the limits for good (each longer one could double them).
+    fn marker_gap(&self) -> std::time::Duration {
+        self.gap.unwrap_or(std::time::Duration::from_secs(5)).min(std::time::Duration::from_secs(30))
     }
 
     /// The source said something (its 1xx or its end).
@@ -296,14 +308,15 @@ impl Liveness {
     }
 
     /// Whether the destination went silent: no word for one and a half
-    /// of its marker gaps (5 s until two markers came). One that speaks
-    /// on without data shows the source stalled. Judged by
-    /// `--reply-timeout` alone, a destination stopped between its first
-    /// marker (0 bytes) and the next was taken for a stalled source: its
-    /// silence began a moment after the source's 150 (a defect hunt).
+    /// of its marker gaps before the stall's deadline. One that speaks on
+    /// without data shows the source stalled. Judged by `--reply-timeout`
+    /// alone, a destination stopped between its first marker (0 bytes)
+    /// and the next was taken for a stalled source: its silence began a
+    /// moment after the source's 150 (a defect hunt). Judged at the
+    /// deadline, not when the client woke: a late wake-up, replies still
+    /// unread, made a speaking destination look silent (a review).
     fn silent(&self) -> bool {
-        let gap = self.gap.unwrap_or(std::time::Duration::from_secs(5));
-        self.heard + gap.mul_f64(1.5) <= tokio::time::Instant::now()
+        self.deadline().saturating_duration_since(self.heard) >= self.marker_gap().mul_f64(1.5)
     }
 
     fn deadline(&self) -> tokio::time::Instant {
@@ -318,10 +331,7 @@ impl Liveness {
     /// moving data was failed as stalled at the first marker a little
     /// late (a defect hunt's find).
     fn stall_after(&self) -> std::time::Duration {
-        // Capped: a gap survived once must not stretch the limit for
-        // good (each longer one could double it).
-        let gap = self.gap.unwrap_or(std::time::Duration::from_secs(5)).min(std::time::Duration::from_secs(30));
-        crate::control::reply_timeout().max(gap * 2)
+        crate::control::reply_timeout().max(self.marker_gap() * 2)
     }
 }
 
@@ -409,8 +419,51 @@ fn cause(first: ClientError, second: Option<ClientError>) -> ClientError {
 
 #[cfg(test)]
 mod tests {
-    use super::{cause, under_way};
+    use super::{cause, under_way, Liveness};
     use crate::ClientError;
+    use std::time::Duration;
+
+    async fn after(secs: f64) {
+        tokio::time::advance(Duration::from_secs_f64(secs)).await;
+    }
+
+    /// Perf markers every 5 s with restart markers a second before each
+    /// (GCT's two timers): the gap is 5 s, not 1.
+    #[tokio::test(start_paused = true)]
+    async fn the_marker_gap_runs_from_perf_marker_to_perf_marker() {
+        let mut live = Liveness::new();
+        for _ in 0..3 {
+            after(4.0).await;
+            live.heard(None);
+            after(1.0).await;
+            live.heard(Some(true));
+        }
+        assert_eq!(live.marker_gap(), Duration::from_secs(5));
+    }
+
+    /// A destination that stopped after its first marker (no data yet) is
+    /// silent at the deadline; one that speaks on without data is not
+    /// (the source stalled), whenever the client wakes.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_destination_is_told_from_a_stalled_source() {
+        let mut stopped = Liveness::new();
+        after(0.3).await;
+        stopped.heard(Some(false));
+        assert!(stopped.silent());
+        let mut speaking = Liveness::new();
+        speaking.heard(Some(true));
+        for _ in 0..2 {
+            after(1.0).await;
+            speaking.heard(Some(true));
+        }
+        while tokio::time::Instant::now() < speaking.deadline() {
+            after(1.0).await;
+            speaking.heard(Some(false));
+        }
+        // Replies unread, the client woke late.
+        after(7.0).await;
+        assert!(!speaking.silent(), "judged at the deadline, however late the wake-up");
+    }
 
     fn refused(code: u16) -> ClientError {
         ClientError::Refused {
