@@ -301,7 +301,12 @@ impl TempFile {
 /// the file system takes for one of theirs (`A` and `a` where names
 /// ignore case: exFAT, CIFS, ext4's casefold) is refused, not renamed
 /// over it: each replaced the other, and every file was counted as
-/// copied (a defect hunt's find: data lost, exit 0).
+/// copied (a defect hunt's find: data lost, exit 0). Not seen where a
+/// file system numbers each spelling of a name apart: exFAT through
+/// exfat-fuse (no `use_ino`) gave `y` and `Y` two inode numbers for one
+/// file, and the second replaced the first as before (a review's find;
+/// the kernel's exfat, CIFS and ntfs-3g's `ignore_case` number a file
+/// once, and are covered).
 #[derive(Debug, Default)]
 pub struct RunFiles(std::sync::Mutex<RunFilesSet>);
 
@@ -380,9 +385,18 @@ struct FileId {
 }
 
 impl FileId {
-    fn of<Fd: AsFd, P: rustix::path::Arg>(dir: Fd, path: P, flags: AtFlags) -> io::Result<Self> {
+    /// Without `statx` (before Linux 4.11, or refused by a container's
+    /// seccomp filter: ENOSYS, EPERM) the birth time is not known, and
+    /// every commit failed (a review's find).
+    fn of<Fd: AsFd, P: rustix::path::Arg + Copy>(dir: Fd, path: P, flags: AtFlags) -> io::Result<Self> {
         use rustix::fs::StatxFlags;
-        let st = rustix::fs::statx(dir, path, flags, StatxFlags::INO | StatxFlags::BTIME)?;
+        let st = match rustix::fs::statx(&dir, path, flags, StatxFlags::INO | StatxFlags::BTIME) {
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+                let st = rustix::fs::statat(&dir, path, flags)?;
+                return Ok(Self { dev: st.st_dev, ino: st.st_ino, born: None });
+            }
+            r => r?,
+        };
         let born = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
         Ok(Self {
             dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),

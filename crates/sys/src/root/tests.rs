@@ -248,7 +248,10 @@ fn a_removed_file_of_a_run_does_not_make_its_inode_number_taken() {
         d.create_temp(b"y", 0o644).unwrap().commit_in(&run, b"y").expect("another file, not the run's");
         rustix::fs::unlink(p.join("root/y")).unwrap();
     }
-    assert!(reused > 0, "the file system never gave the number again: nothing was tested");
+    // ext4 (this CI's) gives a freed number again at once; tmpfs and
+    // Btrfs never do, and there this shows only that commits go through.
+    let ext4 = rustix::fs::statfs(&p).unwrap().f_type == 0xEF53;
+    assert!(reused > 0 || !ext4, "ext4 never gave the number again: nothing was tested");
     std::fs::remove_dir_all(&p).unwrap();
 }
 
