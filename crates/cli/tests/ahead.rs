@@ -235,10 +235,6 @@ fn a_known_servers_upload_sends_its_stor_with_the_login() {
     assert_eq!(names_in(&root.join("dir")), Vec::<String>::new());
 }
 
-/// Our server offers DCON, but the connections the book sends go elsewhere
-/// (as through a firewall that drops them, while TCP Fast Open makes them
-/// look open): the server answers 425, the copy goes over PORT, and the
-/// book stops opening connections ahead to that server.
 /// Connections sent to an older DCON port than the one the server
 /// announces (a server restarted on another port, its old one taken by
 /// another program) are refused (425), and the next run sends them to the
@@ -264,8 +260,9 @@ fn connections_sent_to_an_old_dcon_port_go_to_the_announced_one_next() {
 }
 
 /// A server whose DCON port the book holds out of reach (0: connections
-/// sent to the port it announced never arrived) gets none opened ahead,
-/// and stays so.
+/// sent to the port it announced never arrived, as through a firewall
+/// that drops them while TCP Fast Open makes them look open) gets none
+/// opened ahead, and stays so.
 #[test]
 fn connections_that_never_arrive_are_not_opened_again() {
     let (d, root, local) = root_and_local();

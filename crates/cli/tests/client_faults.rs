@@ -71,7 +71,7 @@ fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
         let (sa, pa) = lp_server(a.path(), &fast);
         let (sb, pb) = lp_server(b.path(), &fast);
         let (src, dst) = (format!("ftp://127.0.0.1:{pa}/big"), format!("ftp://127.0.0.1:{pb}/big"));
-        let read_before = bytes_read_by(sa.0.id());
+        let read_before = breaks::rchar(sa.0.id());
         let mut cp = Command::new(LP)
             .args(["cp", "-q", "--retries", "0", "--reply-timeout", "3", "-p", "1", &src, &dst])
             .stderr(std::process::Stdio::piped())
@@ -83,7 +83,7 @@ fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
         // a stalled source (a defect hunt: 2 of 6 runs at 8 test threads,
         // when this test waited a fixed 1.5 s; every run with this wait).
         let t = std::time::Instant::now();
-        while bytes_read_by(sa.0.id()) - read_before < 256 << 20 {
+        while breaks::rchar(sa.0.id()).saturating_sub(read_before) < 256 << 20 {
             assert!(t.elapsed() < std::time::Duration::from_secs(30), "no data moved: {:?}", cp.try_wait());
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -109,13 +109,6 @@ fn a_stalled_third_party_copy_fails_in_time_naming_the_stalled_server() {
         let blamed = format!("control connection to 127.0.0.1:{}", stopped.1);
         assert!(err.contains(&blamed) && err.contains("stalled"), "stop_source {stop_source}: {err}");
     }
-}
-
-/// Bytes process `pid` has read from files (`rchar` of `/proc/PID/io`,
-/// which `sendfile` counts too).
-fn bytes_read_by(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    io.lines().find_map(|l| l.strip_prefix("rchar: ")).and_then(|v| v.parse().ok()).expect("rchar")
 }
 
 /// A third-party copy moving data is not taken for stalled when
