@@ -177,8 +177,9 @@ impl TempFile {
         let id = FileId::of(self.file(), "", AtFlags::EMPTY_PATH)?;
         // Known before it is named: a file of the run that takes the same
         // name at the same time then finds it.
-        run.lock().insert(id, RunFile::new(&self.dir, &self.name, key)?);
-        let r = self.commit_with(Some((run, key)));
+        let file = RunFile::new(&self.dir, &self.name, key)?;
+        run.lock().insert(id, file.clone());
+        let r = self.commit_with(Some((run, &file)));
         if r.is_err() {
             // Gone: its inode may be a later file's, not the run's.
             run.lock().remove(&id);
@@ -186,7 +187,7 @@ impl TempFile {
         r
     }
 
-    fn commit_with(mut self, run: Option<(&RunFiles, &[u8])>) -> io::Result<()> {
+    fn commit_with(mut self, run: Option<(&RunFiles, &RunFile)>) -> io::Result<()> {
         if let (true, Some(f)) = (self.noted, &self.file) {
             // A complete file carries no note of a partial one.
             match rustix::fs::fremovexattr(f, NOTE_XATTR) {
@@ -216,7 +217,7 @@ impl TempFile {
         }
         // Replacing a file: not another of the run's, held so until renamed
         // (not while closing: on NFS a close flushes the file).
-        let mut held = run.map(|(r, key)| r.not_taken(&self.dir, &self.name, key)).transpose()?;
+        let mut held = run.map(|(r, file)| r.not_taken(&self.dir, file)).transpose()?;
         let r = rustix::fs::renameat(&self.dir, OsStr::from_bytes(&self.tmp), &self.dir, OsStr::from_bytes(&self.name));
         if r.is_ok() || lock.is_some() {
             if r.is_err() {
@@ -227,11 +228,11 @@ impl TempFile {
         }
         drop(lock);
         r?;
-        if let (Some(held), Some((_, key))) = (held.as_mut(), run) {
+        if let (Some(held), Some((_, file))) = (held.as_mut(), run) {
             // A file system without inodes (exFAT through FUSE) may number
             // the file anew once renamed.
             let id = FileId::of(&*self.dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW)?;
-            held.insert(id, RunFile::new(&self.dir, &self.name, key)?);
+            held.insert(id, file.clone());
         }
         Ok(())
     }
@@ -319,11 +320,11 @@ impl RunFiles {
 
     /// Refused if `name` in `dir` is a file of this run for another key;
     /// else the lock, held while the caller replaces it.
-    fn not_taken(&self, dir: &OwnedFd, name: &[u8], key: &[u8]) -> io::Result<MutexGuard<'_, RunFilesSet>> {
+    fn not_taken(&self, dir: &OwnedFd, file: &RunFile) -> io::Result<MutexGuard<'_, RunFilesSet>> {
         let mut held = self.lock();
-        if let Ok(id) = FileId::of(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+        if let Ok(id) = FileId::of(dir, OsStr::from_bytes(&file.name), AtFlags::SYMLINK_NOFOLLOW) {
             match held.get(&id) {
-                Some(f) if f.key != key && f.still_names(dir, id) => {
+                Some(f) if f.key != file.key && f.still_names(dir, file.dir, id) => {
                     let why = "another file of this copy took its name (the file system holds the two names for one)";
                     return Err(EntryRefused::error(why));
                 }
@@ -344,7 +345,7 @@ type RunFilesSet = std::collections::HashMap<FileId, RunFile>;
 
 /// A file a run named: its key ([`TempFile::commit_in`]), and the
 /// directory and name it was given.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct RunFile {
     key: Vec<u8>,
     dir: (u64, u64),
@@ -363,9 +364,10 @@ impl RunFile {
     /// alone does not tell them apart: ext4 takes a new file's birth time
     /// from the clock's tick, and a file removed and one created within
     /// the tick shared number and birth time (a defect hunt's find).
-    fn still_names(&self, dir: &OwnedFd, id: FileId) -> bool {
-        let same_dir = rustix::fs::fstat(dir).is_ok_and(|st| (st.st_dev, st.st_ino) == self.dir);
-        same_dir && FileId::of(dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|f| f == id)
+    /// (`dir_id`: `dir`'s device and inode.)
+    fn still_names(&self, dir: &OwnedFd, dir_id: (u64, u64), id: FileId) -> bool {
+        dir_id == self.dir
+            && FileId::of(dir, OsStr::from_bytes(&self.name), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|f| f == id)
     }
 }
 
